@@ -1,0 +1,50 @@
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.mechanisms import mechanism_checks as checks
+from tff_quant.mechanisms import bq
+
+PARAMS = [dict(clip=1.0, s=3, m=4), dict(clip=0.01, s=1, m=0),
+          dict(clip=2.0, s=7, m=30)]
+
+
+@pytest.mark.parametrize('params', PARAMS)
+def test_pmf_valid_and_matches_sampler(params):
+  mech = bq.BQ(**params)
+  for x in checks.standard_inputs(mech):
+    checks.assert_pmf_valid(mech, x)
+    checks.assert_histogram_matches_pmf(mech, x)
+    checks.assert_pmf_mean_is_input(mech, x)
+
+
+def test_pmf_is_rounding_convolved_with_binomial():
+  mech = bq.BQ(clip=1.0, s=4, m=10)
+  x = -0.3  # x s / C = -1.2: -1 w.p. 0.8, -2 w.p. 0.2
+  rounding = np.zeros(9)
+  rounding[4 - 1] = 0.8
+  rounding[4 - 2] = 0.2
+  expected = np.convolve(rounding, stats.binom.pmf(np.arange(11), 10, 0.5))
+  np.testing.assert_allclose(mech.pmf(x), expected, atol=1e-15)
+  assert mech.num_levels == 2 * 4 + 10 + 1
+
+
+@pytest.mark.parametrize('params', PARAMS[:2])
+def test_decode_unbiased_for_negative_and_positive(params):
+  mech = bq.BQ(**params)
+  for x in [-mech.clip, -0.43 * mech.clip, 0.3 * mech.clip, mech.clip]:
+    checks.assert_decode_unbiased(mech, x)
+
+
+def test_seeding_and_sanitizing():
+  mech = bq.BQ(**PARAMS[0])
+  checks.assert_seeding(mech)
+  checks.assert_sanitizes(mech)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(clip=0.0), 'clip'), (dict(s=0), 's'), (dict(s=2.0), 's'),
+    (dict(m=-1), 'm')])
+def test_invalid_params_raise(kwargs, name):
+  with pytest.raises(ValueError, match=f'`{name}`'):
+    bq.BQ(**dict(PARAMS[0], **kwargs))

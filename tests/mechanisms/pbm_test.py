@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.mechanisms import mechanism_checks as checks
+from tff_quant.mechanisms import pbm
+
+PARAMS = [dict(clip=1.0, num_levels=16, theta=0.25),
+          dict(clip=0.02, num_levels=4, theta=0.5),
+          dict(clip=3.0, num_levels=256, theta=0.1)]
+
+
+@pytest.mark.parametrize('params', PARAMS)
+def test_pmf_valid_and_matches_sampler(params):
+  mech = pbm.PBM(**params)
+  for x in checks.standard_inputs(mech):
+    checks.assert_pmf_valid(mech, x)
+    checks.assert_histogram_matches_pmf(mech, x)
+    checks.assert_pmf_mean_is_input(mech, x)
+
+
+def test_pmf_is_binomial_and_tail_is_finite():
+  mech = pbm.PBM(clip=1.0, num_levels=1000, theta=0.4)
+  x = 0.3
+  np.testing.assert_allclose(
+      mech.pmf(x), stats.binom.pmf(np.arange(1000), 999, 0.5 + 0.4 * 0.3),
+      rtol=1e-10, atol=1e-300)
+  log_p = mech.log_pmf(1.0)
+  assert np.all(np.isfinite(log_p)) and log_p.min() < -700
+
+
+def test_theta_half_is_deterministic_at_the_ends():
+  mech = pbm.PBM(clip=1.0, num_levels=8, theta=0.5)
+  p = mech.pmf(1.0)
+  assert p[-1] == 1.0 and np.all(p[:-1] == 0)
+
+
+@pytest.mark.parametrize('params', PARAMS[:2])
+def test_decode_unbiased(params):
+  mech = pbm.PBM(**params)
+  for x in [-mech.clip, 0.3 * mech.clip, mech.clip]:
+    checks.assert_decode_unbiased(mech, x)
+
+
+def test_seeding_and_sanitizing():
+  mech = pbm.PBM(**PARAMS[0])
+  checks.assert_seeding(mech)
+  checks.assert_sanitizes(mech)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(clip=0.0), 'clip'), (dict(num_levels=1), 'num_levels'),
+    (dict(theta=0.0), 'theta'), (dict(theta=0.51), 'theta'),
+    (dict(theta='a'), 'theta')])
+def test_invalid_params_raise(kwargs, name):
+  with pytest.raises(ValueError, match=f'`{name}`'):
+    pbm.PBM(**dict(PARAMS[0], **kwargs))

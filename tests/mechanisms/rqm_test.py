@@ -1,0 +1,91 @@
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from tests.mechanisms import mechanism_checks as checks
+from tff_quant.mechanisms import rqm
+
+PARAMS = [dict(clip=1.5, delta=1.5, num_levels=16, q=0.42),
+          dict(clip=1.0, delta=2.33, num_levels=16, q=0.42),
+          dict(clip=0.3, delta=0.1, num_levels=5, q=0.9),
+          dict(clip=1.0, delta=0.5, num_levels=2, q=0.5)]
+
+
+def brute_force_pmf(mech, x):
+  """Alg. 2 literally: enumerate all keep masks of the interior levels."""
+  m, q = mech.num_levels, mech.q
+  b = mech.levels
+  out = np.zeros(m)
+  for mask in itertools.product([0, 1], repeat=m - 2):
+    kept = [0] + [i + 1 for i, k in enumerate(mask) if k] + [m - 1]
+    prob = math.prod(q if k else 1 - q for k in mask)
+    lo = max(i for i in kept if b[i] <= x)
+    hi = min(i for i in kept if b[i] > x)
+    p_up = (x - b[lo]) / (b[hi] - b[lo])
+    out[lo] += prob * (1 - p_up)
+    out[hi] += prob * p_up
+  return out
+
+
+@pytest.mark.parametrize('params', PARAMS)
+def test_pmf_valid_and_matches_sampler(params):
+  mech = rqm.RQM(**params)
+  for x in checks.standard_inputs(mech):
+    checks.assert_pmf_valid(mech, x)
+    checks.assert_histogram_matches_pmf(mech, x)
+    checks.assert_pmf_mean_is_input(mech, x)
+
+
+@pytest.mark.parametrize('x', [-1.0, -0.3, 0.0, 0.2, 0.5, 1.0])
+def test_pmf_matches_brute_force_enumeration(x):
+  mech = rqm.RQM(clip=1.0, delta=0.7, num_levels=8, q=0.3)
+  np.testing.assert_allclose(mech.pmf(x), brute_force_pmf(mech, x), atol=1e-14)
+
+
+def test_log_pmf_finite_in_far_tail():
+  """Level 0 at x=c has probability (1-q)^j * sum_k P(up=k) w_k ~ 1e-8000."""
+  mech = rqm.RQM(clip=1.0, delta=1.0, num_levels=4096, q=0.99)
+  x = 1.0
+  log_p = mech.log_pmf(x)
+  assert np.all(np.isfinite(log_p))
+  assert abs(np.logaddexp.reduce(log_p)) < 1e-12
+  j = mech._bin(x)
+  b, m, q = mech.levels, mech.num_levels, mech.q
+  ks = np.arange(j + 1, m)
+  p_up = np.where(ks == m - 1, (1 - q)**(m - 2 - j), q * (1 - q)**(ks - j - 1))
+  expected = j * math.log1p(-q) + math.log(np.sum(p_up * (b[ks] - x) /
+                                                   (b[ks] - b[0])))
+  assert log_p[0] < -700
+  assert log_p[0] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize('params', PARAMS[:2])
+def test_decode_unbiased(params):
+  mech = rqm.RQM(**params)
+  for x in [-mech.clip, 0.3 * mech.clip, mech.clip]:
+    checks.assert_decode_unbiased(mech, x)
+
+
+def test_seeding_and_sanitizing():
+  mech = rqm.RQM(**PARAMS[0])
+  checks.assert_seeding(mech)
+  checks.assert_sanitizes(mech)
+
+
+def test_levels_and_alphabet():
+  mech = rqm.RQM(clip=1.0, delta=1.0, num_levels=16, q=0.42)
+  assert mech.num_levels == 16 and mech.bits_per_coordinate == 4
+  np.testing.assert_allclose(mech.levels[[0, -1]], [-2.0, 2.0])
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(clip=0.0), 'clip'), (dict(clip=-1.0), 'clip'),
+    (dict(delta=0.0), 'delta'), (dict(num_levels=1), 'num_levels'),
+    (dict(num_levels=3.5), 'num_levels'), (dict(q=0.0), 'q'),
+    (dict(q=1.0), 'q'), (dict(q=float('nan')), 'q')])
+def test_invalid_params_raise(kwargs, name):
+  args = dict(PARAMS[0], **kwargs)
+  with pytest.raises(ValueError, match=f'`{name}`'):
+    rqm.RQM(**args)

@@ -1,0 +1,1 @@
+"""tff_quant: TFF aggregation factories for DP via randomized quantization."""

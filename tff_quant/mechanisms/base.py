@@ -1,0 +1,209 @@
+"""The protocol every quantization-DP mechanism implements, plus the shared samplers.
+
+A mechanism maps one clipped scalar coordinate to an integer level in ``[0, L-1]``
+(``encode``, TensorFlow) and knows the EXACT distribution of that level (``log_pmf``,
+numpy). The TFF factory uses the first, the accountant the second, so what is
+sampled in training is what is accounted for.
+"""
+
+import abc
+import math
+from typing import Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+
+
+def check_in_range(name: str, value, low=None, high=None, low_open=False,
+                   high_open=False, integer=False):
+  """Raises ValueError naming `name` and the allowed range unless value is in it."""
+  lo_br = '(' if low_open else '['
+  hi_br = ')' if high_open else ']'
+  allowed = (f'{lo_br}{"-inf" if low is None else low}, '
+             f'{"inf" if high is None else high}{hi_br}')
+  if integer:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+      raise ValueError(f'`{name}` must be an integer in {allowed}, got {value!r}.')
+  else:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                          np.floating)):
+      raise ValueError(f'`{name}` must be a number in {allowed}, got {value!r}.')
+    if not math.isfinite(value):
+      raise ValueError(f'`{name}` must be finite and in {allowed}, got {value!r}.')
+  ok = True
+  if low is not None:
+    ok &= value > low if low_open else value >= low
+  if high is not None:
+    ok &= value < high if high_open else value <= high
+  if not ok:
+    raise ValueError(f'`{name}` must be in {allowed}, got {value!r}.')
+  return value
+
+
+def log_normalize(log_p: np.ndarray) -> np.ndarray:
+  """Returns log_p minus its logsumexp (guards against rounding drift)."""
+  from scipy import special  # pylint: disable=g-import-not-at-top
+  return log_p - special.logsumexp(log_p)
+
+
+# ----------------------------------------------------------------------------
+# TensorFlow samplers shared by the mechanisms (all O(d), stateless, seeded).
+# ----------------------------------------------------------------------------
+def split_seed(seed, num: int):
+  """Splits an int64[2] seed into `num` independent seeds (tf.random stateless)."""
+  seed = tf.cast(seed, tf.int64)
+  return tf.random.experimental.stateless_split(seed, num=num)
+
+
+def uniform(shape, seed, dtype=tf.float32):
+  """Uniform in [0, 1)."""
+  return tf.random.stateless_uniform(shape, seed=seed, dtype=dtype)
+
+
+def stochastic_round(t, seed):
+  """Unbiased randomized rounding of `t` to an adjacent integer (as t.dtype)."""
+  low = tf.floor(t)
+  up = tf.cast(uniform(tf.shape(t), seed, t.dtype) < (t - low), t.dtype)
+  return low + up
+
+
+def geometric(shape, seed, keep_prob, dtype=tf.float32):
+  """Number of failures before the first success, success prob `keep_prob`.
+
+  Inverse-CDF sampling: floor(log(V) / log(1 - p)) with V uniform on (0, 1].
+  """
+  v = 1.0 - uniform(shape, seed, dtype)
+  return tf.floor(tf.math.log(v) / math.log1p(-keep_prob))
+
+
+def truncated_geometric(seed, p, support_size, dtype=tf.float64):
+  """Samples G in {0, ..., K-1} with P(G=g) proportional to p(1-p)^g, K=support_size.
+
+  `support_size` is a float tensor (>= 1) of the output shape; inverse-CDF sampling
+  P(G <= g) = (1 - q^(g+1)) / (1 - q^K), so one uniform per coordinate.
+  """
+  q = 1.0 - p
+  v = uniform(tf.shape(support_size), seed, dtype)
+  tail = 1.0 - tf.pow(tf.constant(q, dtype), support_size)  # 1 - q^K
+  g = tf.floor(tf.math.log1p(-v * tail) / math.log(q))
+  return tf.clip_by_value(g, 0.0, support_size - 1.0)
+
+
+def truncated_geometric_log_pmf(p: float, support_size: int) -> np.ndarray:
+  """log P(G=g), g=0..K-1, for `truncated_geometric` (exact, numpy)."""
+  q = 1.0 - p
+  g = np.arange(support_size, dtype=np.float64)
+  return math.log(p) + g * math.log(q) - math.log1p(-q**support_size)
+
+
+class Mechanism(abc.ABC):
+  """A scalar randomized quantizer with an exact, closed-form output distribution.
+
+  Subclasses define `num_levels`, `level_offset`, `level_step` (levels are affine
+  in the index: value(i) = level_offset + level_step * i), `input_bound` (the
+  per-coordinate range [-b, b] inputs are clipped to), `log_pmf` and `_encode`.
+  """
+
+  name: str = 'mechanism'
+  #: True when E[levels[encode(x)]] == x for every x in [-input_bound, input_bound].
+  unbiased: bool = True
+
+  @property
+  @abc.abstractmethod
+  def num_levels(self) -> int:
+    """Size L of the integer alphabet one coordinate is encoded into."""
+
+  @property
+  @abc.abstractmethod
+  def input_bound(self) -> float:
+    """Inputs are clipped to [-input_bound, input_bound] before sampling."""
+
+  @property
+  @abc.abstractmethod
+  def level_offset(self) -> float:
+    """Real value of level index 0."""
+
+  @property
+  @abc.abstractmethod
+  def level_step(self) -> float:
+    """Distance between the real values of consecutive level indices."""
+
+  @property
+  def levels(self) -> np.ndarray:
+    """np.ndarray [L]: the real value each level index stands for."""
+    return self.level_offset + self.level_step * np.arange(self.num_levels,
+                                                           dtype=np.float64)
+
+  @property
+  def bits_per_coordinate(self) -> int:
+    """ceil(log2 L): bits one client sends per coordinate."""
+    return max(1, math.ceil(math.log2(self.num_levels)))
+
+  @abc.abstractmethod
+  def params(self) -> Dict[str, float]:
+    """The constructor arguments, for logs and result files."""
+
+  def __repr__(self):
+    args = ', '.join(f'{k}={v!r}' for k, v in self.params().items())
+    return f'{type(self).__name__}({args})'
+
+  # --- exact distribution (numpy) -------------------------------------------
+  @abc.abstractmethod
+  def log_pmf(self, x: float) -> np.ndarray:
+    """log P(encode(x) = i), i = 0..L-1, exact; -inf where impossible."""
+
+  def pmf(self, x: float) -> np.ndarray:
+    """P(encode(x) = i), i = 0..L-1 (float64, sums to 1)."""
+    return np.exp(self.log_pmf(x))
+
+  def clip_input(self, x: float) -> float:
+    """The scalar the sampler actually sees for input `x` (numpy twin of encode)."""
+    x = float(x)
+    if not math.isfinite(x):
+      return 0.0
+    return min(max(x, -self.input_bound), self.input_bound)
+
+  def extreme_log_pmfs(self) -> np.ndarray:
+    """[K, L] log-pmfs whose per-level max/min are the sup/inf over all inputs.
+
+    Used for the exact D-infinity over the whole input range. Default: the pmfs at
+    `critical_inputs()`; mechanisms whose pmf jumps add their one-sided limits.
+    """
+    return np.stack([self.log_pmf(x) for x in self.critical_inputs()])
+
+  @abc.abstractmethod
+  def critical_inputs(self) -> np.ndarray:
+    """Inputs where each level's probability attains its max and min over the range."""
+
+  # --- sampling and decoding (TensorFlow) -----------------------------------
+  def sanitize(self, x):
+    """Non-finite -> 0 (counted by the factory), then clip to the input range."""
+    x = tf.where(tf.math.is_finite(x), x, tf.zeros_like(x))
+    return tf.clip_by_value(x, -self.input_bound, self.input_bound)
+
+  def encode(self, x, seed):
+    """Float tensor -> tf.int32 level indices of the same shape.
+
+    Non-finite entries are replaced by 0 and inputs are clipped to
+    [-input_bound, input_bound] (the factory reports how many of each).
+    `seed` is an int64[2] tensor for tf.random.stateless_* ops.
+    """
+    x = tf.convert_to_tensor(x)
+    if not x.dtype.is_floating:
+      raise TypeError(f'encode expects a float tensor, got {x.dtype}.')
+    levels = self._encode(self.sanitize(x), tf.cast(seed, tf.int64))
+    return tf.cast(levels, tf.int32)
+
+  @abc.abstractmethod
+  def _encode(self, x, seed):
+    """Samples level indices for already sanitized inputs."""
+
+  def decode(self, level_sum, num_clients):
+    """Sum over clients of level indices -> estimate of the sum of their inputs.
+
+    Unbiased when `self.unbiased` (value(i) is affine in i, so this is exact
+    post-processing of the secure sum).
+    """
+    level_sum = tf.cast(level_sum, tf.float32)
+    n = tf.cast(num_clients, tf.float32)
+    return n * self.level_offset + self.level_step * level_sum

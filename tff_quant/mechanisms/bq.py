@@ -1,0 +1,76 @@
+"""Binomial-noise-aided Quantization (BQ), paper 003 (BQ-SGD), Sec. IV-A.
+
+Per coordinate: x in [-C, C] -> sign/magnitude s-level stochastic quantization
+sgn(x) * rho(|x|/C, s), rho in {0, 1/s, ..., 1}, integer value u = sgn(x) s rho in
+{-s..s}; then o ~ Binomial(m, 1/2) is added: the client sends u + o in {-s..s+m},
+i.e. 2s+m+1 values. We transmit the level index u + o + s in [0, 2s+m].
+
+Departures from the paper (derived from the sampler, checked by Monte Carlo):
+* sgn(x) rho(|x|/C) is the same law as unbiased stochastic rounding of x s / C on the
+  integer grid (for x < 0 the roles of floor and ceil swap), so one rounding serves.
+* The noise is added AFTER the sign is applied (the paper's decoder, eq. (12), applies
+  the sign to the noise term too, which is biased for x < 0 unless the server can see
+  the sign); here value(i) = (C/s)(i - s - m/2) is unbiased for every x in [-C, C].
+* q = 1/2 is fixed (Remark 1's optimal choice); the paper's ε (Lemma 1 / Remark 1)
+  uses a De Moivre-Laplace approximation, see accounting.bounds.bq_lemma_1.
+"""
+
+import numpy as np
+from scipy import special, stats
+import tensorflow as tf
+
+from tff_quant.mechanisms import base
+
+
+class BQ(base.Mechanism):
+  """BQ(clip=C, s=s, m=m)."""
+
+  name = 'bq'
+  unbiased = True
+
+  def __init__(self, clip: float, s: int, m: int):
+    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
+    self.s = base.check_in_range('s', s, 1, 2**20, integer=True)
+    self.m = base.check_in_range('m', m, 0, 2**20, integer=True)
+
+  def params(self):
+    return dict(clip=self.clip, s=self.s, m=self.m)
+
+  @property
+  def num_levels(self):
+    return 2 * self.s + self.m + 1
+
+  @property
+  def input_bound(self):
+    return self.clip
+
+  @property
+  def level_step(self):
+    return self.clip / self.s
+
+  @property
+  def level_offset(self):
+    return -self.level_step * (self.s + 0.5 * self.m)
+
+  def log_pmf(self, x):
+    t = self.clip_input(x) * self.s / self.clip  # in [-s, s]
+    low = min(int(np.floor(t)), self.s - 1)
+    frac = t - low
+    idx = np.arange(self.num_levels)
+    with np.errstate(divide='ignore'):
+      noise = lambda u: stats.binom.logpmf(idx - (u + self.s), self.m, 0.5)
+      return special.logsumexp(
+          np.stack([noise(low), noise(low + 1)]), axis=0,
+          b=np.array([[1.0 - frac], [frac]]))
+
+  def critical_inputs(self):
+    # Piecewise linear in x with breakpoints on the grid {lC/s}.
+    return np.arange(-self.s, self.s + 1) * self.clip / self.s
+
+  def _encode(self, x, seed):
+    s_round, s_noise = tf.unstack(base.split_seed(seed, 2))
+    u = base.stochastic_round(x * (self.s / self.clip), s_round)
+    noise = tf.random.stateless_binomial(
+        tf.shape(x), seed=s_noise, counts=float(self.m), probs=0.5,
+        output_dtype=x.dtype)
+    return u + self.s + noise

@@ -1,0 +1,66 @@
+"""Poisson Binomial Mechanism (PBM), Chen, Özgür, Kairouz (ICML 2022).
+
+A client with x in [-c, c] sends k ~ Binomial(m-1, 1/2 + θ x / c), θ in (0, 1/2].
+E[k] = (m-1)(1/2 + θx/c), so value(k) = c (k - (m-1)/2) / (θ (m-1)) is unbiased.
+θ = 1/2 makes the output at x = +-c deterministic, hence D-infinity = inf: the
+accountant reports that honestly rather than refusing the parameter.
+"""
+
+import numpy as np
+from scipy import stats
+import tensorflow as tf
+
+from tff_quant.mechanisms import base
+
+
+class PBM(base.Mechanism):
+  """PBM(clip=c, num_levels=m, theta=θ)."""
+
+  name = 'pbm'
+  unbiased = True
+
+  def __init__(self, clip: float, num_levels: int, theta: float):
+    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
+    self.m = base.check_in_range('num_levels', num_levels, 2, 2**24, integer=True)
+    self.theta = float(base.check_in_range('theta', theta, 0, 0.5, low_open=True))
+
+  def params(self):
+    return dict(clip=self.clip, num_levels=self.m, theta=self.theta)
+
+  @property
+  def num_levels(self):
+    return self.m
+
+  @property
+  def input_bound(self):
+    return self.clip
+
+  @property
+  def level_step(self):
+    return self.clip / (self.theta * (self.m - 1))
+
+  @property
+  def level_offset(self):
+    return -0.5 * (self.m - 1) * self.level_step
+
+  def success_prob(self, x: float) -> float:
+    return 0.5 + self.theta * self.clip_input(x) / self.clip
+
+  def log_pmf(self, x):
+    k = np.arange(self.m)
+    with np.errstate(divide='ignore'):
+      return stats.binom.logpmf(k, self.m - 1, self.success_prob(x))
+
+  def critical_inputs(self):
+    # P_x(k) is unimodal in p = 1/2 + θx/c with mode p = k/(m-1): min at +-c,
+    # max at the mode when it lies inside the range.
+    p_modes = np.arange(self.m) / (self.m - 1)
+    x_modes = (p_modes - 0.5) * self.clip / self.theta
+    inside = x_modes[(x_modes > -self.clip) & (x_modes < self.clip)]
+    return np.concatenate([[-self.clip], inside, [self.clip]])
+
+  def _encode(self, x, seed):
+    p = 0.5 + self.theta * x / self.clip
+    return tf.random.stateless_binomial(
+        tf.shape(x), seed=seed, counts=float(self.m - 1), probs=p,
+        output_dtype=tf.int32)

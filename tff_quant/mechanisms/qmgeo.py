@@ -1,0 +1,133 @@
+"""QMGeo: stochastic quantizer with a mixed truncated geometric law (paper 001, Sec. III).
+
+Levels Bin(r) = -W + 2rW/(R-1). For w in [Bin(r), Bin(r+1)), p_mix = (w-Bin(r))/(Bin(r+1)-Bin(r)):
+with probability 1 - p_mix the output walks DOWN from Bin(r) by a truncated geometric
+step (support {r, ..., 0}), otherwise UP from Bin(r+1) (support {r+1, ..., R-1}).
+
+Departures from the paper (eqs. 9-11), derived from the sampler and checked by Monte Carlo:
+* Eq. (9) attaches p_mix to the downward branch; that sends w close to Bin(r+1) down
+  and makes the quantizer biased away from w. We attach p_mix to the upward branch,
+  as the stochastic k-level quantizer of eq. (16) does, so p -> 1 recovers eq. (16).
+* Eqs. (10)-(11) normalise TGeo1 by 1-(1-p)^r and TGeo2 by 1-(1-p)^(R-r-2), which
+  do not match their supports {1..r+1} and {1..R-r-1}; the normalisers here are
+  1-(1-p)^(r+1) and 1-(1-p)^(R-r-1), so each branch sums to one.
+* NOT differentially private as written: an input on a level (p_mix = 0) can only be
+  quantized downward, so levels above it have probability 0 for it and positive
+  probability for other inputs: D-infinity = inf (and the law jumps at every level).
+  The paper's eqs. (20)-(21), (25), (27) do not hold for this sampler; the accountant
+  reports inf. `full_support=True` is the closest sound variant: each branch is the
+  same geometric law continued on both sides of its start level (P ∝ p(1-p)^|i-r|
+  over all R levels), so every level is always possible and the law is continuous in w.
+* Not unbiased: the geometric walk pushes mass toward the middle (the paper does not
+  claim unbiasedness); decode returns the sum of level values.
+"""
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from tff_quant.mechanisms import base
+
+
+class QMGeo(base.Mechanism):
+  """QMGeo(clip=W, num_levels=R, p=p, full_support=False)."""
+
+  name = 'qmgeo'
+  unbiased = False
+
+  def __init__(self, clip: float, num_levels: int, p: float,
+               full_support: bool = False):
+    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
+    self.r_levels = base.check_in_range('num_levels', num_levels, 2, 2**24,
+                                        integer=True)
+    self.p = float(base.check_in_range('p', p, 0, 1, low_open=True, high_open=True))
+    if not isinstance(full_support, bool):
+      raise ValueError(f'`full_support` must be a bool, got {full_support!r}.')
+    self.full_support = full_support
+
+  def params(self):
+    return dict(clip=self.clip, num_levels=self.r_levels, p=self.p,
+                full_support=self.full_support)
+
+  @property
+  def num_levels(self):
+    return self.r_levels
+
+  @property
+  def input_bound(self):
+    return self.clip
+
+  @property
+  def level_step(self):
+    return 2.0 * self.clip / (self.r_levels - 1)
+
+  @property
+  def level_offset(self):
+    return -self.clip
+
+  def _bin(self, x):
+    t = (x + self.clip) / self.level_step
+    r = min(max(math.floor(t), 0), self.r_levels - 2)
+    return r, t - r
+
+  def _branch_log_pmf(self, start: int, down: bool) -> np.ndarray:
+    """Log-law of one branch starting at level `start`."""
+    big_r, lq = self.r_levels, math.log1p(-self.p)
+    idx = np.arange(big_r)
+    if self.full_support:
+      log_w = np.abs(idx - start) * lq
+      return log_w - np.logaddexp.reduce(log_w)
+    out = np.full(big_r, -np.inf)
+    if down:
+      out[:start + 1] = base.truncated_geometric_log_pmf(self.p, start + 1)[::-1]
+    else:
+      out[start:] = base.truncated_geometric_log_pmf(self.p, big_r - start)
+    return out
+
+  def _log_pmf_in_bin(self, r: int, p_mix: float) -> np.ndarray:
+    with np.errstate(divide='ignore'):
+      return np.logaddexp(
+          math.log1p(-p_mix) + self._branch_log_pmf(r, down=True)
+          if p_mix < 1 else np.full(self.r_levels, -np.inf),
+          math.log(p_mix) + self._branch_log_pmf(r + 1, down=False)
+          if p_mix > 0 else np.full(self.r_levels, -np.inf))
+
+  def log_pmf(self, x):
+    return self._log_pmf_in_bin(*self._bin(self.clip_input(x)))
+
+  def critical_inputs(self):
+    return self.levels  # the law is linear in w within a bin
+
+  def extreme_log_pmfs(self):
+    # Add the left limits at each level (bin r-1 with p_mix = 1): the law as
+    # written jumps there, and the supremum over inputs includes those limits.
+    rows = [self.log_pmf(x) for x in self.critical_inputs()]
+    rows += [self._log_pmf_in_bin(r - 1, 1.0) for r in range(1, self.r_levels)]
+    return np.stack(rows)
+
+  def _encode(self, x, seed):
+    s_mix, s_side, s_geo = tf.unstack(base.split_seed(seed, 3))
+    x = tf.cast(x, tf.float64)  # the law jumps at levels: match numpy's binning
+    t = (x + self.clip) / self.level_step
+    r = tf.clip_by_value(tf.floor(t), 0.0, self.r_levels - 2.0)
+    go_up = base.uniform(tf.shape(x), s_mix, tf.float64) < (t - r)
+    start = tf.where(go_up, r + 1.0, r)
+    top = self.r_levels - 1.0
+    if self.full_support:
+      # Two-sided geometric around `start`: pick a side by its mass, then walk.
+      q = 1.0 - self.p
+      mass_down = 1.0 - tf.pow(q, start + 1.0)
+      mass_up = q * (1.0 - tf.pow(q, top - start))
+      down = base.uniform(tf.shape(x), s_side, tf.float64) * (
+          mass_down + mass_up) < mass_down
+    else:
+      down = tf.logical_not(go_up)
+    # Down walks over {start..0}; up over {start+1..top} (full_support) or
+    # {start..top} (as written).
+    up_size = top - start if self.full_support else top - start + 1.0
+    size = tf.maximum(tf.where(down, start + 1.0, up_size), 1.0)
+    g = base.truncated_geometric(s_geo, self.p, size)
+    if self.full_support:
+      return tf.where(down, start - g, start + 1.0 + g)
+    return tf.where(down, start - g, start + g)

@@ -1,0 +1,110 @@
+"""Randomized Quantization Mechanism (RQM), Youn et al., Alg. 2 (paper 002).
+
+Levels B(i) = -X + 2iX/(m-1), X = c + Delta. Interior levels are kept independently
+with probability q (endpoints always); x is randomly rounded between the nearest kept
+level below and above it.
+
+Departures from the paper, each derived from the sampler and checked by Monte Carlo
+(tests/mechanisms/rqm_test.py):
+* Sampling is O(d): the nearest kept level below x is j - G and above it j+1+G',
+  G, G' ~ Geometric(q) independent, clamped at the (always kept) endpoints. This has
+  exactly the law of Alg. 2's keep/drop masks without drawing m masks per coordinate.
+* `log_pmf` is computed from the same two independent laws (lower kept level, upper
+  kept level) and their rounding weights, in log space; it agrees with Lemma 5.1.
+* Thm 5.2's bound is reported separately (accounting.bounds.rqm_theorem_5_2); the
+  exact D-infinity is computed from this pmf.
+"""
+
+import math
+
+import numpy as np
+from scipy import special
+import tensorflow as tf
+
+from tff_quant.mechanisms import base
+
+
+class RQM(base.Mechanism):
+  """RQM(clip=c, delta=Δ, num_levels=m, q=q)."""
+
+  name = 'rqm'
+  unbiased = True
+
+  def __init__(self, clip: float, delta: float, num_levels: int, q: float):
+    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
+    self.delta = float(base.check_in_range('delta', delta, 0, None, low_open=True))
+    self.m = base.check_in_range('num_levels', num_levels, 2, 2**24, integer=True)
+    self.q = float(base.check_in_range('q', q, 0, 1, low_open=True, high_open=True))
+    self.x_max = self.clip + self.delta
+
+  def params(self):
+    return dict(clip=self.clip, delta=self.delta, num_levels=self.m, q=self.q)
+
+  @property
+  def num_levels(self):
+    return self.m
+
+  @property
+  def input_bound(self):
+    return self.clip
+
+  @property
+  def level_offset(self):
+    return -self.x_max
+
+  @property
+  def level_step(self):
+    return 2.0 * self.x_max / (self.m - 1)
+
+  def _bin(self, x: float) -> int:
+    """j with x in [B(j), B(j+1)), j in [0, m-2]."""
+    j = math.floor((x + self.x_max) / self.level_step)
+    return min(max(j, 0), self.m - 2)
+
+  def log_pmf(self, x):
+    x = self.clip_input(x)
+    m, q = self.m, self.q
+    j = self._bin(x)
+    lq, l1q = math.log(q), math.log1p(-q)
+    idx = np.arange(m)
+    # Law of the nearest kept level at or below j (index i <= j).
+    log_low = np.full(m, -np.inf)
+    low = idx[:j + 1]
+    log_low[:j + 1] = lq + (j - low) * l1q
+    log_low[0] = j * l1q  # endpoint always kept: absorbs P(G >= j)
+    # Law of the nearest kept level at or above j+1.
+    log_up = np.full(m, -np.inf)
+    up = idx[j + 1:]
+    log_up[j + 1:] = lq + (up - j - 1) * l1q
+    log_up[m - 1] = (m - 2 - j) * l1q
+    b = self.levels
+    lo_i, up_k = np.meshgrid(idx[:j + 1], idx[j + 1:], indexing='ij')
+    width = b[up_k] - b[lo_i]
+    with np.errstate(divide='ignore'):
+      log_w_down = np.log(np.maximum(b[up_k] - x, 0.0) / width)
+      log_w_up = np.log(np.maximum(x - b[lo_i], 0.0) / width)
+    log_pair = log_low[lo_i] + log_up[up_k]
+    out = np.full(m, -np.inf)
+    out[:j + 1] = special.logsumexp(log_pair + log_w_down, axis=1)
+    out[j + 1:] = special.logsumexp(log_pair + log_w_up, axis=0)
+    return out
+
+  def critical_inputs(self):
+    # The pmf is linear in x between consecutive levels, so each level's max and
+    # min over [-c, c] are attained at +-c or at a level inside the range.
+    b = self.levels
+    inside = b[(b > -self.clip) & (b < self.clip)]
+    return np.concatenate([[-self.clip], inside, [self.clip]])
+
+  def _encode(self, x, seed):
+    s_low, s_up, s_round = tf.unstack(base.split_seed(seed, 3))
+    shape = tf.shape(x)
+    step = self.level_step
+    t = (x + self.x_max) / step
+    j = tf.clip_by_value(tf.floor(t), 0.0, self.m - 2.0)
+    low = tf.maximum(j - base.geometric(shape, s_low, self.q, x.dtype), 0.0)
+    up = tf.minimum(j + 1.0 + base.geometric(shape, s_up, self.q, x.dtype),
+                    self.m - 1.0)
+    p_up = (t - low) / (up - low)
+    go_up = base.uniform(shape, s_round, x.dtype) < p_up
+    return tf.where(go_up, up, low)
