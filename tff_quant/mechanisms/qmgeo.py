@@ -116,7 +116,7 @@ class QMGeo(base.Mechanism):
     top = self.r_levels - 1.0
     if self.full_support:
       # Two-sided geometric around `start`: pick a side by its mass, then walk.
-      q = 1.0 - self.p
+      q = tf.constant(1.0 - self.p, tf.float64)
       mass_down = 1.0 - tf.pow(q, start + 1.0)
       mass_up = q * (1.0 - tf.pow(q, top - start))
       down = base.uniform(tf.shape(x), s_side, tf.float64) * (

@@ -1,0 +1,50 @@
+# tff_quant: `make demo` (the main job) and `make test` (the whole suite).
+# Each target sets up what it needs: the .venv (re-made when a requirements file
+# changes) and, where apt-get is available, the Debian Fashion-MNIST files.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: demo test setup data benchmarks clean
+
+$(STAMP): requirements.txt requirements-tff.txt requirements-dev.txt setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	@# TFF 0.87 pins jax/jaxlib 0.4.14, which the index lacks: its deps are pinned
+	@# in requirements.txt (jax 0.4.13), so TFF itself goes in without them.
+	$(PY) -m pip install -q --no-deps -r requirements-tff.txt
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+setup: $(STAMP) data
+
+data:
+	@if [ ! -f $(FMNIST) ]; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq dataset-fashion-mnist; \
+	  else echo "apt-get not found: put the Fashion-MNIST IDX files in a folder and pass --data_dir"; fi; \
+	fi
+
+demo: setup
+	$(PY) -m experiments.fl_emnist --dataset=fashion_mnist --mechanism=rqm \
+	  --rounds=15 --clients_per_round=20 --total_clients=200 --eval_every=5 \
+	  --model=small_cnn --clip_norm=0.5 --client_lr=0.05 --batch_size=32 \
+	  --root_output_dir=runs/demo --experiment_name=demo_rqm --fresh
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider
+
+benchmarks: setup
+	$(PY) -m benchmarks.encode_throughput
+	$(PY) -m benchmarks.accounting_speed
+	$(PY) -m benchmarks.round_overhead
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

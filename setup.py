@@ -1,0 +1,29 @@
+"""tff_quant: TFF aggregation factories for DP through randomized quantization.
+
+Install with `make setup` (see Makefile): TFF 0.87.0 must be installed with
+--no-deps because it pins jax/jaxlib 0.4.14, which is not on the package index;
+its real requirements are the pins in requirements.txt (jax/jaxlib 0.4.13).
+install_requires below is read from those same files, so it tells the truth.
+"""
+
+import pathlib
+
+import setuptools
+
+_HERE = pathlib.Path(__file__).parent
+
+
+def _pins(name):
+  lines = (_HERE / name).read_text().splitlines()
+  return [l.split('#')[0].strip() for l in lines if l.split('#')[0].strip()]
+
+
+setuptools.setup(
+    name='tff_quant',
+    version='0.1.0',
+    description='Differentially private FL via randomized quantization, on TFF secure sum.',
+    packages=setuptools.find_packages(include=['tff_quant', 'tff_quant.*']),
+    python_requires='>=3.9,<3.12',
+    # TFF itself is listed so the dependency is visible; install it --no-deps.
+    install_requires=_pins('requirements.txt') + _pins('requirements-tff.txt'),
+)

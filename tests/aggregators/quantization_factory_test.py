@@ -1,0 +1,184 @@
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_quant import aggregators, mechanisms
+from tff_quant.aggregators import quantization_factory as qf
+
+pytestmark = pytest.mark.usefixtures('tff_context')
+
+NESTED = tff.types.StructWithPythonType(
+    [('dense', tff.types.StructWithPythonType(
+        [tff.TensorType(np.float32, [3, 2]), tff.TensorType(np.float32, [2])],
+        list)),
+     ('bias', tff.TensorType(np.float32, [4]))], collections.OrderedDict)
+
+FACTORIES = {
+    'rqm': lambda: aggregators.rqm_factory(1.0),
+    'pbm': lambda: aggregators.pbm_factory(1.0),
+    'bq': lambda: aggregators.bq_factory(1.0, s=3, m=8),
+    'qmgeo': lambda: aggregators.qmgeo_factory(1.0, full_support=True),
+    'qgauss': lambda: aggregators.quantized_gaussian_factory(1.0, 16, 0.5),
+    'rqm_rotated': lambda: aggregators.rqm_factory(1.0, rotate=True),
+}
+
+
+def nested_value(scale):
+  return collections.OrderedDict(
+      dense=[np.full([3, 2], scale, np.float32), np.full([2], -scale, np.float32)],
+      bias=np.linspace(-scale, scale, 4).astype(np.float32))
+
+
+@pytest.mark.parametrize('name', sorted(FACTORIES))
+def test_type_signatures_and_only_secure_aggregation(name):
+  process = FACTORIES[name]().create(NESTED)
+  assert process.initialize.type_signature.parameter is None
+  assert process.initialize.type_signature.result.placement is tff.SERVER
+  params = process.next.type_signature.parameter
+  assert params[0].placement is tff.SERVER
+  assert params[1] == tff.FederatedType(NESTED, tff.CLIENTS)
+  assert process.next.type_signature.result.result == tff.FederatedType(
+      NESTED, tff.SERVER)
+  tff.test.assert_not_contains_unsecure_aggregation(process.next)
+  out = process.next(process.initialize(), [nested_value(0.1)] * 3)
+  assert aggregators.find_measurements(out.measurements)['num_clients'] == 3
+  tf.nest.assert_same_structure(out.result, nested_value(0.0))
+
+
+@pytest.mark.parametrize('mech', [
+    mechanisms.RQM(clip=0.5, delta=0.5, num_levels=16, q=0.42),
+    mechanisms.PBM(clip=0.5, num_levels=16, theta=0.25),
+    mechanisms.BQ(clip=0.5, s=3, m=8),
+    mechanisms.QuantizedGaussian(clip=1.0, num_levels=16, sigma=0.02)])
+def test_decoded_mean_is_unbiased(mech):
+  """Clients hold known values; the mean over rounds and coordinates matches."""
+  num_clients, dim, rounds = 8, 4000, 3
+  xs = np.array([-0.5, -0.13, 0.0, 0.31, 0.5], np.float64)
+  client_values = []
+  for c in range(num_clients):
+    x = np.roll(xs, c)  # different clients hold different values
+    client_values.append(np.resize(x, dim).astype(np.float32))
+  process = qf.QuantizationFactory(mech).create(tff.TensorType(np.float32, [dim]))
+  state = process.initialize()
+  total = np.zeros(dim)
+  for _ in range(rounds):
+    out = process.next(state, client_values)
+    state = out.state
+    total += out.result
+  est = total / rounds
+  true = np.mean(client_values, axis=0)
+  # Var of one decoded coordinate = sum over clients of Var(level value) / n^2.
+  var = np.zeros(dim)
+  for v in client_values:
+    for x in xs:
+      p = mech.pmf(float(np.float32(x)))
+      vx = np.dot(p, mech.levels**2) - np.dot(p, mech.levels)**2
+      var[v == np.float32(x)] += vx
+  var /= num_clients**2 * rounds
+  for value in np.unique(true):  # pool coordinates with the same true mean
+    sel = true == value
+    err = est[sel].mean() - value
+    sd = np.sqrt(var[sel].sum()) / sel.sum()
+    assert abs(err) <= 5 * sd + 1e-6, (mech, value, err, sd)
+
+
+def test_plugs_into_fed_avg_and_concat_factory():
+  def model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(4,)),
+        tf.keras.layers.Dense(3, activation='relu'),
+        tf.keras.layers.Dense(2)])
+    return tff.learning.models.from_keras_model(
+        keras_model, input_spec=(tf.TensorSpec([None, 4], tf.float32),
+                                 tf.TensorSpec([None], tf.int32)),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  data = [tf.data.Dataset.from_tensor_slices(
+      (np.random.RandomState(i).randn(8, 4).astype(np.float32),
+       np.arange(8, dtype=np.int32) % 2)).batch(4) for i in range(3)]
+  for factory in [aggregators.rqm_factory(0.5, seed=1),
+                  tff.aggregators.concat_factory(aggregators.pbm_factory(0.5))]:
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        model_aggregator=factory)
+    state = process.initialize()
+    out = process.next(state, data)
+    quant = aggregators.find_measurements(out.metrics['aggregator'])
+    assert quant['num_clients'] == 3
+    assert quant['bits_per_coordinate'] == 4
+    weights_before = process.get_model_weights(state).trainable
+    weights_after = process.get_model_weights(out.state).trainable
+    assert any(np.any(a != b) for a, b in zip(weights_before, weights_after))
+
+
+@pytest.mark.parametrize('num_levels, num_clients', [(16, 7), (256, 40), (2, 1)])
+def test_bit_measurements(num_levels, num_clients):
+  mech = mechanisms.PBM(clip=1.0, num_levels=num_levels, theta=0.25)
+  process = qf.QuantizationFactory(mech).create(tff.TensorType(np.float32, [10]))
+  out = process.next(process.initialize(),
+                     [np.zeros(10, np.float32)] * num_clients)
+  m = out.measurements['quantization']
+  bits = int(np.ceil(np.log2(num_levels)))
+  assert m['bits_per_coordinate'] == bits
+  assert m['bits_per_client'] == 10 * bits
+  assert m['secure_sum_bits'] == qf.secure_sum_bits(num_clients, num_levels)
+  assert m['secure_sum_bits'] == int(np.ceil(np.log2(
+      num_clients * (num_levels - 1) + 1)))
+
+
+def test_clipping_and_nonfinite_are_counted():
+  mech = mechanisms.RQM(clip=0.1, delta=0.1, num_levels=8, q=0.5)
+  process = qf.QuantizationFactory(mech, clip_norm=100.0).create(
+      tff.TensorType(np.float32, [4]))
+  values = [np.array([0.5, np.nan, 0.05, -np.inf], np.float32),
+            np.array([0.0, 0.2, 0.0, 0.0], np.float32)]
+  m = process.next(process.initialize(), values).measurements['quantization']
+  assert m['nonfinite_count'] == 2
+  assert m['clipped_fraction'] == pytest.approx(2 / 8)
+
+
+def test_default_seeds_differ_and_reproducible_mode_repeats():
+  vt = tff.TensorType(np.float32, [200])
+  values = [np.full(200, 0.1, np.float32)] * 2
+  secure = aggregators.rqm_factory(10.0, coordinate_clip=1.0).create(vt)
+  a = secure.next(secure.initialize(), values).result
+  b = secure.next(secure.initialize(), values).result
+  assert np.any(a != b), 'default mode repeated the same noise'
+  repro = aggregators.rqm_factory(10.0, coordinate_clip=1.0, seed=5).create(vt)
+  c = repro.next(repro.initialize(), values)
+  d = repro.next(repro.initialize(), values)
+  np.testing.assert_array_equal(c.result, d.result)
+  e = repro.next(c.state, values)  # next round: different noise
+  assert np.any(e.result != c.result)
+
+
+def test_too_many_clients_fails_instead_of_wrapping():
+  process = aggregators.pbm_factory(1.0, max_clients_per_round=2).create(
+      tff.TensorType(np.float32, [3]))
+  with pytest.raises(Exception, match='max_clients_per_round'):
+    process.next(process.initialize(), [np.zeros(3, np.float32)] * 3)
+
+
+@pytest.mark.parametrize('build, match', [
+    (lambda: qf.QuantizationFactory('rqm'), '`mechanism`'),
+    (lambda: aggregators.rqm_factory(0.0), '`clip_norm`'),
+    (lambda: aggregators.rqm_factory(1.0, q=1.5), '`q`'),
+    (lambda: aggregators.pbm_factory(1.0, theta=0.9), '`theta`'),
+    (lambda: aggregators.rqm_factory(1.0, delta_ratio=-1), '`delta_ratio`'),
+    (lambda: qf.QuantizationFactory(
+        mechanisms.PBM(1.0, 2**16, 0.2), max_clients_per_round=2**16),
+     'max_clients_per_round'),
+    (lambda: qf.QuantizationFactory(lambda c: None), '`clip_norm`'),
+    (lambda: aggregators.rqm_factory(1.0, rotate='yes'), '`rotate`'),
+])
+def test_invalid_arguments_raise(build, match):
+  with pytest.raises((ValueError, TypeError), match=match):
+    build()
+
+
+def test_non_float_value_type_raises():
+  with pytest.raises(TypeError, match='float'):
+    aggregators.rqm_factory(1.0).create(tff.TensorType(np.int32, [3]))

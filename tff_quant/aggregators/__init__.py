@@ -1,0 +1,10 @@
+"""TFF aggregation factories: any tff_quant mechanism behind TFF's secure sum."""
+
+from tff_quant.aggregators.constructors import (FACTORIES, bq_factory,
+                                                clipped_mean_factory, pbm_factory,
+                                                qmgeo_factory,
+                                                quantized_gaussian_factory,
+                                                rqm_factory)
+from tff_quant.aggregators.quantization_factory import (QuantizationFactory,
+                                                        find_measurements,
+                                                        secure_sum_bits)

@@ -1,0 +1,216 @@
+"""One generic TFF aggregation factory for every mechanism in tff_quant.mechanisms.
+
+client: flatten + concat -> non-finite to 0 (counted) -> l2 clip to `clip_norm`
+        -> per-coordinate clip to the mechanism's range (counted) -> mechanism.encode
+        -> integer levels in [0, L-1]
+secure: tff.aggregators.SecureSumFactory(L-1, 0): the server only sees the sum
+server: mechanism.decode(level_sum, n) / n -> the original structure (a mean)
+
+Seeds: by default every client draws its own sampling seed from its local RNG
+(TF's OS-seeded generator), so the server cannot predict the noise. `seed=int` is
+the reproducible mode for experiments: client seeds are derived from (seed, round,
+a fingerprint of the client's own update); a server that knows the seed and the
+update could then predict the noise, so never use it in deployment.
+"""
+
+import collections
+import collections.abc
+import math
+from typing import Callable, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_quant.mechanisms import base
+
+MechanismOrBuilder = Union[base.Mechanism, Callable[[float], base.Mechanism]]
+_INT32_MAX = 2**31 - 1
+_STATE_TYPE = tff.TensorType(np.int64)
+
+
+def secure_sum_bits(num_clients: int, num_levels: int) -> int:
+  """Bits the secure-sum field needs for the sum of n values in [0, L-1]."""
+  return max(1, math.ceil(math.log2(num_clients * (num_levels - 1) + 1)))
+
+
+class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Mean of client vectors privatized by a quantization mechanism over secure sum.
+
+  Args:
+    mechanism: a `tff_quant.mechanisms.Mechanism` (its `input_bound` is the
+      per-coordinate clip), or a callable `c_inf -> Mechanism` called in `create`
+      with c_inf = clip_norm / sqrt(d) (the RQM/PBM EMNIST setup).
+    clip_norm: l2 clipping norm of each client's whole (flattened) update, > 0;
+      None skips l2 clipping (then `mechanism` must be an instance).
+    max_clients_per_round: the most clients one round may have; n (L-1) must fit
+      the int32 secure sum. Default: the largest n that fits. A round with more
+      clients fails with an error instead of wrapping around.
+    seed: None (default, client-side unpredictable seeds) or an int for the
+      reproducible experiment mode described in the module docstring.
+  """
+
+  def __init__(self, mechanism: MechanismOrBuilder,
+               clip_norm: Optional[float] = None,
+               max_clients_per_round: Optional[int] = None,
+               seed: Optional[int] = None):
+    if not (isinstance(mechanism, base.Mechanism) or callable(mechanism)):
+      raise TypeError('`mechanism` must be a tff_quant Mechanism or a callable '
+                      f'c_inf -> Mechanism, got {type(mechanism).__name__}.')
+    if clip_norm is not None:
+      base.check_in_range('clip_norm', clip_norm, 0, None, low_open=True)
+    elif not isinstance(mechanism, base.Mechanism):
+      raise ValueError('`clip_norm` is required when `mechanism` is a builder '
+                       '(c_inf = clip_norm / sqrt(d)).')
+    if max_clients_per_round is not None:
+      base.check_in_range('max_clients_per_round', max_clients_per_round, 1, None,
+                          integer=True)
+    if seed is not None:
+      base.check_in_range('seed', seed, 0, 2**63 - 1, integer=True)
+    self._mechanism = mechanism
+    self._clip_norm = None if clip_norm is None else float(clip_norm)
+    self._max_clients = max_clients_per_round
+    self._seed = seed
+    if isinstance(mechanism, base.Mechanism):
+      self._check_capacity(mechanism)
+
+  @property
+  def clip_norm(self):
+    return self._clip_norm
+
+  @property
+  def reproducible(self) -> bool:
+    return self._seed is not None
+
+  def mechanism_for_dimension(self, dim: int) -> base.Mechanism:
+    """The mechanism used on a `dim`-coordinate update (what the accountant needs)."""
+    base.check_in_range('dim', dim, 1, None, integer=True)
+    if isinstance(self._mechanism, base.Mechanism):
+      return self._mechanism
+    mech = self._mechanism(self._clip_norm / math.sqrt(dim))
+    if not isinstance(mech, base.Mechanism):
+      raise TypeError(f'The mechanism builder returned {type(mech).__name__}.')
+    return mech
+
+  def max_clients_for(self, mech: base.Mechanism) -> int:
+    return self._max_clients or _INT32_MAX // (mech.num_levels - 1)
+
+  def _check_capacity(self, mech):
+    n = self.max_clients_for(mech)
+    if n * (mech.num_levels - 1) > _INT32_MAX:
+      raise ValueError(
+          f'`max_clients_per_round`={n} with {mech.num_levels} levels needs a '
+          f'secure-sum range of {n * (mech.num_levels - 1)}, above int32 '
+          f'({_INT32_MAX}); allowed: max_clients_per_round <= '
+          f'{_INT32_MAX // (mech.num_levels - 1)}.')
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    if not tff.types.is_structure_of_floats(value_type):
+      raise TypeError(f'Expected a structure of float tensors, got {value_type}.')
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
+    flat_specs = tf.nest.flatten(specs)
+    dim = int(sum(s.shape.num_elements() for s in flat_specs))
+    mech = self.mechanism_for_dimension(dim)
+    self._check_capacity(mech)
+    max_clients = self.max_clients_for(mech)
+    num_levels = mech.num_levels
+    clip_norm = self._clip_norm
+    global_seed = self._seed
+    c_inf = float(mech.input_bound)
+
+    @tff.tensorflow.computation(value_type, _STATE_TYPE)
+    def client_encode(value, round_num):
+      flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
+                        for t in tf.nest.flatten(value)], axis=0)
+      finite = tf.math.is_finite(flat)
+      nonfinite = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
+      flat = tf.where(finite, flat, tf.zeros_like(flat))
+      if clip_norm is not None:
+        norm = tf.norm(flat)
+        flat = flat * tf.minimum(1.0, clip_norm / tf.maximum(norm, 1e-30))
+      clipped = tf.reduce_sum(tf.cast(tf.abs(flat) > c_inf, tf.int32))
+      if global_seed is None:
+        seed = tf.random.uniform([2], minval=tf.int64.min, maxval=tf.int64.max,
+                                 dtype=tf.int64)
+      else:
+        bits = tf.cast(tf.bitcast(flat, tf.int32), tf.int64)
+        mix = tf.range(1, tf.size(bits, out_type=tf.int64) + 1) * 2654435761
+        fingerprint = tf.reduce_sum(bits * mix)
+        seed = tf.random.stateless_uniform(
+            [2], seed=tf.stack([tf.constant(global_seed, tf.int64) + round_num,
+                                fingerprint]),
+            minval=None, maxval=None, dtype=tf.int64)
+      levels = mech.encode(flat, seed)
+      counts = tf.stack([clipped, nonfinite, tf.constant(1, tf.int32)])
+      return levels, counts
+
+    levels_type, counts_type = client_encode.type_signature.result
+    level_sum = tff.aggregators.SecureSumFactory(num_levels - 1, 0).create(
+        levels_type)
+    count_sum = tff.aggregators.SecureSumFactory(dim, 0).create(counts_type)
+
+    @tff.tensorflow.computation(levels_type, counts_type)
+    def server_decode(levels_total, counts_total):
+      n = counts_total[2]
+      checks = [tf.debugging.assert_less_equal(
+          n, max_clients,
+          message=(f'More clients in this round than max_clients_per_round='
+                   f'{max_clients}: the int32 secure sum of levels in [0, '
+                   f'{num_levels - 1}] could overflow.')),
+                tf.debugging.assert_positive(n, message='No clients in round.')]
+      with tf.control_dependencies(checks):
+        mean = mech.decode(levels_total, n) / tf.cast(n, tf.float32)
+      pieces, start = [], 0
+      for spec in flat_specs:
+        size = spec.shape.num_elements()
+        pieces.append(tf.cast(tf.reshape(mean[start:start + size], spec.shape),
+                              spec.dtype))
+        start += size
+      n64 = tf.cast(n, tf.int64)
+      field_bits = tf.math.ceil(
+          tf.math.log(tf.cast(n64 * (num_levels - 1) + 1, tf.float64)) /
+          math.log(2.0))
+      measurements = collections.OrderedDict(
+          num_clients=n,
+          bits_per_coordinate=tf.constant(mech.bits_per_coordinate, tf.int32),
+          bits_per_client=tf.constant(mech.bits_per_coordinate * dim, tf.int64),
+          secure_sum_bits=tf.cast(tf.maximum(field_bits, 1.0), tf.int32),
+          clipped_fraction=tf.cast(counts_total[0], tf.float32) /
+          tf.cast(n * dim, tf.float32),
+          nonfinite_count=counts_total[1])
+      return tf.nest.pack_sequence_as(specs, pieces), measurements
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_value(np.int64(0), tff.SERVER)
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      round_num = tff.federated_broadcast(state)
+      levels, counts = tff.federated_map(client_encode, (value, round_num))
+      summed = level_sum.next(level_sum.initialize(), levels)
+      counted = count_sum.next(count_sum.initialize(), counts)
+      result, measurements = tff.federated_map(
+          server_decode, (summed.result, counted.result))
+      new_state = tff.federated_map(
+          tff.tensorflow.computation(lambda s: s + 1, _STATE_TYPE), state)
+      all_measurements = tff.federated_zip(collections.OrderedDict(
+          quantization=measurements,
+          secure_sum=summed.measurements))
+      return tff.templates.MeasuredProcessOutput(
+          state=new_state, result=result, measurements=all_measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def find_measurements(measurements, key: str = 'quantization'):
+  """The `quantization` measurements inside any nesting (FedAvg, Hadamard, concat)."""
+  if isinstance(measurements, collections.abc.Mapping):
+    if key in measurements:
+      return measurements[key]
+    for value in measurements.values():
+      found = find_measurements(value, key)
+      if found is not None:
+        return found
+  return None
