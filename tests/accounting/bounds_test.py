@@ -1,0 +1,48 @@
+import math
+
+import pytest
+
+from tff_quant import mechanisms
+from tff_quant.accounting import bounds, divergence
+
+
+@pytest.mark.parametrize('delta_ratio', [0.429, 0.66, 1.0, 2.0, 2.33])
+@pytest.mark.parametrize('q', [0.1, 0.42, 0.9])
+@pytest.mark.parametrize('m', [4, 16])
+def test_rqm_theorem_5_2_bounds_exact_dinf(delta_ratio, q, m):
+  mech = mechanisms.RQM(clip=1.0, delta=delta_ratio, num_levels=m, q=q)
+  assert divergence.epsilon_infinity(mech) <= bounds.rqm_theorem_5_2(mech) + 1e-9
+
+
+def test_qmgeo_printed_bounds_are_not_bounds():
+  for r, p in [(8, 0.5), (8, 0.9), (16, 0.9)]:
+    as_written = mechanisms.QMGeo(1.0, r, p)
+    sound = mechanisms.QMGeo(1.0, r, p, full_support=True)
+    assert math.isinf(divergence.epsilon_infinity(as_written))  # eq. 21 is finite
+    assert bounds.qmgeo_eq25(sound, 2) < 0  # a negative "RDP bound"
+  sound = mechanisms.QMGeo(1.0, 8, 0.5, full_support=True)
+  assert bounds.qmgeo_eq21(sound) == pytest.approx(
+      divergence.epsilon_infinity(sound), rel=1e-9)
+  sound = mechanisms.QMGeo(1.0, 8, 0.9, full_support=True)
+  assert bounds.qmgeo_eq21(sound) < divergence.epsilon_infinity(sound)
+
+
+@pytest.mark.parametrize('k', [2, 4, 16, 64])
+def test_gaussian_rdp_bounds_quantized_gaussian(k):
+  mech = mechanisms.QuantizedGaussian(clip=1.0, num_levels=k, sigma=1.0)
+  for alpha in [1.0, 2.0, 8.0]:
+    exact = divergence.renyi_divergence_of_sum(mech, alpha, 1).value
+    assert exact <= bounds.gaussian_rdp(mech, alpha) + 1e-12
+
+
+def test_bq_parameters_meet_constraints():
+  s, m = bounds.bq_parameters(bits=6, epsilon=50.0, dim=10, batch_size=10,
+                              dataset_size=60000)
+  assert 2 * s + m + 1 <= 2**6
+  mech = mechanisms.BQ(1.0, s, m)
+  assert bounds.bq_lemma_1(mech, 10, 10, 60000) <= 50.0
+  with pytest.raises(ValueError, match='No'):
+    bounds.bq_parameters(bits=2, epsilon=1e-9, dim=10**6, batch_size=64,
+                         dataset_size=100)
+  assert bounds.binomial_mode_prob(100) == pytest.approx(
+      math.sqrt(2 / (math.pi * 100)), rel=0.01)

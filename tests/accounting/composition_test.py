@@ -1,0 +1,69 @@
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from tff_quant import mechanisms
+from tff_quant.accounting import composition as C
+
+
+def test_gaussian_equivalent_matches_dp_accounting():
+  """A finely quantized Gaussian without sampling ~ dp-accounting's Gaussian event.
+
+  Quantization and saturation are post-processing, so ours must not exceed the
+  Gaussian's ε, and with 1024 levels it should be close to it.
+  """
+  clip, z, rounds, delta = 1.0, 0.5, 10, 1e-5
+  mech = mechanisms.QuantizedGaussian(clip=clip, num_levels=1024, sigma=z * clip)
+  ours = C.training_guarantee(mech, rounds, 1, 1, delta, use_pld=True,
+                              pld_interval=1e-3)
+  acc = dp_accounting.rdp.RdpAccountant(list(C.DEFAULT_ORDERS))
+  acc.compose(dp_accounting.GaussianDpEvent(z), rounds)
+  gauss_rdp = acc.get_epsilon(delta)
+  pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+  pld.compose(dp_accounting.GaussianDpEvent(z), rounds)
+  gauss_pld = pld.get_epsilon(delta)
+  assert ours.epsilon_rdp <= gauss_rdp * (1 + 1e-6)
+  assert ours.epsilon_rdp >= 0.8 * gauss_rdp
+  assert ours.epsilon_pld <= gauss_pld * (1 + 1e-3) + 1e-2
+  assert ours.epsilon_pld >= 0.8 * gauss_pld
+
+
+def test_subsampling_helps_and_is_capped():
+  mech = mechanisms.RQM(clip=1.0, delta=1.0, num_levels=16, q=0.42)
+  rdp = C.per_round_rdp(mech, 10, orders=range(2, 33))
+  for a in [2, 8, 32]:
+    assert C.subsampled_rdp_without_replacement(rdp, 1.0, a) == rdp[a]
+    vals = [C.subsampled_rdp_without_replacement(rdp, g, a)
+            for g in [0.5, 0.1, 0.01]]
+    assert all(v <= rdp[a] for v in vals)
+    assert vals[0] >= vals[1] >= vals[2]
+
+
+def test_guarantee_grows_with_rounds_and_dim():
+  mech = mechanisms.PBM(clip=1.0, num_levels=16, theta=0.25)
+  e1 = C.training_guarantee(mech, 10, 40, 3400, 1e-5, use_pld=False).epsilon
+  e2 = C.training_guarantee(mech, 100, 40, 3400, 1e-5, use_pld=False).epsilon
+  e3 = C.training_guarantee(mech, 10, 40, 3400, 1e-5, dim=10, use_pld=False).epsilon
+  assert e1 < e2 and e1 < e3
+  g = C.training_guarantee(mech, 10, 40, 3400, 1e-5)
+  assert g.epsilon == min(g.epsilon_rdp, g.epsilon_pld)
+  assert 'replace-one' in g.assumptions and '40 of 3400' in g.assumptions
+
+
+def test_infinite_divergence_is_reported_not_hidden():
+  g = C.training_guarantee(mechanisms.QMGeo(1.0, 8, 0.5), 5, 4, 100, 1e-5,
+                           use_pld=False)
+  assert math.isinf(g.per_round_rdp[math.inf])
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(rounds=0), 'rounds'), (dict(clients_per_round=0), 'clients_per_round'),
+    (dict(clients_per_round=50, total_clients=10), 'clients_per_round'),
+    (dict(delta=0.0), 'delta'), (dict(delta=1.5), 'delta'), (dict(dim=0), 'dim')])
+def test_invalid_arguments_raise(kwargs, name):
+  args = dict(rounds=10, clients_per_round=4, total_clients=100, delta=1e-5)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=name):
+    C.training_guarantee(mechanisms.PBM(1.0, 16, 0.25), **args)

@@ -1,0 +1,131 @@
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tff_quant import mechanisms
+from tff_quant.accounting import divergence as D
+
+SMALL = [mechanisms.RQM(clip=1.0, delta=0.5, num_levels=4, q=0.4),
+         mechanisms.PBM(clip=1.0, num_levels=4, theta=0.3),
+         mechanisms.BQ(clip=1.0, s=1, m=2),
+         mechanisms.QMGeo(clip=1.0, num_levels=4, p=0.5, full_support=True),
+         mechanisms.QuantizedGaussian(clip=1.0, num_levels=4, sigma=0.5)]
+
+
+def brute_force_sum_pmf(pmfs):
+  """Enumerate every tuple of levels (triple sums for n = 3)."""
+  size = sum(p.size - 1 for p in pmfs) + 1
+  out = np.zeros(size)
+  for levels in itertools.product(*[range(p.size) for p in pmfs]):
+    out[sum(levels)] += math.prod(p[l] for p, l in zip(pmfs, levels))
+  return out
+
+
+def brute_force_divergence(p, q, alpha):
+  m = p > 0
+  if math.isinf(alpha):
+    return np.max(np.log(p[m] / q[m]))
+  if alpha == 1:
+    return np.sum(p[m] * np.log(p[m] / q[m]))
+  return math.log(np.sum(p[m]**alpha * q[m]**(1 - alpha))) / (alpha - 1)
+
+
+@pytest.mark.parametrize('mech', SMALL, ids=lambda m: m.name)
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_matches_brute_force_for_every_mix(mech, n):
+  c = mech.input_bound
+  pp, pm = mech.pmf(c), mech.pmf(-c)
+  for alpha in [1, 2, 5.5, math.inf]:
+    res = D.renyi_divergence_of_sum(mech, alpha, n)
+    for k in range(n):
+      others = [pp] * k + [pm] * (n - 1 - k)
+      p = brute_force_sum_pmf(others + [pp])
+      q = brute_force_sum_pmf(others + [pm])
+      assert res.per_mix[k] == pytest.approx(brute_force_divergence(p, q, alpha),
+                                             rel=1e-9, abs=1e-12)
+    assert res.value == max(res.per_mix.values())
+
+
+def test_sum_log_pmf_exact_in_deep_tails():
+  lp = stats.binom.logpmf(np.arange(16), 15, 0.3)
+  s = D.sum_log_pmf([(lp, 300)])
+  exact = stats.binom.logpmf(np.arange(s.size), 15 * 300, 0.3)
+  assert exact.min() < -5000  # far below float64's smallest positive number
+  np.testing.assert_allclose(s, exact, rtol=1e-10)
+
+
+def test_sum_log_pmf_with_holes():
+  p = np.array([0.5, 0.0, 0.25, 0.25])
+  with np.errstate(divide='ignore'):
+    s = D.sum_log_pmf([(np.log(p), 3)])
+  np.testing.assert_allclose(np.exp(s), np.convolve(np.convolve(p, p), p),
+                             atol=1e-15)
+  assert np.isneginf(s[1])
+
+
+def test_pbm_tails_stay_finite_where_float64_underflows():
+  """n = 40, m = 16: the smallest probabilities are ~1e-323 or 0 in float64."""
+  mech = mechanisms.PBM(clip=1.0, num_levels=16, theta=0.25)
+  res = D.renyi_divergence_of_sum(mech, math.inf, 40)
+  assert math.isfinite(res.value)
+  # D∞ of the sum <= local D∞ (post-processing), attained at an extreme outcome.
+  assert res.value <= D.renyi_divergence_of_sum(mech, math.inf, 1).value + 1e-9
+
+
+def test_kl_and_dinf_limits_and_monotone_in_alpha():
+  mech = mechanisms.RQM(clip=1.0, delta=1.0, num_levels=16, q=0.42)
+  alphas = [1, 1.0001, 1.5, 2, 4, 16, 64, 1e4, math.inf]
+  vals = [r.value for r in D.renyi_divergence_of_sum(mech, alphas, 5, others=[2])]
+  assert vals[1] == pytest.approx(vals[0], rel=1e-3)
+  assert vals[-2] == pytest.approx(vals[-1], rel=1e-2)
+  assert all(a <= b + 1e-12 for a, b in zip(vals, vals[1:]))
+
+
+def test_non_increasing_in_n_for_a_fixed_mix():
+  mech = mechanisms.PBM(clip=1.0, num_levels=16, theta=0.25)
+  vals = [D.renyi_divergence_of_sum(mech, 2, n, others=[0]).value
+          for n in [1, 2, 5, 10, 20, 40]]
+  assert all(b <= a + 1e-12 for a, b in zip(vals, vals[1:]))
+
+
+def test_local_kl_against_monte_carlo():
+  """KL(P_c || P_-c) = E_{i~P_c}[log P_c(i)/P_-c(i)], estimated from encode draws."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  mech = mechanisms.RQM(clip=1.0, delta=1.0, num_levels=16, q=0.42)
+  lp, lq = mech.log_pmf(1.0), mech.log_pmf(-1.0)
+  draws = mech.encode(tf.fill([200_000], 1.0), tf.constant([5, 6], tf.int64)).numpy()
+  llr = (lp - lq)[draws]
+  sd = llr.std() / math.sqrt(draws.size)
+  exact = D.renyi_divergence_of_sum(mech, 1, 1).value
+  assert abs(llr.mean() - exact) <= 5 * sd
+
+
+def test_worst_mix_is_not_assumed_balanced():
+  mech = mechanisms.RQM(clip=1.5, delta=1.5, num_levels=16, q=0.42)
+  res = D.renyi_divergence_of_sum(mech, 2, 40)
+  assert res.worst_num_plus != 19 and res.value > res.per_mix[19]
+
+
+def test_epsilon_infinity():
+  rqm = mechanisms.RQM(clip=1.0, delta=1.0, num_levels=16, q=0.42)
+  # Over the whole range it is at least the value at the two ends.
+  assert D.epsilon_infinity(rqm) >= D.renyi_divergence_of_sum(
+      rqm, math.inf, 1).value - 1e-12
+  assert math.isinf(D.epsilon_infinity(mechanisms.QMGeo(1.0, 8, 0.5)))
+  assert math.isfinite(D.epsilon_infinity(mechanisms.QMGeo(1.0, 8, 0.5, True)))
+  assert math.isinf(D.epsilon_infinity(mechanisms.PBM(1.0, 8, 0.5)))
+
+
+def test_invalid_arguments_raise():
+  mech = SMALL[0]
+  with pytest.raises(ValueError, match='alpha'):
+    D.renyi_divergence_of_sum(mech, 0.5, 3)
+  with pytest.raises(ValueError, match='num_clients'):
+    D.renyi_divergence_of_sum(mech, 2, 0)
+  with pytest.raises(ValueError, match='others'):
+    D.renyi_divergence_of_sum(mech, 2, 3, others='worst')
+  with pytest.raises(ValueError, match='others'):
+    D.renyi_divergence_of_sum(mech, 2, 3, others=[5])

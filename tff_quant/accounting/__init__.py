@@ -1,0 +1,10 @@
+"""Exact privacy accounting of the secure sum (numpy/scipy + dp-accounting; no TF)."""
+
+from tff_quant.accounting import bounds
+from tff_quant.accounting.calibration import calibrate
+from tff_quant.accounting.composition import (Guarantee, per_round_rdp,
+                                              subsampled_rdp_without_replacement,
+                                              training_guarantee)
+from tff_quant.accounting.divergence import (SumDivergence, epsilon_infinity,
+                                             renyi_divergence,
+                                             renyi_divergence_of_sum, sum_log_pmf)

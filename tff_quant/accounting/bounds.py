@@ -1,0 +1,98 @@
+"""Each paper's closed-form privacy claim, as printed, next to the exact values.
+
+These are reported for comparison only; tff_quant never uses them to state a
+guarantee. tests/accounting/bounds_test.py checks which are actual upper bounds
+of the exact divergence of the mechanism as implemented:
+* RQM Thm 5.2: an upper bound of the exact local D∞ (checked on a grid).
+* QMGeo eq. (21): the sampler as written has D∞ = inf, so it bounds nothing there;
+  for the full_support variant it equals the exact D∞ at p = 0.5 and is BELOW it
+  for larger p (not a bound). Eq. (25) is negative for the paper's own settings
+  (R, p) in {(8, .5), (8, .9), (16, .9)} at α = 2: not a bound.
+* Quantized Gaussian (Thm 1 post-processing): α Cq²/(2σ²) bounds the exact D_α.
+* BQ Lemma 1 / Remark 1: a (ε, δ)-style bound built on a De Moivre-Laplace
+  approximation of the binomial mode; reported, not used.
+"""
+
+import math
+from typing import Tuple
+
+from scipy import stats
+
+
+def rqm_theorem_5_2(mech) -> float:
+  """log(2(1-q)^2 (1 + c/Δ)) + m log(1/(1-q))  (RQM paper, Thm 5.2)."""
+  q = mech.q
+  return (math.log(2 * (1 - q)**2 * (1 + mech.clip / mech.delta)) +
+          mech.num_levels * math.log(1 / (1 - q)))
+
+
+def qmgeo_eq21(mech) -> float:
+  """ε = -(ln p + (R-2) ln(1-p))  (QMGeo paper, eq. 21)."""
+  return -(math.log(mech.p) + (mech.num_levels - 2) * math.log1p(-mech.p))
+
+
+def qmgeo_eq25(mech, alpha: float) -> float:
+  """ε(α) of QMGeo eq. (25), exactly as printed (can be negative: not a bound)."""
+  r, p, a = mech.num_levels, mech.p, alpha
+  q = 1 - p
+  log_v = (math.log(p) + (-2 * a + (1 - a) * r + 1) * math.log(q) -
+           math.log1p(-q**(r - 1)) + math.log(a) +
+           math.log((q**((2 * a - 1) * r) - 1) / (q**(2 * a - 1) - 1)))
+  return log_v / (1 - a)
+
+
+def qmgeo_eq26(mech, dim: int, kappa: float = 1.0) -> float:
+  """Vector ε-DP of eq. (26): d κ × eq. (21)."""
+  return dim * kappa * qmgeo_eq21(mech)
+
+
+def qmgeo_eq27(mech, alpha: float, dim: int, kappa: float = 1.0) -> float:
+  """Vector RDP of eq. (27): κ² d × eq. (25), as printed."""
+  return kappa**2 * dim * qmgeo_eq25(mech, alpha)
+
+
+def gaussian_rdp(mech, alpha: float) -> float:
+  """α Δ²/(2σ²) with Δ = Cq: the unquantized Gaussian's RDP (paper 000, Thm 1)."""
+  return alpha * mech.clip**2 / (2 * mech.sigma**2)
+
+
+def binomial_mode_prob(m: int) -> float:
+  """P_max = max_k C(m, k) / 2^m, exact (Remark 1 approximates sqrt(2/(π m)))."""
+  return float(stats.binom.pmf(m // 2, m, 0.5))
+
+
+def bq_lemma_1(mech, dim: int, batch_size: int, dataset_size: int) -> float:
+  """ε = 8 d s L P_max / |D| (BQ paper, Lemma 1, with the exact P_max)."""
+  return 8 * dim * mech.s * batch_size * binomial_mode_prob(mech.m) / dataset_size
+
+
+def bq_variance(s: int, m: int) -> float:
+  """Per-coordinate BQ noise variance in units of C²: (m/4 + 1/4)/s² (eq. 14, q=1/2)."""
+  return (m / 4 + 0.25) / s**2
+
+
+def bq_parameters(bits: int, epsilon: float, dim: int, batch_size: int,
+                  dataset_size: int) -> Tuple[int, int]:
+  """(s, m) minimising the BQ variance s.t. log2(2s+m+1) <= b and Lemma 1's ε <= target.
+
+  Exact integer search over eqs. (16)-(18) instead of the closed forms (19)-(20),
+  which drop the integrality of s and m.
+  """
+  if not (isinstance(bits, int) and bits >= 2):
+    raise ValueError(f'`bits` must be an integer >= 2, got {bits!r}.')
+  if not epsilon > 0:
+    raise ValueError(f'`epsilon` must be > 0, got {epsilon!r}.')
+  best = None
+  top = 2**bits - 1
+  for s in range(1, top // 2 + 1):
+    for m in range(0, top - 2 * s + 1):
+      eps = 8 * dim * s * batch_size * binomial_mode_prob(m) / dataset_size
+      if eps <= epsilon:
+        v = bq_variance(s, m)
+        if best is None or v < best[0]:
+          best = (v, s, m)
+        break  # larger m only adds variance for this s
+  if best is None:
+    raise ValueError(f'No (s, m) with {bits} bits meets ε={epsilon} '
+                     f'(d={dim}, L={batch_size}, |D|={dataset_size}).')
+  return best[1], best[2]

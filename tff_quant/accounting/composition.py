@@ -1,0 +1,180 @@
+"""(ε, δ) of a whole training run, from the exact per-round output distributions.
+
+Neighbouring relation: one client's update replaced by any other (replace-one), the
+number of participants being public (the decoder needs it). One round releases the
+secure sum of every coordinate; the d coordinates are independent given the inputs,
+so per-round RDP is d × D_α(scalar sum) at the worst case where every coordinate
+moves from +c to -c (attainable: the l2 ball of radius clip_norm contains the box
+[-c, c]^d when c = clip_norm/√d). The n-1 others sit at ±c in the worst mix
+(the papers' assumption for the others; see divergence.renyi_divergence_of_sum).
+
+Two routes, both valid for sampling `clients_per_round` of `total_clients`
+uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
+* RDP: WBK19 (Wang, Balle, Kasiviswanathan, AISTATS 2019, Thm 9) subsampled RDP
+  for sampling without replacement under replace-one, composed over rounds,
+  converted with dp_accounting.rdp.compute_epsilon.
+* PLD: dp-accounting's PLD from the exact pmfs of the worst-mix pair, composed d
+  times, then mixed with a point mass at loss 0 of weight 1-γ (the target not
+  sampled; pessimistic: as if the server could tell), composed over rounds.
+"""
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Sequence
+
+import dp_accounting
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.rdp import rdp_privacy_accountant
+import numpy as np
+from scipy import special
+
+from tff_quant.accounting import divergence
+
+DEFAULT_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256)
+
+
+def _check_int(name, value, low):
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    raise ValueError(f'`{name}` must be an integer >= {low}, got {value!r}.')
+
+
+def _log_expm1(x: float) -> float:
+  return x + math.log(-math.expm1(-x)) if x > 0 else -math.inf
+
+
+def subsampled_rdp_without_replacement(rdp: Dict[float, float], gamma: float,
+                                       alpha: int) -> float:
+  """WBK19 Thm 9 bound at integer α >= 2; rdp maps integer orders 2..α and inf."""
+  if gamma >= 1:
+    return rdp[alpha]
+  eps_inf = rdp.get(math.inf, math.inf)
+  log_g = math.log(gamma)
+  # j = 2 term: min{4(e^ε2 - 1), e^ε2 min{2, (e^ε∞ - 1)^2}}
+  log_em1_inf = _log_expm1(eps_inf) if math.isfinite(eps_inf) else math.inf
+  t2 = min(math.log(4) + _log_expm1(rdp[2]),
+           rdp[2] + min(math.log(2), 2 * log_em1_inf))
+  terms = [0.0, 2 * log_g + math.log(special.comb(alpha, 2)) + t2]
+  for j in range(3, alpha + 1):
+    terms.append(j * log_g + float(special.gammaln(alpha + 1) - special.gammaln(j + 1)
+                                   - special.gammaln(alpha - j + 1)) +
+                 (j - 1) * rdp[j] + min(math.log(2), j * log_em1_inf))
+  bound = special.logsumexp(terms) / (alpha - 1)
+  return min(bound, rdp[alpha])
+
+
+@dataclasses.dataclass
+class Guarantee:
+  """(ε, δ) for a run, by both routes; `epsilon` is the tighter one."""
+  epsilon: float
+  delta: float
+  route: str
+  epsilon_rdp: float
+  rdp_order: float
+  epsilon_pld: Optional[float]
+  rounds: int
+  clients_per_round: int
+  total_clients: int
+  dim: int
+  per_round_rdp: Dict[float, float]
+  assumptions: str
+
+  def summary(self) -> str:
+    pld = 'n/a' if self.epsilon_pld is None else f'{self.epsilon_pld:.4g}'
+    return (f'(ε={self.epsilon:.4g}, δ={self.delta:.3g}) after {self.rounds} rounds '
+            f'[{self.route}; RDP ε={self.epsilon_rdp:.4g} at α={self.rdp_order:g}, '
+            f'PLD ε={pld}]')
+
+
+def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
+                  orders: Sequence[int] = DEFAULT_ORDERS) -> Dict[float, float]:
+  """Per-round RDP ε(α) = dim × max-over-mixes D_α of the secure sum (α = inf too)."""
+  all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j <= α
+  res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
+  rdp = {r.alpha: dim * r.value for r in res}
+  local_inf = divergence.renyi_divergence(
+      mech.log_pmf(mech.input_bound), mech.log_pmf(-mech.input_bound), math.inf)
+  rdp[math.inf] = dim * local_inf  # the sum's D∞ is at most the local one
+  return rdp
+
+
+def _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta, mixes,
+                 interval) -> float:
+  eps = 0.0
+  for k in mixes:
+    lp, lq = divergence.sum_pair_log_pmfs(mech, clients_per_round, k)
+    pos = np.isfinite(lp)
+    inf_mass = float(np.exp(lp[pos & ~np.isfinite(lq)]).sum())
+    ok = pos & np.isfinite(lq)
+    losses = np.ceil((lp[ok] - lq[ok]) / interval).astype(np.int64)
+    probs = np.exp(lp[ok])
+    rounded = {}
+    for l, p in zip(losses.tolist(), probs.tolist()):
+      rounded[l] = rounded.get(l, 0.0) + p
+    one = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+        rounded, inf_mass, interval)
+    per_round = one.self_compose(dim) if dim > 1 else one
+    if gamma < 1:
+      dense = per_round._pmf_remove.to_dense_pmf()  # pylint: disable=protected-access
+      mixed = {int(dense._lower_loss + i): gamma * p  # pylint: disable=protected-access
+               for i, p in enumerate(dense._probs) if p > 0}  # pylint: disable=protected-access
+      mixed[0] = mixed.get(0, 0.0) + (1 - gamma)
+      per_round = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+          mixed, gamma * dense._infinity_mass, interval)  # pylint: disable=protected-access
+    total = per_round.self_compose(rounds) if rounds > 1 else per_round
+    eps = max(eps, total.get_epsilon_for_delta(delta))
+  return eps
+
+
+def training_guarantee(mech, rounds: int, clients_per_round: int,
+                       total_clients: int, delta: float, dim: int = 1,
+                       orders: Sequence[int] = DEFAULT_ORDERS,
+                       use_pld: bool = True,
+                       pld_interval: float = 1e-3) -> Guarantee:
+  """(ε, δ) after `rounds` rounds of `clients_per_round` sampled from `total_clients`.
+
+  Args:
+    mech: the mechanism each coordinate goes through.
+    rounds, clients_per_round, total_clients: the schedule (1 <= n <= N).
+    delta: target δ in (0, 1).
+    dim: number of coordinates each client sends (the model size d).
+    orders: integer Rényi orders for the RDP route.
+    use_pld: also compute the PLD route (slower for large dim × rounds).
+    pld_interval: PLD loss discretisation (pessimistic rounding).
+  """
+  _check_int('rounds', rounds, 1)
+  _check_int('clients_per_round', clients_per_round, 1)
+  _check_int('total_clients', total_clients, 1)
+  _check_int('dim', dim, 1)
+  if clients_per_round > total_clients:
+    raise ValueError(f'`clients_per_round` ({clients_per_round}) must be <= '
+                     f'`total_clients` ({total_clients}).')
+  if not 0 < delta < 1:
+    raise ValueError(f'`delta` must be in (0, 1), got {delta!r}.')
+  gamma = clients_per_round / total_clients
+  rdp = per_round_rdp(mech, clients_per_round, dim, orders)
+  sub = [rounds * subsampled_rdp_without_replacement(rdp, gamma, a) for a in orders]
+  if all(math.isfinite(v) for v in sub):
+    eps_rdp, order = rdp_privacy_accountant.compute_epsilon(list(orders), sub, delta)
+  else:
+    finite = [(o, v) for o, v in zip(orders, sub) if math.isfinite(v)]
+    eps_rdp, order = (rdp_privacy_accountant.compute_epsilon(
+        [o for o, _ in finite], [v for _, v in finite], delta)
+                      if finite else (math.inf, math.nan))
+  eps_pld = None
+  if use_pld:
+    worst = {divergence.renyi_divergence_of_sum(mech, a, clients_per_round)
+             .worst_num_plus for a in (1, 2, 8)}
+    eps_pld = _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta,
+                           sorted(worst), pld_interval)
+  if eps_pld is not None and eps_pld < eps_rdp:
+    eps, route = eps_pld, 'PLD'
+  else:
+    eps, route = eps_rdp, 'RDP'
+  assumptions = (
+      f'replace-one neighbouring (participant count public); {clients_per_round} '
+      f'of {total_clients} clients per round (γ={gamma:.4g}), fixed-size without '
+      f'replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target-participation '
+      f'revealed, pessimistic); all {dim} coordinates at ±c; others at ±c '
+      '(worst mix over all such mixes).')
+  return Guarantee(eps, delta, route, float(eps_rdp), float(order), eps_pld,
+                   rounds, clients_per_round, total_clients, dim, rdp, assumptions)

@@ -1,0 +1,323 @@
+"""Exact Rényi divergences of what the server sees: the secure sum of n clients' levels.
+
+The law of a sum of independent integer variables is a convolution. Its tails
+underflow float64 (PBM with n >~ 36 already), so convolutions run on exponentially
+tilted pmfs: tilting by e^(λk) commutes with convolution, an FFT of the tilted
+pmfs is accurate (relative) near the tilted mode, and the saddlepoint equation
+picks λ so that every index of the support is near the mode of some tilt. The
+result is a log-pmf with full relative precision down to e^-10000 and beyond.
+"""
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from scipy import special
+
+# An index is trusted from a tilt when its tilted value is within this many
+# e-folds of the tilted maximum (FFT error is ~1e-16 * size relative to the
+# max, so a trusted entry is accurate to ~1e-16 * size * e^14 ~ 1e-10 relative).
+_TRUST = 14.0
+_MAX_TILTS = 4000
+
+
+def _tilted_moments(log_p: np.ndarray, lam: float) -> Tuple[float, float]:
+  """Mean and variance of the pmf tilted by e^(λk)."""
+  k = np.arange(log_p.size)
+  t = log_p + lam * k
+  w = np.exp(t - t.max())
+  w /= w.sum()
+  mean = float(np.dot(w, k))
+  return mean, float(np.dot(w, (k - mean)**2))
+
+
+def _bool_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  n = a.size + b.size - 1
+  size = 1 << (n - 1).bit_length()
+  return np.fft.irfft(np.fft.rfft(a, size) * np.fft.rfft(b, size), size)[:n] > 0.5
+
+
+def _support(parts, length: int) -> np.ndarray:
+  """Where the sum has positive probability (boolean convolution powers)."""
+  out = np.ones(1, bool)
+  for mask, count in parts:
+    if mask.all():  # contiguous support: the sum's support is an interval
+      power = np.ones(count * (mask.size - 1) + 1, bool)
+    else:
+      power, base_mask = np.ones(1, bool), mask.astype(np.float64)
+      while count:
+        if count & 1:
+          power = _bool_convolve(power.astype(np.float64), base_mask)
+        count >>= 1
+        if count:
+          base_mask = _bool_convolve(base_mask, base_mask).astype(np.float64)
+    out = _bool_convolve(out.astype(np.float64), power.astype(np.float64))
+  assert out.size == length
+  return out
+
+
+def sum_log_pmf(parts: Sequence[Tuple[np.ndarray, int]]) -> np.ndarray:
+  """Exact log-pmf of a sum of independent variables on {0, 1, ...}.
+
+  Args:
+    parts: (log_pmf, count) pairs: `count` iid copies of a variable with that
+      log-pmf (entries may be -inf).
+
+  Returns:
+    log-pmf of the sum, length sum(count * (len - 1)) + 1; -inf off the support.
+  """
+  return sum_log_pmf_above(parts, -np.inf)[0]
+
+
+def sum_log_pmf_above(parts: Sequence[Tuple[np.ndarray, int]],
+                      log_floor: float) -> Tuple[np.ndarray, np.ndarray]:
+  """Like `sum_log_pmf`, but indices provably below `log_floor` may stay unresolved.
+
+  Returns:
+    (log_pmf, log_upper): log_upper[k] is a rigorous upper bound on log P(S=k)
+    (the Chernoff bound K(λ) - λk, minimised over the tilts used); where an index
+    was not resolved, log_pmf[k] is NaN and log_upper[k] < log_floor.
+  """
+  parts = [(np.asarray(lp, np.float64), int(c)) for lp, c in parts if c > 0]
+  if not parts:
+    return np.zeros(1), np.zeros(1)
+  full_length = sum(c * (lp.size - 1) for lp, c in parts) + 1
+  # Trim each part to its support range; remember the offset.
+  offset, trimmed = 0, []
+  for lp, c in parts:
+    nz = np.nonzero(np.isfinite(lp))[0]
+    lo, hi = nz[0], nz[-1]
+    trimmed.append((lp[lo:hi + 1], c))
+    offset += c * lo
+  length = sum(c * (lp.size - 1) for lp, c in trimmed) + 1
+  if length == 1:
+    out = np.full(full_length, -np.inf)
+    out[offset] = sum(c * lp[0] for lp, c in trimmed)
+    return out, out.copy()
+  size = 1 << (length - 1).bit_length()
+  on_support = _support([(np.isfinite(lp), c) for lp, c in trimmed], length)
+
+  def tilt(lam):
+    spec = np.ones(size // 2 + 1, complex)
+    shift = 0.0
+    for lp, c in trimmed:
+      t = lp + lam * np.arange(lp.size)
+      s = special.logsumexp(t)  # normalise to a pmf: |FFT| <= 1, powers stay finite
+      spec *= np.fft.rfft(np.exp(t - s), size)**c
+      shift += c * s
+    vals = np.fft.irfft(spec, size)[:length]
+    peak = vals.max()
+    with np.errstate(divide='ignore', invalid='ignore'):
+      log_vals = np.log(np.where(vals > 0, vals, np.nan))
+    margin = log_vals - math.log(peak)
+    est = log_vals + shift - lam * np.arange(length)
+    chernoff = shift - lam * np.arange(length)  # log E e^{λ(S-k)} >= log P(S=k)
+    return est, np.nan_to_num(margin, nan=-np.inf), chernoff
+
+  def moments(lam):
+    mv = [_tilted_moments(lp, lam) for lp, _ in trimmed]
+    return (sum(c * m for (m, _), (_, c) in zip(mv, trimmed)),
+            sum(c * v for (_, v), (_, c) in zip(mv, trimmed)))
+
+  def saddle(target, lam):
+    """λ with tilted mean of the sum == target: safeguarded Newton (d mean/dλ = var)."""
+    lo, hi = -np.inf, np.inf
+    for _ in range(100):
+      mean, var = moments(lam)
+      if abs(mean - target) < 0.25:
+        break
+      if mean < target:
+        lo = lam
+      else:
+        hi = lam
+      step = (target - mean) / max(var, 1e-300)
+      new = lam + float(np.clip(step, -50.0, 50.0))
+      if not lo < new < hi:  # Newton left the bracket: bisect (or expand)
+        new = (0.5 * (lo + hi) if np.isfinite(lo) and np.isfinite(hi)
+               else (lam + 50.0 if mean < target else lam - 50.0))
+      if abs(new - lam) < 1e-13 or abs(new) > 1e7:
+        break
+      lam = new
+    return lam
+
+  best = np.full(length, -np.inf)
+  best_margin = np.full(length, -np.inf)
+  upper = np.full(length, np.inf)
+  todo = on_support.copy()
+  lam, tilts = 0.0, 0
+  while todo.any() and tilts < _MAX_TILTS:
+    est, margin, chernoff = tilt(lam)
+    tilts += 1
+    upper = np.minimum(upper, chernoff)
+    better = margin > best_margin
+    best[better] = est[better]
+    best_margin[better] = margin[better]
+    resolved = on_support & (best_margin > -_TRUST)
+    todo = on_support & ~resolved & (upper >= log_floor)
+    if not todo.any():
+      break
+    # Aim the next tilt at the unresolved index nearest to the resolved region.
+    target = float(np.nonzero(todo)[0][
+        np.argmin(np.abs(np.nonzero(todo)[0] - np.argmax(margin)))])
+    new_lam = saddle(target, lam)
+    if abs(new_lam - lam) < 1e-12:  # cannot move further: accept best estimates
+      break
+    lam = new_lam
+  if todo.any():
+    raise RuntimeError(f'sum_log_pmf: {int(todo.sum())} indices unresolved after '
+                       f'{tilts} tilts')
+  best[on_support & ~(best_margin > -_TRUST)] = np.nan  # below the floor
+  best[~on_support] = -np.inf
+  upper = np.minimum(upper, np.where(np.isnan(best), upper, best))
+  upper[~on_support] = -np.inf
+  out = np.full(full_length, -np.inf)
+  out_upper = np.full(full_length, -np.inf)
+  out[offset:offset + length] = best
+  out_upper[offset:offset + length] = upper
+  return out, out_upper
+
+
+def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
+                     log_p_upper: Optional[np.ndarray] = None,
+                     max_log_ratio: float = math.inf) -> float:
+  """D_α(P || Q) for pmfs on the same support, from log-pmfs; α in [1, inf].
+
+  NaN entries are unresolved tail indices (see `sum_log_pmf_above`): their
+  contribution is bounded by P(k) (P/Q)^(α-1) <= upper_P(k) e^((α-1) max_log_ratio)
+  and added, so the result stays an upper bound.
+  """
+  if alpha < 1:
+    raise ValueError(f'`alpha` must be in [1, inf], got {alpha!r}.')
+  log_p, log_q = np.asarray(log_p), np.asarray(log_q)
+  tail = np.isnan(log_p) | np.isnan(log_q)
+  if tail.any():
+    if math.isinf(alpha) or math.isinf(max_log_ratio) or log_p_upper is None:
+      raise ValueError('Unresolved tails need a finite α and max_log_ratio.')
+    tail_ub = np.where(np.isnan(log_p), log_p_upper,
+                       np.nan_to_num(log_p, nan=-np.inf))[tail]
+    log_tail = special.logsumexp(tail_ub)
+    keep = ~tail
+    log_p, log_q = log_p[keep], log_q[keep]
+    if alpha == 1:
+      extra = math.exp(log_tail) * max_log_ratio
+    else:
+      log_extra = log_tail + (alpha - 1) * max_log_ratio
+  else:
+    extra, log_extra = 0.0, -np.inf
+  p_pos = np.isfinite(log_p)
+  if np.any(p_pos & ~np.isfinite(log_q)):
+    return math.inf
+  lp, lq = log_p[p_pos], log_q[p_pos]
+  if alpha == 1:
+    return float(max(np.dot(np.exp(lp), lp - lq) + extra, 0.0))
+  if math.isinf(alpha):
+    return float(max(np.max(lp - lq), 0.0))
+  val = np.logaddexp(special.logsumexp(alpha * lp + (1 - alpha) * lq),
+                     log_extra) / (alpha - 1)
+  return float(max(val, 0.0))
+
+
+@dataclasses.dataclass
+class SumDivergence:
+  """D_α of the secure sum, maximised over the other clients' inputs."""
+  alpha: float
+  num_clients: int
+  value: float
+  worst_num_plus: int                 # how many of the n-1 others sit at +clip
+  per_mix: Dict[int, float]           # num_plus -> D_α for every mix evaluated
+
+
+def _mixes(others, num_others: int) -> List[int]:
+  if isinstance(others, str):
+    if others == 'extremes':
+      return list(range(num_others + 1))
+    if others == 'balanced':
+      return [num_others // 2]
+    raise ValueError("`others` must be 'extremes', 'balanced' or a list of "
+                     f'counts in [0, {num_others}], got {others!r}.')
+  mixes = sorted(set(int(k) for k in others))
+  if not mixes or mixes[0] < 0 or mixes[-1] > num_others:
+    raise ValueError(f'`others` counts must be in [0, {num_others}], got {others!r}.')
+  return mixes
+
+
+def check_num_clients(num_clients):
+  if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) \
+      or num_clients < 1:
+    raise ValueError(f'`num_clients` must be an integer >= 1, got {num_clients!r}.')
+
+
+def sum_log_pmf_at_extremes(mech, num_plus: int, num_minus: int,
+                            log_floor: float = -np.inf):
+  """(log-pmf, log upper bound) of the secure sum: `num_plus` clients at +clip, `num_minus` at -clip."""
+  c = mech.input_bound
+  return sum_log_pmf_above([(mech.log_pmf(c), num_plus),
+                            (mech.log_pmf(-c), num_minus)], log_floor)
+
+
+def sum_pair_log_pmfs(mech, num_clients: int, num_plus: int):
+  """Log-pmfs of the secure sum when one client is at +clip vs -clip.
+
+  The other n-1 clients: `num_plus` at +clip, the rest at -clip.
+  """
+  others_minus = num_clients - 1 - num_plus
+  return (sum_log_pmf_at_extremes(mech, num_plus + 1, others_minus)[0],
+          sum_log_pmf_at_extremes(mech, num_plus, others_minus + 1)[0])
+
+
+def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
+                            num_clients: int, others='extremes'):
+  """Exact D_α between the secure sums when one client moves from +clip to -clip.
+
+  Args:
+    mech: a tff_quant mechanism.
+    alpha: an order in [1, inf] (1 = KL, inf = D∞), or a sequence of orders.
+    num_clients: n >= 1 clients in the sum (n = 1 is the local guarantee).
+    others: 'extremes' (every mix of the n-1 others at +-clip; the maximum is
+      reported with the mix that attains it), 'balanced', or a list of counts.
+
+  Returns:
+    SumDivergence (or a list of them, one per order when `alpha` is a sequence).
+  """
+  check_num_clients(num_clients)
+  alphas = [alpha] if np.isscalar(alpha) else list(alpha)
+  for a in alphas:
+    if not (a >= 1):
+      raise ValueError(f'`alpha` must be in [1, inf], got {a!r}.')
+  mixes = _mixes(others, num_clients - 1)
+  per = {a: {} for a in alphas}
+  # Tails that cannot matter for the largest finite order are only bounded:
+  # terms are <= P e^((α-1) D∞_local), and the sum's D∞ <= the local D∞ at +-clip.
+  d_inf_local = renyi_divergence(mech.log_pmf(mech.input_bound),
+                                 mech.log_pmf(-mech.input_bound), math.inf)
+  finite = [a for a in alphas if not math.isinf(a)]
+  if len(finite) == len(alphas) and math.isfinite(d_inf_local):
+    log_floor = -(max(finite) - 1) * d_inf_local - 80.0
+  else:
+    log_floor = -np.inf
+  # The pair for mix k is (S_{k+1}, S_k), S_j = j clients at +clip, n-j at -clip:
+  # n+1 sums serve all n mixes.
+  sums = {}
+  for j in sorted(set(mixes) | {k + 1 for k in mixes}):
+    sums[j] = sum_log_pmf_at_extremes(mech, j, num_clients - j, log_floor)
+  for k in mixes:
+    (lp, lp_up), (lq, _) = sums[k + 1], sums[k]
+    for a in alphas:
+      per[a][k] = renyi_divergence(lp, lq, a, lp_up, d_inf_local)
+  results = []
+  for a in alphas:
+    worst = max(per[a], key=lambda k: per[a][k])
+    results.append(SumDivergence(float(a), num_clients, per[a][worst], worst,
+                                 per[a]))
+  return results[0] if np.isscalar(alpha) else results
+
+
+def epsilon_infinity(mech) -> float:
+  """Exact local D∞ = sup_{x,x'} max_i log P_x(i)/P_x'(i) over the whole input range."""
+  rows = mech.extreme_log_pmfs()
+  hi, lo = rows.max(axis=0), rows.min(axis=0)
+  possible = np.isfinite(hi)
+  if np.any(possible & ~np.isfinite(lo)):
+    return math.inf
+  return float(np.max(hi[possible] - lo[possible]))
