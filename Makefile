@@ -34,8 +34,8 @@ data:
 
 demo: setup
 	$(PY) -m experiments.fl_emnist --dataset=fashion_mnist --mechanism=rqm \
-	  --rounds=15 --clients_per_round=20 --total_clients=200 --eval_every=5 \
-	  --model=small_cnn --clip_norm=0.5 --client_lr=0.05 --batch_size=32 \
+	  --rounds=20 --clients_per_round=30 --total_clients=300 --eval_every=5 \
+	  --model=small_cnn --clip_norm=1.0 --client_lr=0.05 --batch_size=32 --max_test_examples=5000 \
 	  --root_output_dir=runs/demo --experiment_name=demo_rqm --fresh
 
 test: setup

@@ -51,7 +51,11 @@ def worker_pids(only_children: bool = True) -> List[int]:
 
 
 def stop_workers(timeout_s: float = 5.0, only_children: bool = True) -> int:
-  """Terminates TFF worker processes (SIGTERM, then SIGKILL); returns how many."""
+  """Terminates TFF worker processes (SIGTERM, then SIGKILL); returns how many.
+
+  TFF's context cannot reconnect to a killed worker: call
+  `use_secure_sum_simulation()` again before running another computation.
+  """
   pids = worker_pids(only_children)
   for pid in pids:
     try:

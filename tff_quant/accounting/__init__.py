@@ -2,7 +2,8 @@
 
 from tff_quant.accounting import bounds
 from tff_quant.accounting.calibration import calibrate
-from tff_quant.accounting.composition import (Guarantee, per_round_rdp,
+from tff_quant.accounting.composition import (Guarantee, RoundAccountant,
+                                              per_round_rdp,
                                               subsampled_rdp_without_replacement,
                                               training_guarantee)
 from tff_quant.accounting.divergence import (SumDivergence, epsilon_infinity,

@@ -125,6 +125,74 @@ def _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta, mixes,
   return eps
 
 
+def _check_schedule(clients_per_round, total_clients, delta, dim):
+  _check_int('clients_per_round', clients_per_round, 1)
+  _check_int('total_clients', total_clients, 1)
+  _check_int('dim', dim, 1)
+  if clients_per_round > total_clients:
+    raise ValueError(f'`clients_per_round` ({clients_per_round}) must be <= '
+                     f'`total_clients` ({total_clients}).')
+  if not 0 < delta < 1:
+    raise ValueError(f'`delta` must be in (0, 1), got {delta!r}.')
+
+
+class RoundAccountant:
+  """Per-round RDP computed once; (ε, δ) after any number of rounds, cheaply.
+
+  `epsilon(rounds)` is the RDP route (fast, used for per-round logs);
+  `guarantee(rounds)` adds the PLD route and picks the tighter one.
+  """
+
+  def __init__(self, mech, clients_per_round: int, total_clients: int,
+               delta: float, dim: int = 1,
+               orders: Sequence[int] = DEFAULT_ORDERS):
+    _check_schedule(clients_per_round, total_clients, delta, dim)
+    self.mech, self.n, self.population = mech, clients_per_round, total_clients
+    self.delta, self.dim, self.orders = delta, dim, list(orders)
+    self.gamma = clients_per_round / total_clients
+    self.rdp = per_round_rdp(mech, clients_per_round, dim, orders)
+    self._sub = [subsampled_rdp_without_replacement(self.rdp, self.gamma, a)
+                 for a in self.orders]
+
+  @property
+  def gives_privacy(self) -> bool:
+    """False when every order's per-round RDP is infinite (ε = inf for any δ)."""
+    return any(math.isfinite(v) for v in self._sub)
+
+  def epsilon_rdp(self, rounds: int):
+    """(ε, order) after `rounds` rounds by the RDP route."""
+    _check_int('rounds', rounds, 1)
+    finite = [(o, rounds * v) for o, v in zip(self.orders, self._sub)
+              if math.isfinite(v)]
+    if not finite:
+      return math.inf, math.nan
+    eps, order = rdp_privacy_accountant.compute_epsilon(
+        [o for o, _ in finite], [v for _, v in finite], self.delta)
+    return float(eps), float(order)
+
+  def guarantee(self, rounds: int, use_pld: bool = True,
+                pld_interval: float = 1e-3) -> Guarantee:
+    eps_rdp, order = self.epsilon_rdp(rounds)
+    eps_pld = None
+    if use_pld and self.gives_privacy:
+      worst = {divergence.renyi_divergence_of_sum(self.mech, a, self.n)
+               .worst_num_plus for a in (1, 2, 8)}
+      eps_pld = _pld_epsilon(self.mech, self.n, self.dim, rounds, self.gamma,
+                             self.delta, sorted(worst), pld_interval)
+    if eps_pld is not None and eps_pld < eps_rdp:
+      eps, route = eps_pld, 'PLD'
+    else:
+      eps, route = eps_rdp, 'RDP'
+    assumptions = (
+        f'replace-one neighbouring (participant count public); {self.n} of '
+        f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '
+        'without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target '
+        f'participation revealed, pessimistic); all {self.dim} coordinates at ±c; '
+        'others at ±c (worst mix over all such mixes).')
+    return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
+                     self.n, self.population, self.dim, self.rdp, assumptions)
+
+
 def training_guarantee(mech, rounds: int, clients_per_round: int,
                        total_clients: int, delta: float, dim: int = 1,
                        orders: Sequence[int] = DEFAULT_ORDERS,
@@ -142,39 +210,6 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
     pld_interval: PLD loss discretisation (pessimistic rounding).
   """
   _check_int('rounds', rounds, 1)
-  _check_int('clients_per_round', clients_per_round, 1)
-  _check_int('total_clients', total_clients, 1)
-  _check_int('dim', dim, 1)
-  if clients_per_round > total_clients:
-    raise ValueError(f'`clients_per_round` ({clients_per_round}) must be <= '
-                     f'`total_clients` ({total_clients}).')
-  if not 0 < delta < 1:
-    raise ValueError(f'`delta` must be in (0, 1), got {delta!r}.')
-  gamma = clients_per_round / total_clients
-  rdp = per_round_rdp(mech, clients_per_round, dim, orders)
-  sub = [rounds * subsampled_rdp_without_replacement(rdp, gamma, a) for a in orders]
-  if all(math.isfinite(v) for v in sub):
-    eps_rdp, order = rdp_privacy_accountant.compute_epsilon(list(orders), sub, delta)
-  else:
-    finite = [(o, v) for o, v in zip(orders, sub) if math.isfinite(v)]
-    eps_rdp, order = (rdp_privacy_accountant.compute_epsilon(
-        [o for o, _ in finite], [v for _, v in finite], delta)
-                      if finite else (math.inf, math.nan))
-  eps_pld = None
-  if use_pld:
-    worst = {divergence.renyi_divergence_of_sum(mech, a, clients_per_round)
-             .worst_num_plus for a in (1, 2, 8)}
-    eps_pld = _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta,
-                           sorted(worst), pld_interval)
-  if eps_pld is not None and eps_pld < eps_rdp:
-    eps, route = eps_pld, 'PLD'
-  else:
-    eps, route = eps_rdp, 'RDP'
-  assumptions = (
-      f'replace-one neighbouring (participant count public); {clients_per_round} '
-      f'of {total_clients} clients per round (γ={gamma:.4g}), fixed-size without '
-      f'replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target-participation '
-      f'revealed, pessimistic); all {dim} coordinates at ±c; others at ±c '
-      '(worst mix over all such mixes).')
-  return Guarantee(eps, delta, route, float(eps_rdp), float(order), eps_pld,
-                   rounds, clients_per_round, total_clients, dim, rdp, assumptions)
+  accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
+                               dim, orders)
+  return accountant.guarantee(rounds, use_pld, pld_interval)

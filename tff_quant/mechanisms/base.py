@@ -67,6 +67,47 @@ def stochastic_round(t, seed):
   return low + up
 
 
+def binomial_half(shape, seed, trials: int, dtype=tf.float32):
+  """Binomial(trials, 1/2) as the popcount of `trials` random bits (trials <= 63)."""
+  if not 0 <= trials <= 63:
+    return tf.random.stateless_binomial(shape, seed, counts=float(trials),
+                                        probs=0.5, output_dtype=dtype)
+  bits = tf.random.stateless_uniform(shape, seed, minval=None, maxval=None,
+                                     dtype=tf.int64)
+  bits = tf.bitwise.bitwise_and(bits, tf.constant((1 << trials) - 1, tf.int64))
+  return tf.cast(tf.raw_ops.PopulationCount(x=bits), dtype)
+
+
+_INVERSION_MAX_TRIALS = 64
+
+
+def binomial(seed, trials: int, probs):
+  """Binomial(trials, probs) elementwise, probs a float tensor in [0, 1].
+
+  For trials <= 64: inversion of one uniform along the pmf recurrence
+  P(k+1) = P(k) (n-k)/(k+1) p/(1-p), run on min(p, 1-p) and flipped, so the start
+  (1-p)^n >= 2^-64 never underflows float32; the law is exact up to the float32
+  resolution of the uniform (as for every sampler here). Else TF's sampler.
+  """
+  if trials > _INVERSION_MAX_TRIALS:
+    return tf.random.stateless_binomial(tf.shape(probs), seed, counts=float(trials),
+                                        probs=probs, output_dtype=probs.dtype)
+  p = tf.cast(probs, tf.float32)
+  flip = p > 0.5
+  p = tf.where(flip, 1.0 - p, p)
+  u = uniform(tf.shape(p), seed, tf.float32)
+  ratio = p / (1.0 - p)
+  pk = tf.pow(1.0 - p, float(trials))
+  cdf = pk
+  k = tf.zeros_like(p)
+  for i in range(trials):
+    k += tf.cast(u >= cdf, tf.float32)
+    pk = pk * ((trials - i) / (i + 1.0)) * ratio
+    cdf = cdf + pk
+  k = tf.where(flip, trials - k, k)
+  return tf.cast(k, probs.dtype)
+
+
 def geometric(shape, seed, keep_prob, dtype=tf.float32):
   """Number of failures before the first success, success prob `keep_prob`.
 
@@ -76,13 +117,14 @@ def geometric(shape, seed, keep_prob, dtype=tf.float32):
   return tf.floor(tf.math.log(v) / math.log1p(-keep_prob))
 
 
-def truncated_geometric(seed, p, support_size, dtype=tf.float64):
+def truncated_geometric(seed, p, support_size):
   """Samples G in {0, ..., K-1} with P(G=g) proportional to p(1-p)^g, K=support_size.
 
   `support_size` is a float tensor (>= 1) of the output shape; inverse-CDF sampling
   P(G <= g) = (1 - q^(g+1)) / (1 - q^K), so one uniform per coordinate.
   """
   q = 1.0 - p
+  dtype = support_size.dtype
   v = uniform(tf.shape(support_size), seed, dtype)
   tail = 1.0 - tf.pow(tf.constant(q, dtype), support_size)  # 1 - q^K
   g = tf.floor(tf.math.log1p(-v * tail) / math.log(q))

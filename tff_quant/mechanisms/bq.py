@@ -70,7 +70,5 @@ class BQ(base.Mechanism):
   def _encode(self, x, seed):
     s_round, s_noise = tf.unstack(base.split_seed(seed, 2))
     u = base.stochastic_round(x * (self.s / self.clip), s_round)
-    noise = tf.random.stateless_binomial(
-        tf.shape(x), seed=s_noise, counts=float(self.m), probs=0.5,
-        output_dtype=x.dtype)
+    noise = base.binomial_half(tf.shape(x), s_noise, self.m, x.dtype)
     return u + self.s + noise

@@ -61,6 +61,4 @@ class PBM(base.Mechanism):
 
   def _encode(self, x, seed):
     p = 0.5 + self.theta * x / self.clip
-    return tf.random.stateless_binomial(
-        tf.shape(x), seed=seed, counts=float(self.m - 1), probs=p,
-        output_dtype=tf.int32)
+    return base.binomial(seed, self.m - 1, p)

@@ -108,18 +108,21 @@ class QMGeo(base.Mechanism):
 
   def _encode(self, x, seed):
     s_mix, s_side, s_geo = tf.unstack(base.split_seed(seed, 3))
-    x = tf.cast(x, tf.float64)  # the law jumps at levels: match numpy's binning
-    t = (x + self.clip) / self.level_step
-    r = tf.clip_by_value(tf.floor(t), 0.0, self.r_levels - 2.0)
-    go_up = base.uniform(tf.shape(x), s_mix, tf.float64) < (t - r)
+    # As written the law jumps at levels: bin in float64 like numpy does (the
+    # rest runs in float32).
+    dtype = tf.float32
+    t = (tf.cast(x, tf.float64) + self.clip) / self.level_step
+    r64 = tf.clip_by_value(tf.floor(t), 0.0, self.r_levels - 2.0)
+    r = tf.cast(r64, dtype)
+    go_up = base.uniform(tf.shape(x), s_mix, dtype) < tf.cast(t - r64, dtype)
     start = tf.where(go_up, r + 1.0, r)
     top = self.r_levels - 1.0
     if self.full_support:
       # Two-sided geometric around `start`: pick a side by its mass, then walk.
-      q = tf.constant(1.0 - self.p, tf.float64)
+      q = tf.constant(1.0 - self.p, dtype)
       mass_down = 1.0 - tf.pow(q, start + 1.0)
       mass_up = q * (1.0 - tf.pow(q, top - start))
-      down = base.uniform(tf.shape(x), s_side, tf.float64) * (
+      down = base.uniform(tf.shape(x), s_side, dtype) * (
           mass_down + mass_up) < mass_down
     else:
       down = tf.logical_not(go_up)

@@ -1,0 +1,56 @@
+"""Coordinates/second of each mechanism's encode on a 2^20 vector vs stochastic rounding.
+
+Baseline (same run): unbiased stochastic rounding to m levels, the cheapest
+possible quantizer. Target: every mechanism >= 0.3x the baseline.
+  python -m benchmarks.encode_throughput
+"""
+
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tff_quant import mechanisms
+from tff_quant.mechanisms import base
+
+DIM = 2**20
+REPEATS = 7
+
+
+def stochastic_rounding(x, seed, m=16, c=1.0):
+  return tf.cast(base.stochastic_round((x + c) * ((m - 1) / (2 * c)), seed), tf.int32)
+
+
+def throughput(fn, x):
+  f = tf.function(fn)
+  seed = tf.constant([1, 2], tf.int64)
+  f(x, seed).numpy()  # trace + warm up
+  times = []
+  for i in range(REPEATS):
+    s = tf.constant([1, i + 3], tf.int64)
+    t0 = time.perf_counter()
+    f(x, s).numpy()
+    times.append(time.perf_counter() - t0)
+  return DIM / float(np.median(times))
+
+
+def main():
+  x = tf.random.uniform([DIM], -1.0, 1.0)
+  mechs = [mechanisms.RQM(1.0, 1.0, 16, 0.42), mechanisms.PBM(1.0, 16, 0.25),
+           mechanisms.BQ(1.0, 3, 8), mechanisms.QMGeo(1.0, 16, 0.5),
+           mechanisms.QMGeo(1.0, 16, 0.5, full_support=True),
+           mechanisms.QuantizedGaussian(1.0, 16, 0.5)]
+  base_rate = throughput(stochastic_rounding, x)
+  print(f'encode throughput, d = 2^20 float32, median of {REPEATS}, '
+        f'{tf.config.threading.get_intra_op_parallelism_threads() or "all"} threads')
+  print(f'| {"mechanism":<46} | {"Mcoord/s":>9} | {"vs SR":>6} |')
+  print(f'|{"-" * 48}|{"-" * 11}|{"-" * 8}|')
+  print(f'| {"stochastic rounding, m=16 (baseline)":<46} | {base_rate / 1e6:9.1f} | '
+        f'{1.0:6.2f} |')
+  for mech in mechs:
+    rate = throughput(mech.encode, x)
+    print(f'| {repr(mech)[:46]:<46} | {rate / 1e6:9.1f} | {rate / base_rate:6.2f} |')
+
+
+if __name__ == '__main__':
+  main()

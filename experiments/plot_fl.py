@@ -1,0 +1,77 @@
+"""The RQM paper's three panels (loss, accuracy, privacy) from fl_emnist run folders.
+
+  python -m experiments.plot_fl --run_dirs=results/fl/none,results/fl/rqm \
+      --output=results/fl/fl.png
+"""
+
+import csv
+import json
+import math
+import os
+import textwrap
+
+from absl import app
+from absl import flags
+import matplotlib
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list('run_dirs', None, 'fl_emnist run folders (metrics.csv inside).')
+flags.DEFINE_string('output', 'fl.png', 'PNG to write.')
+
+
+def read_run(run_dir):
+  path = os.path.join(run_dir, 'metrics.csv')
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{path} not found: is {run_dir} an fl_emnist run?')
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  with open(os.path.join(run_dir, 'config.json')) as f:
+    config = json.load(f)
+  summary_path = os.path.join(run_dir, 'summary.json')
+  data = ''
+  if os.path.exists(summary_path):
+    with open(summary_path) as f:
+      data = json.load(f).get('data', '')
+  return rows, config, data
+
+
+def plot(run_dirs, output):
+  fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+  data_line = ''
+  for run_dir in run_dirs:
+    rows, config, data = read_run(run_dir)
+    data_line = data_line or data
+    label = config['mechanism']
+    rnd = [int(r['round']) for r in rows]
+    axes[0].plot(rnd, [float(r['train_loss']) for r in rows], label=label)
+    pts = [(int(r['round']), float(r['test_accuracy'])) for r in rows
+           if r['test_accuracy'] not in ('', 'nan')]
+    axes[1].plot([p[0] for p in pts], [p[1] for p in pts], marker='.', label=label)
+    eps = [float(r['epsilon_per_coordinate']) for r in rows]
+    if all(math.isfinite(e) for e in eps):
+      axes[2].plot(rnd, eps, label=label)
+  axes[0].set(xlabel='round', ylabel='train loss', title='Loss')
+  axes[1].set(xlabel='round', ylabel='test accuracy', title='Accuracy')
+  axes[2].set(xlabel='round', ylabel='ε per coordinate (δ = 1/N)',
+              title='Privacy (per coordinate; whole update = d × RDP)')
+  for ax in axes:
+    ax.grid(alpha=0.3)
+    ax.legend()
+  fig.suptitle('\n'.join(textwrap.wrap(data_line, 150)), fontsize=8)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+  fig.savefig(output, dpi=120)
+  return output
+
+
+def main(argv):
+  del argv
+  if not FLAGS.run_dirs:
+    raise app.UsageError('--run_dirs is required.')
+  print(plot(FLAGS.run_dirs, FLAGS.output))
+
+
+if __name__ == '__main__':
+  app.run(main)

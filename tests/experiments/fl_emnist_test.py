@@ -1,0 +1,46 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tff_quant import runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_binary(args, timeout=600):
+  return subprocess.run([sys.executable, '-m', 'experiments.fl_emnist'] + args,
+                        cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_smoke_two_rounds_prints_accuracy_epsilon_bits(tmp_path):
+  before = set(runtime.worker_pids(only_children=False))
+  res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
+                    '--rounds=2', '--clients_per_round=3', '--total_clients=10',
+                    '--clip_norm=1.0', '--eval_every=1',
+                    f'--root_output_dir={tmp_path}', '--experiment_name=s'])
+  assert res.returncode == 0, res.stderr[-2000:]
+  out = res.stdout
+  assert 'Final test accuracy' in out and 'ε=' in out and 'Bits per client' in out
+  assert 'MNIST' in out and 'SIMULATED' in out
+  assert 'round 2/2' in out and 'ETA' in out
+  with open(tmp_path / 's' / 'summary.json') as f:
+    assert json.load(f)['rounds_completed'] == 2
+  leftover = set(runtime.worker_pids(only_children=False)) - before
+  assert not leftover, f'worker_binary left behind: {leftover}'
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--mechanism=foo'], 'mechanism'),
+    (['--clients_per_round=50', '--total_clients=10'], 'clients_per_round'),
+    (['--rounds=0'], 'rounds'), (['--client_lr=0'], 'client_lr'),
+    (['--dataset=emnist', '--emnist_cache_dir=/nonexistent'], 'emnist_all.sqlite'),
+    (['--mechanism=qmgeo', '--noqmgeo_full_support', '--dataset=mnist',
+      '--model=logreg', '--total_clients=10', '--clients_per_round=2'], 'no privacy'),
+])
+def test_bad_input_is_a_clear_error(args, message, tmp_path):
+  res = run_binary(args + [f'--root_output_dir={tmp_path}'], timeout=300)
+  assert res.returncode != 0
+  assert message in (res.stderr + res.stdout)

@@ -1,0 +1,80 @@
+import csv
+import glob
+import json
+import os
+
+import pytest
+
+from tff_quant import data as data_lib
+from tff_quant import federated_training as ft
+
+pytestmark = pytest.mark.usefixtures('tff_context')
+
+
+@pytest.fixture(scope='module')
+def mnist():
+  return data_lib.load('mnist', num_clients=20, seed=0)
+
+
+def small_config(**kw):
+  cfg = dict(mechanism='rqm', model='logreg', rounds=2, clients_per_round=4,
+             total_clients=20, clip_norm=1.0, client_lr=0.1, eval_every=1,
+             noise_seed=3)
+  cfg.update(kw)
+  return ft.TrainingConfig(**cfg)
+
+
+def rounds_in(run_dir):
+  with open(os.path.join(run_dir, 'metrics.csv')) as f:
+    return [int(r['round']) for r in csv.DictReader(f)]
+
+
+def test_run_resume_and_every_round_exactly_once(mnist, tmp_path):
+  run_dir = str(tmp_path / 'run')
+  s1 = ft.run(small_config(), mnist, run_dir, log=lambda _: None)
+  assert rounds_in(run_dir) == [1, 2]
+  assert 0 <= s1['test_accuracy'] <= 1 and s1['epsilon'] > 0
+  assert s1['bits_per_client_per_round'] == 4 * 7850
+  # Killed after writing metrics for round 3 but before its checkpoint:
+  with open(os.path.join(run_dir, 'metrics.csv'), 'a') as f:
+    f.write('3' + ',0' * 15 + '\n')
+  logs = []
+  s2 = ft.run(small_config(rounds=4), mnist, run_dir, log=logs.append)
+  assert any('Resuming' in l and 'round 2' in l for l in logs)
+  assert rounds_in(run_dir) == [1, 2, 3, 4]
+  assert s2['rounds_completed'] == 4
+  with open(os.path.join(run_dir, 'summary.json')) as f:
+    assert json.load(f)['data'].startswith('MNIST')
+
+
+def test_changed_settings_and_corrupt_checkpoint_are_errors(mnist, tmp_path):
+  run_dir = str(tmp_path / 'run')
+  ft.run(small_config(rounds=1), mnist, run_dir, log=lambda _: None)
+  with pytest.raises(ValueError, match='client_lr'):
+    ft.run(small_config(rounds=2, client_lr=0.5), mnist, run_dir,
+           log=lambda _: None)
+  latest = max(glob.glob(os.path.join(run_dir, 'checkpoints', 'program_state_*')))
+  for path in glob.glob(os.path.join(latest, '**', '*'), recursive=True):
+    if os.path.isfile(path):
+      with open(path, 'wb') as f:
+        f.write(b'garbage')
+  with pytest.raises(ft.CorruptCheckpointError, match='program_state_1'):
+    ft.run(small_config(rounds=2), mnist, run_dir, log=lambda _: None)
+  assert rounds_in(run_dir) == [1]  # nothing lost, nothing restarted
+
+
+def test_no_privacy_parameters_fail_before_training(mnist, tmp_path):
+  with pytest.raises(ValueError, match='no privacy'):
+    ft.run(small_config(mechanism='qmgeo', qmgeo_full_support=False), mnist,
+           str(tmp_path / 'q'), log=lambda _: None)
+  assert not os.path.exists(str(tmp_path / 'q'))
+
+
+@pytest.mark.parametrize('kw, name', [
+    (dict(mechanism='laplace'), 'mechanism'), (dict(rounds=0), 'rounds'),
+    (dict(client_lr=-1.0), 'client_lr'), (dict(clients_per_round=30),
+                                          'clients_per_round'),
+    (dict(model='vgg'), 'model'), (dict(delta=2.0), 'delta')])
+def test_bad_config_raises(kw, name):
+  with pytest.raises(ValueError, match=name):
+    small_config(**kw).validate()

