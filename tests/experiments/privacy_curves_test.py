@@ -1,0 +1,22 @@
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_smoke_writes_csv_png_and_verdicts(tmp_path):
+  res = subprocess.run(
+      [sys.executable, '-m', 'experiments.privacy_curves', '--max_clients=3',
+       '--alphas=2,10', f'--output_dir={tmp_path}'], cwd=ROOT, capture_output=True,
+      text=True, timeout=600)
+  assert res.returncode == 0, res.stderr[-2000:]
+  for name in ['rqm_vs_pbm.png', 'rqm_vs_pbm_vs_n.csv', 'rqm_vs_pbm_vs_alpha.csv',
+               'quantized_gaussian_eps_vs_k.csv', 'qmgeo_eps_vs_p.csv',
+               'verdicts.txt']:
+    assert os.path.getsize(tmp_path / name) > 0, name
+  assert 'CONFIRMED' in res.stdout
+  bad = subprocess.run([sys.executable, '-m', 'experiments.privacy_curves',
+                        '--alphas=0.5', f'--output_dir={tmp_path}'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+  assert bad.returncode != 0 and 'alphas' in bad.stderr
