@@ -24,9 +24,10 @@ def test_every_file_has_a_target():
   for path in python_files('tff_quant', r'.*\.py'):
     if kinds.get(path) != 'py_library':
       missing.append(('py_library', path))
-  for path in python_files('experiments', r'(?!__init__).*\.py'):
-    if kinds.get(path) != 'py_binary':
-      missing.append(('py_binary', path))
+  for folder in ('experiments', 'benchmarks'):
+    for path in python_files(folder, r'(?!__init__).*\.py'):
+      if kinds.get(path) != 'py_binary':
+        missing.append(('py_binary', path))
   for path in python_files('tests', r'.*_test\.py'):
     if kinds.get(path) != 'py_test':
       missing.append(('py_test', path))
