@@ -129,3 +129,15 @@ def test_invalid_arguments_raise():
     D.renyi_divergence_of_sum(mech, 2, 3, others='worst')
   with pytest.raises(ValueError, match='others'):
     D.renyi_divergence_of_sum(mech, 2, 3, others=[5])
+
+
+def test_accounting_does_not_load_tensorflow():
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  code = ('import sys; from tff_quant import accounting, mechanisms; '
+          'm = mechanisms.RQM(1.0, 1.0, 16, 0.42); '
+          'accounting.training_guarantee(m, 2, 4, 100, 1e-5); '
+          'print("tensorflow" in sys.modules)')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                       timeout=300)
+  assert out.returncode == 0, out.stderr[-1000:]
+  assert out.stdout.strip() == 'False'

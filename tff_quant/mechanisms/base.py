@@ -11,7 +11,18 @@ import math
 from typing import Dict, Optional
 
 import numpy as np
-import tensorflow as tf
+
+
+class _LazyTensorFlow:
+  """`tf` imported on first use: the exact pmfs (and so tff_quant.accounting)
+  need only numpy/scipy; TensorFlow loads when a mechanism first samples."""
+
+  def __getattr__(self, name):
+    import tensorflow  # pylint: disable=g-import-not-at-top
+    return getattr(tensorflow, name)
+
+
+tf = _LazyTensorFlow()
 
 
 def check_in_range(name: str, value, low=None, high=None, low_open=False,
@@ -55,8 +66,9 @@ def split_seed(seed, num: int):
   return tf.random.experimental.stateless_split(seed, num=num)
 
 
-def uniform(shape, seed, dtype=tf.float32):
+def uniform(shape, seed, dtype=None):
   """Uniform in [0, 1)."""
+  dtype = dtype or tf.float32
   return tf.random.stateless_uniform(shape, seed=seed, dtype=dtype)
 
 
@@ -67,8 +79,9 @@ def stochastic_round(t, seed):
   return low + up
 
 
-def binomial_half(shape, seed, trials: int, dtype=tf.float32):
+def binomial_half(shape, seed, trials: int, dtype=None):
   """Binomial(trials, 1/2) as the popcount of `trials` random bits (trials <= 63)."""
+  dtype = dtype or tf.float32
   if not 0 <= trials <= 63:
     return tf.random.stateless_binomial(shape, seed, counts=float(trials),
                                         probs=0.5, output_dtype=dtype)
@@ -108,11 +121,12 @@ def binomial(seed, trials: int, probs):
   return tf.cast(k, probs.dtype)
 
 
-def geometric(shape, seed, keep_prob, dtype=tf.float32):
+def geometric(shape, seed, keep_prob, dtype=None):
   """Number of failures before the first success, success prob `keep_prob`.
 
   Inverse-CDF sampling: floor(log(V) / log(1 - p)) with V uniform on (0, 1].
   """
+  dtype = dtype or tf.float32
   v = 1.0 - uniform(shape, seed, dtype)
   return tf.floor(tf.math.log(v) / math.log1p(-keep_prob))
 

@@ -17,9 +17,10 @@ Departures from the paper (derived from the sampler, checked by Monte Carlo):
 
 import numpy as np
 from scipy import special, stats
-import tensorflow as tf
 
 from tff_quant.mechanisms import base
+
+tf = base.tf
 
 
 class BQ(base.Mechanism):

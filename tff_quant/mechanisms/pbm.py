@@ -8,9 +8,10 @@ accountant reports that honestly rather than refusing the parameter.
 
 import numpy as np
 from scipy import stats
-import tensorflow as tf
 
 from tff_quant.mechanisms import base
+
+tf = base.tf
 
 
 class PBM(base.Mechanism):

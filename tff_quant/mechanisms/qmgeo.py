@@ -25,9 +25,10 @@ Departures from the paper (eqs. 9-11), derived from the sampler and checked by M
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from tff_quant.mechanisms import base
+
+tf = base.tf
 
 
 class QMGeo(base.Mechanism):

@@ -16,9 +16,10 @@ import math
 
 import numpy as np
 from scipy import special
-import tensorflow as tf
 
 from tff_quant.mechanisms import base
+
+tf = base.tf
 
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
 _MAX_PANELS = 48

@@ -19,9 +19,10 @@ import math
 
 import numpy as np
 from scipy import special
-import tensorflow as tf
 
 from tff_quant.mechanisms import base
+
+tf = base.tf
 
 
 class RQM(base.Mechanism):
