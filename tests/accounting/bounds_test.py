@@ -46,3 +46,14 @@ def test_bq_parameters_meet_constraints():
                          dataset_size=100)
   assert bounds.binomial_mode_prob(100) == pytest.approx(
       math.sqrt(2 / (math.pi * 100)), rel=0.01)
+
+
+def test_rqp_epsilon_t_as_printed():
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  mech = mechanisms.RandomizedProjection(bound=0.3, bits=4, q=0.5, sigma=0.1)
+  a = (16 * 0.5 - 1) / 15
+  c0 = 0.5 / 15
+  num = a * (2 * stats.norm.cdf(0.3 / 15 / 0.1) - 1) + c0
+  den = a * (stats.norm.cdf((0.3 + 0.02 + 0.45) / 0.1) -
+             stats.norm.cdf((0.3 - 0.02 + 0.45) / 0.1)) + c0
+  assert bounds.rqp_epsilon_t(mech, 0.45) == pytest.approx(math.log(num / den))

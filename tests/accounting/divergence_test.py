@@ -141,3 +141,28 @@ def test_accounting_does_not_load_tensorflow():
                        timeout=300)
   assert out.returncode == 0, out.stderr[-1000:]
   assert out.stdout.strip() == 'False'
+
+
+@pytest.mark.parametrize('mech', [
+    mechanisms.PBM(clip=1.0, num_levels=8, theta=0.3),
+    mechanisms.RQM(clip=1.0, delta=1.0, num_levels=8, q=0.5),
+    mechanisms.RandomizedProjection(bound=0.3, bits=3, q=0.6, sigma=0.05,
+                                    input_bound=0.4)], ids=lambda m: m.name)
+def test_epsilon_infinity_local_is_an_upper_bound_that_converges(mech):
+  delta = 0.2 * mech.input_bound
+  # Brute force: pairs on a fine grid (a lower estimate of the supremum).
+  xs = np.linspace(-mech.input_bound, mech.input_bound, 401)
+  lp = np.stack([mech.log_pmf(x) for x in xs])
+  step = xs[1] - xs[0]
+  k = int(np.floor(delta / step + 1e-9))
+  brute = max(np.max(lp[i] - lp[j]) for i in range(len(xs))
+              for j in range(max(0, i - k), min(len(xs), i + k + 1)))
+  coarse = D.epsilon_infinity_local(mech, delta, grid_size=101)
+  fine = D.epsilon_infinity_local(mech, delta, grid_size=2001)
+  assert coarse >= fine - 1e-12 >= brute - 1e-9
+  assert fine - brute < 0.05 * brute + 1e-6
+  # Full-range sensitivity recovers the global D∞.
+  assert D.epsilon_infinity_local(mech, 2 * mech.input_bound) == pytest.approx(
+      D.epsilon_infinity(mech), rel=1e-9)
+  with pytest.raises(ValueError, match='sensitivity'):
+    D.epsilon_infinity_local(mech, 0.0)

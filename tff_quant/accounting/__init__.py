@@ -7,5 +7,6 @@ from tff_quant.accounting.composition import (Guarantee, RoundAccountant,
                                               subsampled_rdp_without_replacement,
                                               training_guarantee)
 from tff_quant.accounting.divergence import (SumDivergence, epsilon_infinity,
+                                             epsilon_infinity_local,
                                              renyi_divergence,
                                              renyi_divergence_of_sum, sum_log_pmf)

@@ -9,6 +9,7 @@ of the exact divergence of the mechanism as implemented:
   for larger p (not a bound). Eq. (25) is negative for the paper's own settings
   (R, p) in {(8, .5), (8, .9), (16, .9)} at α = 2: not a bound.
 * Quantized Gaussian (Thm 1 post-processing): α Cq²/(2σ²) bounds the exact D_α.
+* RQP-SGD Thm 1's per-step ε_t: reported as printed (see rqp_epsilon_t).
 * BQ Lemma 1 / Remark 1: a (ε, δ)-style bound built on a De Moivre-Laplace
   approximation of the binomial mode; reported, not used.
 """
@@ -16,7 +17,7 @@ of the exact divergence of the mechanism as implemented:
 import math
 from typing import Tuple
 
-from scipy import stats
+from scipy import special, stats
 
 
 def rqm_theorem_5_2(mech) -> float:
@@ -96,3 +97,22 @@ def bq_parameters(bits: int, epsilon: float, dim: int, batch_size: int,
     raise ValueError(f'No (s, m) with {bits} bits meets ε={epsilon} '
                      f'(d={dim}, L={batch_size}, |D|={dataset_size}).')
   return best[1], best[2]
+
+
+def rqp_epsilon_t(mech, clip: float) -> float:
+  """Per-step ε_t of RQP-SGD Thm 1 (paper 004), exactly as printed.
+
+  log( [a (2Φ(a1/σ) - 1) + c0] / [a (Φ(a2/σ) - Φ(a3/σ)) + c0] ),
+  a = (2^b q - 1)/(2^b - 1), c0 = (1-q)/(2^b - 1), a1 = M/(2^b-1),
+  a2 = M + M/(2^b-1) + C, a3 = M - M/(2^b-1) + C, σ = σ_l (the mechanism's σ).
+  """
+  big_l = mech.num_levels
+  m_, s_ = mech.bound, mech.sigma
+  a = (big_l * mech.q - 1) / (big_l - 1)
+  c0 = (1 - mech.q) / (big_l - 1)
+  a1 = m_ / (big_l - 1)
+  a2 = m_ + m_ / (big_l - 1) + clip
+  a3 = m_ - m_ / (big_l - 1) + clip
+  num = a * (2 * special.ndtr(a1 / s_) - 1) + c0
+  den = a * (special.ndtr(a2 / s_) - special.ndtr(a3 / s_)) + c0
+  return math.log(num / den)

@@ -321,3 +321,31 @@ def epsilon_infinity(mech) -> float:
   if np.any(possible & ~np.isfinite(lo)):
     return math.inf
   return float(np.max(hi[possible] - lo[possible]))
+
+
+def epsilon_infinity_local(mech, sensitivity: float, grid_size: int = 2001) -> float:
+  """Upper bound on sup_{|x-x'| <= Δ} max_i log P_x(i)/P_x'(i) over the input range.
+
+  For one SGD step the neighbouring inputs differ by a sensitivity Δ (e.g.
+  2ηC/m in RQP-SGD), not by the whole range. Valid for mechanisms whose level
+  probabilities are unimodal in x (RQM, PBM, BQ, QuantizedGaussian,
+  RandomizedProjection): the critical inputs (modes) are grid points, so on each
+  grid cell the max of log P_x(i) is at a cell end, and the min over the
+  Δ-widened cell is at its ends. The bound tightens as `grid_size` grows.
+  """
+  if not sensitivity > 0:
+    raise ValueError(f'`sensitivity` must be > 0, got {sensitivity!r}.')
+  if int(grid_size) < 2:
+    raise ValueError(f'`grid_size` must be >= 2, got {grid_size!r}.')
+  b = mech.input_bound
+  grid = np.union1d(np.linspace(-b, b, int(grid_size)), mech.critical_inputs())
+  lp = np.stack([mech.log_pmf(x) for x in grid])
+  lo_x = np.clip(grid[:-1] - sensitivity, -b, b)
+  hi_x = np.clip(grid[1:] + sensitivity, -b, b)
+  lp_lo = np.stack([mech.log_pmf(x) for x in lo_x])
+  lp_hi = np.stack([mech.log_pmf(x) for x in hi_x])
+  top = np.maximum(lp[:-1], lp[1:])
+  bottom = np.minimum(lp_lo, lp_hi)
+  with np.errstate(invalid='ignore'):
+    gap = np.where(np.isfinite(top), top - bottom, 0.0)
+  return float(np.max(gap))

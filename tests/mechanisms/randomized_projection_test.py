@@ -1,0 +1,50 @@
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.mechanisms import mechanism_checks as checks
+from tff_quant.mechanisms import randomized_projection as rp
+
+PARAMS = [dict(bound=0.3, bits=4, q=0.5, sigma=0.05),
+          dict(bound=0.3, bits=2, q=0.9, sigma=0.0, input_bound=0.5),
+          dict(bound=1.0, bits=3, q=1 / 7, sigma=0.4, input_bound=1.2)]
+
+
+@pytest.mark.parametrize('params', PARAMS)
+def test_pmf_valid_and_matches_sampler(params):
+  mech = rp.RandomizedProjection(**params)
+  for x in checks.standard_inputs(mech):
+    checks.assert_pmf_valid(mech, x)
+    checks.assert_histogram_matches_pmf(mech, x)
+
+
+def test_end_cells_absorb_the_clipped_tails():
+  mech = rp.RandomizedProjection(bound=0.3, bits=4, q=0.6, sigma=0.1, input_bound=0.4)
+  a = mech.nearest_level_probs(0.4)
+  h = mech.level_step / 2
+  assert a[-1] == pytest.approx(stats.norm.sf(0.3 - h, 0.4, 0.1))
+  assert a.sum() == pytest.approx(1.0)
+  # The paper's interior formula for the top cell misses the mass above Q_top + h:
+  paper_top = stats.norm.cdf(0.3 + h, 0.4, 0.1) - stats.norm.cdf(0.3 - h, 0.4, 0.1)
+  assert paper_top < a[-1] - 0.1
+
+
+def test_every_level_possible_so_dinf_is_finite():
+  mech = rp.RandomizedProjection(**PARAMS[1])
+  for x in checks.standard_inputs(mech):
+    assert np.all(mech.pmf(x) >= (1 - mech.q) / (mech.num_levels - 1) - 1e-15)
+
+
+def test_seeding_and_sanitizing():
+  mech = rp.RandomizedProjection(**PARAMS[0])
+  checks.assert_seeding(mech)
+  checks.assert_sanitizes(mech)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(bound=0.0), 'bound'), (dict(bits=0), 'bits'), (dict(q=1.0), 'q'),
+    (dict(q=0.01), 'q'), (dict(sigma=-1.0), 'sigma'), (dict(input_bound=0.0),
+                                                      'input_bound')])
+def test_invalid_params_raise(kwargs, name):
+  with pytest.raises(ValueError, match=f'`{name}`'):
+    rp.RandomizedProjection(**dict(PARAMS[0], **kwargs))

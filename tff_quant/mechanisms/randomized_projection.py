@@ -1,0 +1,102 @@
+"""Randomized projection of RQP-SGD (paper 004, Alg. 1-2), with the DP-SGD noise.
+
+y = x + N(0, σ²) (σ = the per-step noise std on a coordinate, σ_l = ησ/m in the
+paper), clipped to [-M, M]; Q* = the nearest of the L = 2^b levels
+Q_i = -M + 2Mi/(L-1); output Q* with probability q, otherwise one of the other
+L-1 levels uniformly.
+
+P(i) = A_i q + (1 - A_i)(1-q)/(L-1), A_i = P(nearest level of clip(y) is i).
+
+Departure from the paper (derived from the sampler, checked by Monte Carlo): the
+end cells absorb the clipped tails, A_0 = Φ((Q_0 + h - x)/σ) and
+A_{L-1} = 1 - Φ((Q_{L-1} - h - x)/σ) (h = M/(L-1)); the printed pmf uses the
+interior-cell formula Φ(Q_i^+) - Φ(Q_i^-) for every level, which does not sum to
+one. Every level keeps probability >= min(q, (1-q)/(L-1)) > 0, so D∞ is finite.
+Not unbiased (projection); `input_bound` is the range of the pre-noise value
+(e.g. M + ηC for w_t - η·grad with w_t in [-M, M]).
+"""
+
+import numpy as np
+from scipy import special
+
+from tff_quant.mechanisms import base
+
+tf = base.tf
+
+
+class RandomizedProjection(base.Mechanism):
+  """RandomizedProjection(bound=M, bits=b, q=q, sigma=σ, input_bound=M)."""
+
+  name = 'randomized_projection'
+  unbiased = False
+
+  def __init__(self, bound: float, bits: int, q: float, sigma: float,
+               input_bound=None):
+    self.bound = float(base.check_in_range('bound', bound, 0, None, low_open=True))
+    self.bits = base.check_in_range('bits', bits, 1, 24, integer=True)
+    big_l = 2**self.bits
+    self.q = float(base.check_in_range('q', q, 1.0 / (big_l - 1), 1, high_open=True))
+    self.sigma = float(base.check_in_range('sigma', sigma, 0, None))
+    ib = self.bound if input_bound is None else input_bound
+    self._input_bound = float(base.check_in_range('input_bound', ib, 0, None,
+                                                  low_open=True))
+
+  def params(self):
+    return dict(bound=self.bound, bits=self.bits, q=self.q, sigma=self.sigma,
+                input_bound=self._input_bound)
+
+  @property
+  def num_levels(self):
+    return 2**self.bits
+
+  @property
+  def input_bound(self):
+    return self._input_bound
+
+  @property
+  def level_step(self):
+    return 2.0 * self.bound / (self.num_levels - 1)
+
+  @property
+  def level_offset(self):
+    return -self.bound
+
+  def nearest_level_probs(self, x: float) -> np.ndarray:
+    """A_i = P(the nearest level of clip(x + N(0, σ²), -M, M) is i)."""
+    x = self.clip_input(x)
+    edges = self.levels[:-1] + 0.5 * self.level_step   # cell boundaries
+    if self.sigma == 0:
+      cdf = (x < edges).astype(np.float64)             # cells [Q_i - h, Q_i + h)
+    else:
+      cdf = special.ndtr((edges - x) / self.sigma)
+    cdf = np.concatenate([[0.0], cdf, [1.0]])
+    return np.clip(np.diff(cdf), 0.0, 1.0)
+
+  def log_pmf(self, x):
+    a = self.nearest_level_probs(x)
+    other = (1.0 - self.q) / (self.num_levels - 1)
+    return np.log(a * self.q + (1.0 - a) * other)
+
+  def critical_inputs(self):
+    # A_i(x) is unimodal in x (Gaussian against an interval) with its peak at
+    # Q_i, and P_x(i) is monotone in A_i.
+    b = self.levels
+    c = self.input_bound
+    inside = b[(b > -c) & (b < c)]
+    return np.concatenate([[-c], inside, [c]])
+
+  def _encode(self, x, seed):
+    s_noise, s_keep, s_other = tf.unstack(base.split_seed(seed, 3))
+    shape = tf.shape(x)
+    y = x
+    if self.sigma > 0:
+      y = x + self.sigma * tf.random.stateless_normal(shape, s_noise, dtype=x.dtype)
+    y = tf.clip_by_value(y, -self.bound, self.bound)
+    top = float(self.num_levels - 1)
+    nearest = tf.clip_by_value(tf.floor((y + self.bound) / self.level_step + 0.5),
+                               0.0, top)
+    keep = base.uniform(shape, s_keep, x.dtype) < self.q
+    other = tf.minimum(tf.floor(base.uniform(shape, s_other, x.dtype) * top),
+                       top - 1.0)
+    other = other + tf.cast(other >= nearest, x.dtype)
+    return tf.where(keep, nearest, other)
