@@ -227,9 +227,18 @@ class Mechanism(abc.ABC):
     """
     return np.stack([self.log_pmf(x) for x in self.critical_inputs()])
 
-  @abc.abstractmethod
   def critical_inputs(self) -> np.ndarray:
-    """Inputs where each level's probability attains its max and min over the range."""
+    """Inputs where each level's probability attains its max and min over the range.
+
+    Default: the range ends plus the levels inside the range, right when each
+    level's probability is unimodal in x with its peak at that level's value
+    (piecewise linear between levels for RQM; a Gaussian against a hat or cell for
+    the quantized Gaussian and randomized projection). Others override it.
+    """
+    b = self.levels
+    c = self.input_bound
+    inside = b[(b > -c) & (b < c)]
+    return np.concatenate([[-c], inside, [c]])
 
   # --- sampling and decoding (TensorFlow) -----------------------------------
   def sanitize(self, x):

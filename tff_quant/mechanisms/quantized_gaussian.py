@@ -107,13 +107,6 @@ class QuantizedGaussian(base.Mechanism):
     out[-1] = np.logaddexp(out[-1], special.log_ndtr(-zs[-1]))  # saturate high
     return out
 
-  def critical_inputs(self):
-    # P_x(r) is log-concave in x (hat * Gaussian); interior levels peak at x = B(r).
-    b = self.levels
-    c = self.input_bound
-    inside = b[(b > -c) & (b < c)]
-    return np.concatenate([[-c], inside, [c]])
-
   def _encode(self, x, seed):
     s_noise, s_round = tf.unstack(base.split_seed(seed, 2))
     y = x + self.sigma * tf.random.stateless_normal(tf.shape(x), s_noise,

@@ -77,14 +77,6 @@ class RandomizedProjection(base.Mechanism):
     other = (1.0 - self.q) / (self.num_levels - 1)
     return np.log(a * self.q + (1.0 - a) * other)
 
-  def critical_inputs(self):
-    # A_i(x) is unimodal in x (Gaussian against an interval) with its peak at
-    # Q_i, and P_x(i) is monotone in A_i.
-    b = self.levels
-    c = self.input_bound
-    inside = b[(b > -c) & (b < c)]
-    return np.concatenate([[-c], inside, [c]])
-
   def _encode(self, x, seed):
     s_noise, s_keep, s_other = tf.unstack(base.split_seed(seed, 3))
     shape = tf.shape(x)

@@ -90,13 +90,6 @@ class RQM(base.Mechanism):
     out[j + 1:] = special.logsumexp(log_pair + log_w_up, axis=0)
     return out
 
-  def critical_inputs(self):
-    # The pmf is linear in x between consecutive levels, so each level's max and
-    # min over [-c, c] are attained at +-c or at a level inside the range.
-    b = self.levels
-    inside = b[(b > -self.clip) & (b < self.clip)]
-    return np.concatenate([[-self.clip], inside, [self.clip]])
-
   def _encode(self, x, seed):
     s_low, s_up, s_round = tf.unstack(base.split_seed(seed, 3))
     shape = tf.shape(x)
