@@ -14,7 +14,7 @@ from tff_quant import mechanisms
 from tff_quant.mechanisms import base
 
 DIM = 2**20
-REPEATS = 7
+REPEATS = 11
 
 
 def stochastic_rounding(x, seed, m=16, c=1.0):
@@ -43,13 +43,15 @@ def main():
   base_rate = throughput(stochastic_rounding, x)
   print(f'encode throughput, d = 2^20 float32, median of {REPEATS}, '
         f'{tf.config.threading.get_intra_op_parallelism_threads() or "all"} threads')
-  print(f'| {"mechanism":<46} | {"Mcoord/s":>9} | {"vs SR":>6} |')
-  print(f'|{"-" * 48}|{"-" * 11}|{"-" * 8}|')
-  print(f'| {"stochastic rounding, m=16 (baseline)":<46} | {base_rate / 1e6:9.1f} | '
-        f'{1.0:6.2f} |')
+  print(f'| {"mechanism":<72} | {"XLA":>3} | {"Mcoord/s":>9} | {"vs SR":>6} |')
+  print(f'|{"-" * 74}|{"-" * 5}|{"-" * 11}|{"-" * 8}|')
+  print(f'| {"stochastic rounding, m=16 (baseline)":<72} | {"no":>3} | '
+        f'{base_rate / 1e6:9.1f} | {1.0:6.2f} |')
   for mech in mechs:
     rate = throughput(mech.encode, x)
-    print(f'| {repr(mech)[:46]:<46} | {rate / 1e6:9.1f} | {rate / base_rate:6.2f} |')
+    xla = 'yes' if mech.jit_encode else 'no'
+    print(f'| {repr(mech):<72} | {xla:>3} | {rate / 1e6:9.1f} | '
+          f'{rate / base_rate:6.2f} |')
 
 
 if __name__ == '__main__':

@@ -6,7 +6,6 @@ Fashion-MNIST clients, simulated split), same process, one run. Target: <= 1.15x
 """
 
 import statistics
-import sys
 import time
 
 from absl import app
@@ -20,6 +19,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer('rounds', 3, 'Timed rounds per factory (after one warm-up).')
 flags.DEFINE_integer('clients', 40, 'Clients per round.')
 flags.DEFINE_string('model', 'emnist_cnn', 'Model.')
+flags.DEFINE_list('only', None, 'Names of the factories to time after the '
+                  'no-privacy baseline (default: all).')
 
 
 def main(argv):
@@ -43,24 +44,35 @@ def main(argv):
       ('qmgeo (full support)', aggregators.qmgeo_factory(0.03, 16, 0.5, True)),
       ('quantized_gaussian', aggregators.quantized_gaussian_factory(0.03, 16, 1.0)),
       ('clipped mean (noise-free)', aggregators.clipped_mean_factory(0.03))]
+  if FLAGS.only:
+    unknown = set(FLAGS.only) - {n for n, _ in factories}
+    if unknown:
+      raise app.UsageError(f'--only: unknown factories {sorted(unknown)}')
+    factories = factories[:1] + [f for f in factories[1:] if f[0] in FLAGS.only]
   d = models.num_params(models.get(FLAGS.model, (28, 28, 1), 62))
   print(f'{FLAGS.model} (d={d}), {FLAGS.clients} clients/round, median of '
-        f'{FLAGS.rounds} rounds after 1 warm-up; data: {fed.description}', flush=True)
-  print('| aggregator | s/round | vs no privacy |\n|---|---|---|', flush=True)
-  base = None
-  for name, factory in factories:
+        f'{FLAGS.rounds} rounds after 1 warm-up, factories interleaved round by '
+        f'round; data: {fed.description}', flush=True)
+  processes, states = [], []
+  for _, factory in factories:
     process = tff.learning.algorithms.build_unweighted_fed_avg(
         model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.01),
         model_aggregator=factory)
     state = process.initialize()
-    state = process.next(state, datasets).state
-    times = []
-    for _ in range(FLAGS.rounds):
+    states.append(process.next(state, datasets).state)  # warm-up (traces, compiles)
+    processes.append(process)
+  # Interleaving exposes every factory to the same machine conditions: the
+  # ratios below compare rounds run minutes apart at most.
+  times = [[] for _ in factories]
+  for _ in range(FLAGS.rounds):
+    for i, process in enumerate(processes):
       t0 = time.perf_counter()
-      state = process.next(state, datasets).state
-      times.append(time.perf_counter() - t0)
-    sec = statistics.median(times)
-    base = base or sec
+      states[i] = process.next(states[i], datasets).state
+      times[i].append(time.perf_counter() - t0)
+  print('| aggregator | s/round | vs no privacy |\n|---|---|---|', flush=True)
+  base = statistics.median(times[0])
+  for (name, _), ts in zip(factories, times):
+    sec = statistics.median(ts)
     print(f'| {name} | {sec:.2f} | {sec / base:.2f}x |', flush=True)
 
 

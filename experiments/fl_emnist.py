@@ -8,6 +8,8 @@ A killed run started again with the same command resumes from its checkpoint.
 
   python -m experiments.fl_emnist --mechanism=rqm --rounds=200 \
       --root_output_dir=results/fl --experiment_name=rqm
+On several machines: start `worker_binary --port=N` on each (path:
+tff_quant.runtime.worker_binary_path()) and add --workers=host1:N,host2:N.
 """
 
 import os
@@ -20,6 +22,7 @@ from absl import logging
 
 from tff_quant import data as data_lib
 from tff_quant import federated_training as ft
+from tff_quant import cli
 
 _D = ft.TrainingConfig()
 FLAGS = flags.FLAGS
@@ -58,6 +61,9 @@ flags.DEFINE_string('emnist_cache_dir', None, 'Folder with emnist_all.sqlite '
                     '(default ~/.tff).')
 flags.DEFINE_float('dirichlet_alpha', 0.5, 'Label skew of simulated splits.')
 flags.DEFINE_integer('max_test_examples', None, 'Evaluate on a prefix of the test set.')
+flags.DEFINE_list('workers', None, 'host:port,... of running TFF worker services '
+                  '(worker_binary --port=N) that share each round\'s clients; '
+                  'default: one machine.')
 flags.DEFINE_string('root_output_dir', 'runs', 'Where run folders go.')
 flags.DEFINE_string('experiment_name', None, 'Run folder name (default: mechanism).')
 flags.DEFINE_bool('fresh', False, 'Discard an existing run with this name.')
@@ -82,7 +88,7 @@ def main(argv):
   # SIGTERM/SIGINT -> normal exit, so atexit ends TFF's worker processes.
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
   config = config_from_flags()
-  try:
+  with cli.user_errors_exit():
     config.validate()
     dataset = resolve_dataset(FLAGS.dataset)
     if dataset != 'emnist' and config.model == 'emnist_cnn':
@@ -95,10 +101,7 @@ def main(argv):
                          max_test_examples=FLAGS.max_test_examples)
     run_dir = os.path.join(FLAGS.root_output_dir,
                            FLAGS.experiment_name or config.mechanism)
-    summary = ft.run(config, data, run_dir, fresh=FLAGS.fresh)
-  except (ValueError, FileNotFoundError, ft.CorruptCheckpointError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    summary = ft.run(config, data, run_dir, fresh=FLAGS.fresh, workers=FLAGS.workers)
   print('=' * 78)
   print(f'Data: {summary["data"]}')
   print(f'Mechanism: {summary["mechanism"]}')

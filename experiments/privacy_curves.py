@@ -10,7 +10,6 @@
   python -m experiments.privacy_curves --output_dir=results/privacy
 """
 
-import csv
 import math
 import os
 
@@ -21,7 +20,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
-from tff_quant import accounting, mechanisms
+from tff_quant import accounting, mechanisms, results_io
 from tff_quant.accounting import bounds
 
 FLAGS = flags.FLAGS
@@ -33,13 +32,6 @@ flags.DEFINE_list('alphas', ['1.5', '2', '3', '5', '10', '20', '50', '100', '200
 C = 1.5  # the paper's c; the divergences are scale-free in (Δ/c)
 PAIRS = [((1.0, 0.42), 0.25), ((2.0, 0.57), 0.25), ((0.66, 0.33), 0.25),
          ((2.33, 0.42), 0.15), ((0.429, 0.49), 0.35)]
-
-
-def _write_csv(path, header, rows):
-  with open(path, 'w', newline='') as f:
-    w = csv.writer(f)
-    w.writerow(header)
-    w.writerows(rows)
 
 
 def rqm_vs_pbm(out_dir, max_n, alphas):
@@ -87,10 +79,10 @@ def rqm_vs_pbm(out_dir, max_n, alphas):
     ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(os.path.join(out_dir, 'rqm_vs_pbm.png'), dpi=110)
-  _write_csv(os.path.join(out_dir, 'rqm_vs_pbm_vs_n.csv'),
+  results_io.write_csv(os.path.join(out_dir, 'rqm_vs_pbm_vs_n.csv'),
              ['delta_over_c', 'q', 'theta', 'n', 'rqm_d2', 'rqm_worst_num_plus',
               'pbm_d2', 'pbm_worst_num_plus'], rows_n)
-  _write_csv(os.path.join(out_dir, 'rqm_vs_pbm_vs_alpha.csv'),
+  results_io.write_csv(os.path.join(out_dir, 'rqm_vs_pbm_vs_alpha.csv'),
              ['delta_over_c', 'q', 'theta', 'n', 'alpha', 'rqm', 'pbm'], rows_a)
   return verdicts
 
@@ -103,7 +95,7 @@ def quantized_gaussian(out_dir):
     eps1 = accounting.renyi_divergence_of_sum(mech, 1, 1).value
     eps_inf = accounting.renyi_divergence_of_sum(mech, math.inf, 1).value
     rows.append([k, eps1, eps_inf, bounds.gaussian_rdp(mech, 1.0)])
-  _write_csv(os.path.join(out_dir, 'quantized_gaussian_eps_vs_k.csv'),
+  results_io.write_csv(os.path.join(out_dir, 'quantized_gaussian_eps_vs_k.csv'),
              ['k', 'eps1_exact', 'eps_inf_exact', 'gaussian_eps1'], rows)
   fig, ax = plt.subplots(figsize=(6, 4))
   ax.plot(ks, [r[1] for r in rows], marker='o', label='quantized Gaussian ε1 (exact)')
@@ -148,7 +140,7 @@ def qmgeo(out_dir):
   ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(os.path.join(out_dir, 'qmgeo_eps_vs_p.png'), dpi=110)
-  _write_csv(os.path.join(out_dir, 'qmgeo_eps_vs_p.csv'),
+  results_io.write_csv(os.path.join(out_dir, 'qmgeo_eps_vs_p.csv'),
              ['R', 'p', 'eq21_printed', 'exact_as_written', 'exact_full_support'], rows)
   return verdicts
 

@@ -7,6 +7,7 @@ import pytest
 
 from tff_quant import data as data_lib
 from tff_quant import federated_training as ft
+from tff_quant import runtime
 
 pytestmark = pytest.mark.usefixtures('tff_context')
 
@@ -78,3 +79,27 @@ def test_no_privacy_parameters_fail_before_training(mnist, tmp_path):
 def test_bad_config_raises(kw, name):
   with pytest.raises(ValueError, match=name):
     small_config(**kw).validate()
+
+
+def test_two_workers_a_worker_dies_and_the_run_resumes(mnist, tmp_path):
+  run_dir = str(tmp_path / 'run')
+  addresses, procs = runtime.start_local_workers(2)
+
+  def log(line):
+    if line.startswith('round 1/'):
+      procs[1].kill()  # the second worker dies after round 1
+  try:
+    with pytest.raises(runtime.WorkerUnavailableError, match=addresses[1]):
+      ft.run(small_config(rounds=3), mnist, run_dir, log=log, workers=addresses)
+    assert rounds_in(run_dir) == [1]
+    runtime.stop_processes(procs)
+    addresses, procs = runtime.start_local_workers(2)  # other ports: still resumes
+    logs = []
+    summary = ft.run(small_config(rounds=3), mnist, run_dir, log=logs.append,
+                     workers=addresses)
+    assert any('Resuming' in l and 'round 1' in l for l in logs)
+    assert any('2 TFF workers' in l for l in logs)
+    assert rounds_in(run_dir) == [1, 2, 3] and summary['rounds_completed'] == 3
+  finally:
+    runtime.stop_processes(procs)
+    runtime.use_secure_sum_simulation()

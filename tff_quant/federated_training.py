@@ -9,19 +9,18 @@ a resumed run ends with every round exactly once) and summary.json at the end.
 
 import asyncio
 import collections
+import collections.abc
 import dataclasses
-import json
 import math
 import os
-import shutil
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import accounting, aggregators, models, runtime
+from tff_quant import accounting, aggregators, models, results_io, round_loop, runtime
 from tff_quant.aggregators import quantization_factory
 
 MECHANISMS = ('rqm', 'pbm', 'bq', 'qmgeo', 'quantized_gaussian', 'none')
@@ -122,53 +121,41 @@ def mechanism_and_dim(config: TrainingConfig, keras_model):
   return inner.mechanism_for_dimension(dim), dim
 
 
-class CorruptCheckpointError(RuntimeError):
-  pass
-
-
-def _load_checkpoint(manager, template, root):
-  versions = asyncio.run(manager.get_versions())
-  if not versions:
-    return None, 0
-  latest = max(versions)
-  path = os.path.join(root, f'program_state_{latest}')
-  try:
-    state, version = asyncio.run(manager.load_latest(template))
-  except Exception as e:  # pylint: disable=broad-except
-    raise CorruptCheckpointError(
-        f'Checkpoint {path} cannot be read ({type(e).__name__}: {e}). Refusing to '
-        'restart from round 0: delete that file to resume from the previous '
-        'checkpoint, or pass --fresh to start over.') from e
-  return state, version
+CorruptCheckpointError = round_loop.CorruptCheckpointError
 
 
 def prepare_run_dir(run_dir: str, config: TrainingConfig, fresh: bool):
   """Creates run_dir or checks that an existing run used the same config."""
-  cfg_path = os.path.join(run_dir, 'config.json')
-  cfg = dataclasses.asdict(config)
-  if fresh and os.path.exists(run_dir):
-    shutil.rmtree(run_dir)
-  os.makedirs(run_dir, exist_ok=True)
-  if os.path.exists(cfg_path):
-    with open(cfg_path) as f:
-      old = json.load(f)
-    diff = sorted(k for k in set(old) | set(cfg)
-                  if k != 'rounds' and old.get(k) != cfg.get(k))
-    if diff:
-      raise ValueError(
-          f'{run_dir} holds a run with different settings ({", ".join(diff)}: '
-          f'{[(old.get(k), cfg.get(k)) for k in diff]}). Use another '
-          '--experiment_name, or --fresh to discard it.')
-  tmp = cfg_path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(cfg, f, indent=1, sort_keys=True)
-  os.replace(tmp, cfg_path)
+  round_loop.prepare_run_dir(run_dir, dataclasses.asdict(config), fresh)
+
+
+def _next_round(process, state, datasets, remote, rnd):
+  """process.next, naming the dead worker when a remote one stops answering."""
+  try:
+    out = process.next(state, datasets)
+  except Exception as e:  # pylint: disable=broad-except
+    dead = remote.unreachable() if remote is not None else []
+    if not dead:
+      raise
+    raise runtime.WorkerUnavailableError(
+        f'TFF worker(s) {", ".join(dead)} stopped answering during round {rnd} '
+        f'({type(e).__name__}). Nothing after round {rnd - 1} was kept: start the '
+        'workers again (any addresses) and rerun the same command to resume.') from e
+  if isinstance(out, collections.abc.Mapping):  # the mergeable context returns dicts
+    return out['state'], out['metrics']
+  return out.state, out.metrics
 
 
 def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
-        log: Callable[[str], None] = print, max_test_examples: Optional[int] = None
-        ) -> Dict[str, object]:
-  """Trains (or resumes) and returns the summary dict (also in summary.json)."""
+        log: Callable[[str], None] = print, max_test_examples: Optional[int] = None,
+        workers: Optional[Sequence[str]] = None) -> Dict[str, object]:
+  """Trains (or resumes) and returns the summary dict (also in summary.json).
+
+  `workers`: None (one machine, TFF's local C++ test context) or 'host:port'
+  addresses of running TFF worker services that share each round's clients
+  (runtime.RemoteWorkers). Not part of the run's config: a run may resume on
+  other workers.
+  """
   config.validate()
   if config.total_clients > len(data.train.client_ids):
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
@@ -185,8 +172,13 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                        'infinite at every order (ε = inf). Change its parameters.')
     coord_acct = accounting.RoundAccountant(mech, config.clients_per_round,
                                             config.total_clients, delta, 1)
+  remote = runtime.parse_workers(workers) if workers else None
   prepare_run_dir(run_dir, config, fresh)
-  runtime.use_secure_sum_simulation()
+  if remote:
+    remote = runtime.use_remote_workers(remote)
+    log(f'Running on {len(remote.addresses)} TFF workers: {", ".join(remote.addresses)}')
+  else:
+    runtime.use_secure_sum_simulation()
 
   element_spec = data.train.element_type_structure
   input_spec = (tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
@@ -209,7 +201,7 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   manager = tff.program.FileProgramStateManager(ckpt_root, keep_total=3)
   metrics_csv = tff.program.CSVFileReleaseManager(
       os.path.join(run_dir, 'metrics.csv'), key_fieldname='round')
-  state, start = _load_checkpoint(manager, process.initialize(), ckpt_root)
+  state, start = round_loop.load_checkpoint(manager, process.initialize(), ckpt_root)
   if state is None:
     state = process.initialize()
   else:
@@ -225,7 +217,10 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
     test_x, test_y = test_x[:max_test_examples], test_y[:max_test_examples]
 
   def evaluate(st):
-    process.get_model_weights(st).assign_weights_to(eval_model)
+    weights = process.get_model_weights(st)
+    if isinstance(weights, collections.abc.Mapping):  # mergeable context
+      weights = tff.learning.models.ModelWeights(**weights)
+    weights.assign_weights_to(eval_model)
     loss, acc = eval_model.evaluate(test_x, test_y, batch_size=1000, verbose=0)
     return float(loss), float(acc)
 
@@ -243,10 +238,10 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
     t0 = time.time()
     rng = np.random.default_rng([config.seed, rnd])
     chosen = rng.choice(len(population), config.clients_per_round, replace=False)
-    out = process.next(state, [client_dataset(population[i]) for i in chosen])
-    state = out.state
-    train = out.metrics['client_work']['train']
-    quant = quantization_factory.find_measurements(out.metrics['aggregator'])
+    state, metrics = _next_round(
+        process, state, [client_dataset(population[i]) for i in chosen], remote, rnd)
+    train = metrics['client_work']['train']
+    quant = quantization_factory.find_measurements(metrics['aggregator'])
     row = collections.OrderedDict(
         round=rnd, train_loss=float(train['loss']),
         train_accuracy=float(train['sparse_categorical_accuracy']),
@@ -296,8 +291,5 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   else:
     summary.update(mechanism='none (clipped mean, no privacy)', epsilon=math.inf,
                    bits_per_client_per_round=32 * dim)
-  tmp = os.path.join(run_dir, 'summary.json.tmp')
-  with open(tmp, 'w') as f:
-    json.dump(summary, f, indent=1, default=float)
-  os.replace(tmp, os.path.join(run_dir, 'summary.json'))
+  results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
   return summary

@@ -12,7 +12,7 @@ import atexit
 import os
 import signal
 import time
-from typing import List
+from typing import List, Tuple
 
 _REGISTERED = False
 
@@ -85,3 +85,164 @@ def _alive(pid: int) -> bool:
       return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
   except OSError:
     return False
+
+
+# ----------------------------------------------------------------------------
+# Several machines: TFF's own executor services (worker_binary over gRPC).
+# ----------------------------------------------------------------------------
+class WorkerUnavailableError(RuntimeError):
+  """A remote TFF worker stopped answering during a computation."""
+
+
+def worker_binary_path() -> str:
+  """Path of TFF's C++ executor service binary (start it with --port=N)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  return os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
+
+
+def parse_workers(spec) -> List[str]:
+  """'host:port,host:port' (or a list) -> ['host:port', ...], validated."""
+  items = spec.split(',') if isinstance(spec, str) else list(spec)
+  out = []
+  for item in (i.strip() for i in items):
+    host, _, port = item.rpartition(':')
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(f'`workers` entries must be host:port with a port in '
+                       f'[1, 65535], got {item!r}.')
+    out.append(item)
+  if not out:
+    raise ValueError('`workers` must name at least one host:port.')
+  return out
+
+
+class RemoteWorkers:
+  """A TFF context that spreads each round's clients over remote executor services.
+
+  Each address is a running `worker_binary --port=N` (any machine). Every
+  computation is compiled to TFF's mergeable form (secure sum lowered to its
+  simulation first, as in the local test context): each worker runs the client
+  work of its share of the clients up to the aggregation, the partial
+  aggregates are merged, and the server part runs once. `unreachable()` names
+  the workers that do not answer, for error messages.
+  """
+
+  def __init__(self, addresses, ready_timeout_s: float = 30.0):
+    # pylint: disable=g-import-not-at-top
+    import grpc
+    from tensorflow_federated.python.core.backends.native import compiler as native_compiler
+    from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+    from tensorflow_federated.python.core.backends.test import compiler as test_compiler
+    from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+    from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+    from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
+    from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
+    from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+    from tensorflow_federated.python.core.impl.executors import remote_executor
+    from tensorflow_federated.python.core.impl.types import placements
+    # pylint: enable=g-import-not-at-top
+    self.addresses = parse_workers(addresses)
+    self._stubs = {}
+    contexts = []
+    deadline = time.time() + ready_timeout_s
+    for address in self.addresses:
+      channel = grpc.insecure_channel(address, executor_factory._GRPC_CHANNEL_OPTIONS)  # pylint: disable=protected-access
+      stub = _fail_fast_stub(channel, address)
+      while not stub.is_ready:
+        if time.time() > deadline:
+          raise WorkerUnavailableError(
+              f'TFF worker {address} is not reachable (waited {ready_timeout_s:.0f} '
+              f's). Start it with: {worker_binary_path()} --port=<port>')
+        time.sleep(0.1)
+      self._stubs[address] = stub
+
+      def stack_fn(cardinalities, stub=stub):
+        cardinalities.setdefault(placements.CLIENTS, 0)
+        ex = remote_executor.RemoteExecutor(stub)
+        ex.set_cardinalities(cardinalities)
+        return ex
+
+      def lower(comp):
+        comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
+        return native_compiler.desugar_and_transform_to_native(comp)
+
+      contexts.append(async_execution_context.AsyncExecutionContext(
+          executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+              executor_stack_fn=stack_fn),
+          compiler_fn=lower,
+          transform_args=tensorflow_computation.transform_args,
+          transform_result=tensorflow_computation.transform_result))
+    self.context = mergeable_comp_execution_context.MergeableCompExecutionContext(
+        async_contexts=contexts,
+        compiler_fn=lambda comp: mergeable_comp_compiler.compile_to_mergeable_comp_form(
+            test_compiler.replace_secure_intrinsics_with_bodies(comp)),
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result)
+    context_stack_impl.context_stack.set_default_context(self.context)
+
+  def unreachable(self) -> List[str]:
+    """Addresses whose executor service does not answer now."""
+    return [a for a, stub in self._stubs.items() if not stub.is_ready]
+
+
+def _fail_fast_stub(channel, address):
+  """A gRPC executor stub that raises WorkerUnavailableError instead of retrying.
+
+  TFF retries calls that fail with a retryable gRPC status (UNAVAILABLE) forever,
+  so a dead worker would hang the run; this stub fails the round and names it.
+  """
+  # pylint: disable=g-import-not-at-top
+  import grpc
+  from tensorflow_federated.python.core.impl.executors import executors_errors
+  from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+  # pylint: enable=g-import-not-at-top
+  base_cls = remote_executor_grpc_stub.RemoteExecutorGrpcStub
+
+  def wrap(name):
+    def method(self, request):
+      try:
+        return getattr(base_cls, name)(self, request)
+      except (executors_errors.RetryableGRPCError, grpc.RpcError) as e:
+        raise WorkerUnavailableError(
+            f'TFF worker {address} failed a {name} call: {e}') from e
+    return method
+
+  names = ('get_executor', 'create_value', 'create_struct', 'create_call',
+           'create_selection', 'compute', 'dispose', 'dispose_executor')
+  cls = type('FailFastStub', (base_cls,), {n: wrap(n) for n in names})
+  return cls(channel)
+
+
+def use_remote_workers(addresses) -> RemoteWorkers:
+  """Sets the default TFF context to `RemoteWorkers(addresses)` and returns it."""
+  return RemoteWorkers(addresses)
+
+
+def start_local_workers(num: int) -> Tuple[List[str], List[object]]:
+  """Starts `num` worker_binary services on free 127.0.0.1 ports (tests, demos).
+
+  Returns (addresses, Popen handles); end them with `stop_processes(handles)`.
+  """
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import portpicker  # pylint: disable=g-import-not-at-top
+  addresses, procs = [], []
+  for _ in range(num):
+    port = portpicker.pick_unused_port()
+    procs.append(subprocess.Popen(
+        [worker_binary_path(), f'--port={port}'],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    addresses.append(f'127.0.0.1:{port}')
+  return addresses, procs
+
+
+def stop_processes(procs, timeout_s: float = 5.0) -> None:
+  """Terminates Popen handles (SIGTERM, then SIGKILL) and reaps them."""
+  for p in procs:
+    if p.poll() is None:
+      p.terminate()
+  for p in procs:
+    try:
+      p.wait(timeout=timeout_s)
+    except Exception:  # pylint: disable=broad-except
+      p.kill()
+      p.wait()

@@ -57,3 +57,35 @@ def test_rqp_epsilon_t_as_printed():
   den = a * (stats.norm.cdf((0.3 + 0.02 + 0.45) / 0.1) -
              stats.norm.cdf((0.3 - 0.02 + 0.45) / 0.1)) + c0
   assert bounds.rqp_epsilon_t(mech, 0.45) == pytest.approx(math.log(num / den))
+
+
+def test_rqp_paper_q_solves_the_printed_epsilon_t():
+  target = 1.0 / (46 * 10 / 455)
+  q = bounds.rqp_paper_q(0.3, 4, 0.09, 0.45, target)
+  at = lambda v: bounds.rqp_epsilon_t(
+      mechanisms.RandomizedProjection(0.3, 4, v, 0.09), 0.45)
+  assert at(q) == pytest.approx(target, rel=1e-6)
+  assert at(min(q + 0.01, 0.999)) > target
+  with pytest.raises(ValueError, match='epsilon_t'):
+    bounds.rqp_paper_q(0.3, 4, 0.09, 0.45, 1e-6)
+
+
+@pytest.mark.parametrize('bits, epsilon', [(6, 50.0), (7, 20.0), (8, 12.0), (8, 5.2)])
+def test_bq_parameters_equal_a_brute_force_scan(bits, epsilon):
+  dim, batch, size = 3000, 32, 15000
+  best = None
+  for s in range(1, (2**bits - 1) // 2 + 1):
+    for m in range(0, 2**bits - 1 - 2 * s + 1):
+      if 8 * dim * s * batch * bounds.binomial_mode_prob(m) / size <= epsilon:
+        v = bounds.bq_variance(s, m)
+        if best is None or v < best[0]:
+          best = (v, s, m)
+  assert bounds.bq_parameters(bits, epsilon, dim, batch, size) == best[1:]
+
+
+def test_bq_paper_table_2_epsilons_are_below_its_lemma_1():
+  # Table II lists (s, m) = (1, 251) for ε = 1.72; Lemma 1 gives 2.57 for them.
+  mech = mechanisms.BQ(0.0015, 1, 251)
+  assert bounds.bq_lemma_1(mech, 3000, 32, 15000) == pytest.approx(2.57, abs=0.01)
+  with pytest.raises(ValueError, match='No \\(s, m\\)'):
+    bounds.bq_parameters(8, 1.72, 3000, 32, 15000)

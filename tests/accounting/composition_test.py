@@ -1,7 +1,6 @@
 import math
 
 import dp_accounting
-import numpy as np
 import pytest
 
 from tff_quant import mechanisms

@@ -1,4 +1,3 @@
-import collections
 import gzip
 import os
 import sqlite3

@@ -85,14 +85,19 @@ def bq_parameters(bits: int, epsilon: float, dim: int, batch_size: int,
     raise ValueError(f'`epsilon` must be > 0, got {epsilon!r}.')
   best = None
   top = 2**bits - 1
+  eps_at = lambda s, m: 8 * dim * s * batch_size * binomial_mode_prob(m) / dataset_size
   for s in range(1, top // 2 + 1):
-    for m in range(0, top - 2 * s + 1):
-      eps = 8 * dim * s * batch_size * binomial_mode_prob(m) / dataset_size
-      if eps <= epsilon:
-        v = bq_variance(s, m)
-        if best is None or v < best[0]:
-          best = (v, s, m)
-        break  # larger m only adds variance for this s
+    # P_max(m) is non-increasing in m: the smallest feasible m by bisection
+    # (larger m only adds variance for this s).
+    lo, hi = 0, top - 2 * s
+    if eps_at(s, hi) > epsilon:
+      continue
+    while lo < hi:
+      mid = (lo + hi) // 2
+      lo, hi = (lo, mid) if eps_at(s, mid) <= epsilon else (mid + 1, hi)
+    v = bq_variance(s, lo)
+    if best is None or v < best[0]:
+      best = (v, s, lo)
   if best is None:
     raise ValueError(f'No (s, m) with {bits} bits meets ε={epsilon} '
                      f'(d={dim}, L={batch_size}, |D|={dataset_size}).')
@@ -116,3 +121,24 @@ def rqp_epsilon_t(mech, clip: float) -> float:
   num = a * (2 * special.ndtr(a1 / s_) - 1) + c0
   den = a * (special.ndtr(a2 / s_) - special.ndtr(a3 / s_)) + c0
   return math.log(num / den)
+
+
+def rqp_paper_q(bound: float, bits: int, sigma: float, clip: float,
+                epsilon_t: float) -> float:
+  """Largest q with `rqp_epsilon_t` <= epsilon_t: how the paper picks q (Sec. 4).
+
+  ε_t increases with q (a grows, c0 shrinks); bisection on [1/(2^b-1), 1).
+  """
+  from tff_quant import mechanisms  # pylint: disable=g-import-not-at-top
+  eps_at = lambda q: rqp_epsilon_t(
+      mechanisms.RandomizedProjection(bound, bits, q, sigma), clip)
+  lo, hi = 1.0 / (2**bits - 1), 1.0 - 1e-12
+  if eps_at(lo) > epsilon_t:
+    raise ValueError(f'`epsilon_t`={epsilon_t} is below the paper ε_t at the '
+                     f'smallest q={lo}: raise sigma.')
+  if eps_at(hi) <= epsilon_t:
+    return hi
+  for _ in range(60):
+    mid = 0.5 * (lo + hi)
+    lo, hi = (mid, hi) if eps_at(mid) <= epsilon_t else (lo, mid)
+  return lo

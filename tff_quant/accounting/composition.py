@@ -20,9 +20,8 @@ uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
 
 import dataclasses
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
-import dp_accounting
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 import numpy as np

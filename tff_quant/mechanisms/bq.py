@@ -33,6 +33,8 @@ class BQ(base.Mechanism):
     self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
     self.s = base.check_in_range('s', s, 1, 2**20, integer=True)
     self.m = base.check_in_range('m', m, 0, 2**20, integer=True)
+    # XLA has no binomial kernel; TF's sampler serves more trials.
+    self.jit_encode = self.m <= base.POPCOUNT_MAX_TRIALS
 
   def params(self):
     return dict(clip=self.clip, s=self.s, m=self.m)

@@ -24,6 +24,8 @@ class PBM(base.Mechanism):
     self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
     self.m = base.check_in_range('num_levels', num_levels, 2, 2**24, integer=True)
     self.theta = float(base.check_in_range('theta', theta, 0, 0.5, low_open=True))
+    # XLA has no binomial kernel; TF's sampler serves more trials.
+    self.jit_encode = self.m - 1 <= base.INVERSION_MAX_TRIALS
 
   def params(self):
     return dict(clip=self.clip, num_levels=self.m, theta=self.theta)

@@ -108,7 +108,7 @@ class QMGeo(base.Mechanism):
     return np.stack(rows)
 
   def _encode(self, x, seed):
-    s_mix, s_side, s_geo = tf.unstack(base.split_seed(seed, 3))
+    s_mix, s_walk = tf.unstack(base.split_seed(seed, 2))
     # As written the law jumps at levels: bin in float64 like numpy does (the
     # rest runs in float32).
     dtype = tf.float32
@@ -118,20 +118,22 @@ class QMGeo(base.Mechanism):
     go_up = base.uniform(tf.shape(x), s_mix, dtype) < tf.cast(t - r64, dtype)
     start = tf.where(go_up, r + 1.0, r)
     top = self.r_levels - 1.0
-    if self.full_support:
-      # Two-sided geometric around `start`: pick a side by its mass, then walk.
-      q = tf.constant(1.0 - self.p, dtype)
-      mass_down = 1.0 - tf.pow(q, start + 1.0)
-      mass_up = q * (1.0 - tf.pow(q, top - start))
-      down = base.uniform(tf.shape(x), s_side, dtype) * (
-          mass_down + mass_up) < mass_down
-    else:
-      down = tf.logical_not(go_up)
-    # Down walks over {start..0}; up over {start+1..top} (full_support) or
-    # {start..top} (as written).
-    up_size = top - start if self.full_support else top - start + 1.0
-    size = tf.maximum(tf.where(down, start + 1.0, up_size), 1.0)
-    g = base.truncated_geometric(s_geo, self.p, size)
-    if self.full_support:
-      return tf.where(down, start - g, start + 1.0 + g)
-    return tf.where(down, start - g, start + g)
+    if not self.full_support:
+      # Down walks over {start..0}, up over {start..top}.
+      size = tf.where(go_up, top - start + 1.0, start + 1.0)
+      g = base.truncated_geometric(s_walk, self.p, size)
+      return tf.where(go_up, start + g, start - g)
+    # Two-sided geometric around `start`, P(i) ∝ q^|i-start|, by inversion of
+    # one uniform: scaled by (1-q), the mass at or below start is
+    # A = 1-q^(start+1) and above it B = q-q^(top-start+1); v = u (A+B) < A
+    # walks down g = floor(log(1-v)/log q), else up from start+1 with
+    # v' = (v-A)/q in place of v.
+    q = 1.0 - self.p
+    mass_down = 1.0 - tf.pow(q, start + 1.0)
+    mass_up = q - tf.pow(q, top - start + 1.0)
+    v = base.uniform(tf.shape(x), s_walk, dtype) * (mass_down + mass_up)
+    down = v < mass_down
+    w = tf.minimum(tf.where(down, v, (v - mass_down) / q), 1.0)  # rounding
+    g = tf.floor(tf.math.log1p(-w) / math.log(q))
+    return tf.where(down, start - tf.minimum(g, start),
+                    start + 1.0 + tf.minimum(g, top - start - 1.0))

@@ -65,6 +65,7 @@ class QuantizedGaussian(base.Mechanism):
 
   name = 'quantized_gaussian'
   unbiased = True  # up to saturation at +-Cq, see module docstring
+  jit_encode = False  # XLA's normal sampler is slower than TF's kernel here
 
   def __init__(self, clip: float, num_levels: int, sigma: float):
     self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))

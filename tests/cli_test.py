@@ -1,0 +1,32 @@
+import pytest
+
+from tff_quant import cli, runtime
+
+
+@pytest.mark.parametrize('error', [ValueError('bad --x'), FileNotFoundError('no data'),
+                                   runtime.WorkerUnavailableError('worker a:1')])
+def test_user_errors_exit_2_with_one_line(error, capsys):
+  with pytest.raises(SystemExit) as e:
+    with cli.user_errors_exit():
+      raise error
+  assert e.value.code == 2
+  assert capsys.readouterr().err == f'error: {error}\n'
+
+
+def test_other_errors_propagate():
+  with pytest.raises(KeyError):
+    with cli.user_errors_exit():
+      raise KeyError('bug')
+
+
+def test_secure_sum_simulation_stops_its_workers(tff_context):
+  del tff_context
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_quant import aggregators  # pylint: disable=g-import-not-at-top
+  with cli.secure_sum_simulation():
+    process = aggregators.rqm_factory(1.0).create(tff.TensorType(np.float32, [3]))
+    process.next(process.initialize(), [np.zeros(3, np.float32)] * 2)
+    assert runtime.worker_pids()
+  assert not runtime.worker_pids()
+  runtime.use_secure_sum_simulation()

@@ -1,0 +1,90 @@
+"""A resumable loop over training rounds: checkpoint every round, one CSV row per round.
+
+Used by the distributed-SGD experiments (and the checkpoint reader by
+federated_training). A run directory holds config.json (a restart with other
+settings is an error), checkpoints/ (tff.program.FileProgramStateManager) and
+metrics.csv (tff.program.CSVFileReleaseManager keyed by round, so a row written
+after the last checkpoint is replaced when the round is re-run).
+"""
+
+import asyncio
+import os
+import shutil
+import time
+from typing import Callable, Dict, Tuple
+
+import tensorflow_federated as tff
+
+from tff_quant import results_io
+
+
+class CorruptCheckpointError(RuntimeError):
+  pass
+
+
+def load_checkpoint(manager, template, root):
+  """(state, round) of the latest checkpoint, (None, 0) if none; corrupt -> error."""
+  versions = asyncio.run(manager.get_versions())
+  if not versions:
+    return None, 0
+  path = os.path.join(root, f'program_state_{max(versions)}')
+  try:
+    state, version = asyncio.run(manager.load_latest(template))
+  except Exception as e:  # pylint: disable=broad-except
+    raise CorruptCheckpointError(
+        f'Checkpoint {path} cannot be read ({type(e).__name__}: {e}). Refusing to '
+        'restart from round 0: delete that file to resume from the previous '
+        'checkpoint, or pass --fresh to start over.') from e
+  return state, version
+
+
+def prepare_run_dir(run_dir: str, config: Dict, fresh: bool) -> None:
+  """Creates run_dir, or checks that the run already there used the same config."""
+  import json  # pylint: disable=g-import-not-at-top
+  cfg_path = os.path.join(run_dir, 'config.json')
+  if fresh and os.path.exists(run_dir):
+    shutil.rmtree(run_dir)
+  if os.path.exists(cfg_path):
+    with open(cfg_path) as f:
+      old = json.load(f)
+    cfg = json.loads(json.dumps(config, default=float))
+    diff = sorted(k for k in set(old) | set(cfg)
+                  if k != 'rounds' and old.get(k) != cfg.get(k))
+    if diff:
+      raise ValueError(
+          f'{run_dir} holds a run with different settings ({", ".join(diff)}: '
+          f'{[(old.get(k), cfg.get(k)) for k in diff]}). Use another '
+          '--experiment_name / output directory, or --fresh to discard it.')
+  results_io.write_json(cfg_path, config)
+
+
+def run_rounds(initial_state, rounds: int, run_dir: str,
+               step: Callable[[object, int], Tuple[object, Dict]],
+               log: Callable[[str], None] = print, checkpoint_every: int = 1):
+  """Runs rounds start+1..rounds of `step(state, round) -> (state, row)`, resuming.
+
+  Returns (state, rows so far). `row` is a flat dict of numbers written to
+  metrics.csv after every round; the state is checkpointed every
+  `checkpoint_every` rounds and after the last (a resumed run re-runs the rounds
+  after its last checkpoint and replaces their rows).
+  """
+  if checkpoint_every < 1:
+    raise ValueError(f'`checkpoint_every` must be >= 1, got {checkpoint_every}.')
+  ckpt_root = os.path.join(run_dir, 'checkpoints')
+  manager = tff.program.FileProgramStateManager(ckpt_root, keep_total=3)
+  csv_path = os.path.join(run_dir, 'metrics.csv')
+  metrics = tff.program.CSVFileReleaseManager(csv_path, key_fieldname='round')
+  state, start = load_checkpoint(manager, initial_state, ckpt_root)
+  if state is None:
+    state = initial_state
+  else:
+    log(f'Resuming {run_dir} from round {start} (checkpoint program_state_{start}).')
+  for rnd in range(start + 1, rounds + 1):
+    t0 = time.time()
+    state, row = step(state, rnd)
+    row = dict(round=rnd, **row, seconds=time.time() - t0)
+    asyncio.run(metrics.release(row, key=rnd))
+    if rnd % checkpoint_every == 0 or rnd == rounds:
+      asyncio.run(manager.save(state, rnd))
+  rows = results_io.read_csv(csv_path) if os.path.exists(csv_path) else []
+  return state, [r for r in rows if int(r['round']) <= rounds]
