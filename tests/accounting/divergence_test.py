@@ -166,3 +166,16 @@ def test_epsilon_infinity_local_is_an_upper_bound_that_converges(mech):
       D.epsilon_infinity(mech), rel=1e-9)
   with pytest.raises(ValueError, match='sensitivity'):
     D.epsilon_infinity_local(mech, 0.0)
+
+
+def test_support_mismatch_is_infinite_without_tail_bounds():
+  # BQ's outputs at +C reach 2s values that -C cannot: D_α = inf for every α,
+  # decided on the supports even where the tails could not be resolved (large m).
+  small = mechanisms.BQ(1.0, 1, 8)
+  brute = D.renyi_divergence_of_sum(small, [1.0, 2.0, math.inf], 3)
+  assert all(math.isinf(r.value) for r in brute)
+  big = mechanisms.BQ(0.0015, 6, 4079)
+  assert math.isinf(D.renyi_divergence_of_sum(big, 2.0, 4).value)
+  # Mechanisms with full support still go through the exact computation.
+  pbm = mechanisms.PBM(1.0, 16, 0.25)
+  assert math.isfinite(D.renyi_divergence_of_sum(pbm, 2.0, 4).value)

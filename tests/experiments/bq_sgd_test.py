@@ -34,14 +34,3 @@ def test_smoke_table2_rows_then_bad_flags(tmp_path):
   assert bad.returncode == 2 and 'No (s, m)' in bad.stderr
   assert not os.path.exists(tmp_path / 'bad')
 
-
-def test_support_shortcut_agrees_with_the_exact_accountant():
-  import math  # pylint: disable=g-import-not-at-top
-  from tff_quant import mechanisms  # pylint: disable=g-import-not-at-top
-  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
-  from experiments import bq_sgd  # pylint: disable=g-import-not-at-top
-  mech = mechanisms.BQ(1.0, 1, 8)
-  cfg = dict(num_clients=4, dp=3000, batch_size=32)
-  out = bq_sgd.privacy(mech, cfg, dim=10, local_size=1000)
-  assert math.isinf(out['exact_rdp_per_round_alpha2'])
-  assert math.isinf(divergence.renyi_divergence_of_sum(mech, 2.0, 4).value)

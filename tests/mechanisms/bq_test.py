@@ -48,3 +48,11 @@ def test_seeding_and_sanitizing():
 def test_invalid_params_raise(kwargs, name):
   with pytest.raises(ValueError, match=f'`{name}`'):
     bq.BQ(**dict(PARAMS[0], **kwargs))
+
+
+def test_log_pmf_has_no_nan_where_x_s_over_c_rounds_past_s():
+  mech = bq.BQ(0.0015, 6, 40)  # 0.0015 * 6 / 0.0015 = 6.000000000000001
+  for x in (mech.clip, -mech.clip):
+    lp = mech.log_pmf(x)
+    assert not np.isnan(lp).any()
+    assert np.exp(lp).sum() == pytest.approx(1.0, abs=1e-12)

@@ -287,6 +287,20 @@ def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
       raise ValueError(f'`alpha` must be in [1, inf], got {a!r}.')
   mixes = _mixes(others, num_clients - 1)
   per = {a: {} for a in alphas}
+  # Where the sum at +clip can take values the sum at -clip cannot, D_α = inf
+  # for every α >= 1; decided exactly on the supports (boolean convolutions),
+  # before any tail bound is needed (BQ at its range ends, for example).
+  c = mech.input_bound
+  sup_hi, sup_lo = np.isfinite(mech.log_pmf(c)), np.isfinite(mech.log_pmf(-c))
+  if not np.array_equal(sup_hi, sup_lo):
+    length = num_clients * (sup_hi.size - 1) + 1
+    for k in list(mixes):
+      sp = _support([(sup_hi, k + 1), (sup_lo, num_clients - 1 - k)], length)
+      sq = _support([(sup_hi, k), (sup_lo, num_clients - k)], length)
+      if (sp & ~sq).any():
+        for a in alphas:
+          per[a][k] = math.inf
+    mixes = [k for k in mixes if k not in per[alphas[0]]]
   # Tails that cannot matter for the largest finite order are only bounded:
   # terms are <= P e^((α-1) D∞_local), and the sum's D∞ <= the local D∞ at +-clip.
   d_inf_local = renyi_divergence(mech.log_pmf(mech.input_bound),

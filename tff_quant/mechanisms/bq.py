@@ -56,9 +56,10 @@ class BQ(base.Mechanism):
     return -self.level_step * (self.s + 0.5 * self.m)
 
   def log_pmf(self, x):
-    t = self.clip_input(x) * self.s / self.clip  # in [-s, s]
+    # In [-s, s]; clamped because x s / C can round past s (e.g. 0.0015 * 6 / 0.0015).
+    t = min(max(self.clip_input(x) * self.s / self.clip, -self.s), self.s)
     low = min(int(np.floor(t)), self.s - 1)
-    frac = t - low
+    frac = min(max(t - low, 0.0), 1.0)
     idx = np.arange(self.num_levels)
     with np.errstate(divide='ignore'):
       noise = lambda u: stats.binom.logpmf(idx - (u + self.s), self.m, 0.5)
