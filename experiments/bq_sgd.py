@@ -122,13 +122,9 @@ def main(argv):
              noise_seed=FLAGS.noise_seed, paper_sm=FLAGS.paper_sm)
   with cli.user_errors_exit():
     rows = rows_to_run(FLAGS.rows, paper)
-    for name in ('rounds', 'batch_size', 'num_clients', 'eval_every'):
-      value = cfg.get(name, getattr(FLAGS, name, None))
-      if value < 1:
-        raise ValueError(f'--{name} must be >= 1, got {value}')
-    for name in ('clip', 'learning_rate'):
-      if not cfg[name] > 0:
-        raise ValueError(f'--{name} must be > 0, got {cfg[name]}')
+    cli.check_flags(dict(cfg, eval_every=FLAGS.eval_every),
+                    at_least_one=('rounds', 'batch_size', 'num_clients', 'eval_every'),
+                    positive=('clip', 'learning_rate'))
     (xtr, ytr), test, desc = load_arrays(FLAGS.dataset)
     clients = distributed_sgd.split_among_clients(xtr, ytr, cfg['num_clients'],
                                                   cfg['seed'])

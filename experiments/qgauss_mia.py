@@ -205,14 +205,11 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
     settings = settings_from_flags()
-    for name in ('num_clients', 'rounds', 'local_epochs', 'batch_size'):
-      if getattr(FLAGS, name) < 1:
-        raise ValueError(f'--{name} must be >= 1, got {getattr(FLAGS, name)}')
+    cli.check_flags(FLAGS, at_least_one=('num_clients', 'rounds', 'local_epochs',
+                                         'batch_size'),
+                    positive=('client_lr', 'clip_norm'))
     if FLAGS.num_shadows < 2:
       raise ValueError(f'--num_shadows must be >= 2, got {FLAGS.num_shadows}')
-    for name in ('client_lr', 'clip_norm'):
-      if not getattr(FLAGS, name) > 0:
-        raise ValueError(f'--{name} must be > 0, got {getattr(FLAGS, name)}')
     split, desc = split_data(FLAGS.members, FLAGS.seed)
   out_dir = FLAGS.root_output_dir
   config = {k: getattr(FLAGS, k) for k in (

@@ -127,12 +127,9 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
     settings = parse_settings(FLAGS.settings)
-    for name in ('rounds', 'num_users', 'batch_size', 'eval_every'):
-      if getattr(FLAGS, name) < 1:
-        raise ValueError(f'--{name} must be >= 1, got {getattr(FLAGS, name)}')
-    for name in ('learning_rate', 'clip'):
-      if not getattr(FLAGS, name) > 0:
-        raise ValueError(f'--{name} must be > 0, got {getattr(FLAGS, name)}')
+    cli.check_flags(FLAGS, at_least_one=('rounds', 'num_users', 'batch_size',
+                                         'eval_every'),
+                    positive=('learning_rate', 'clip'))
     if not 0 < FLAGS.delta < 1:
       raise ValueError(f'--delta must be in (0, 1), got {FLAGS.delta}')
     xtr, ytr, xte, yte, desc = load_pca_mnist(FLAGS.pca_dims)

@@ -30,3 +30,11 @@ def test_secure_sum_simulation_stops_its_workers(tff_context):
     assert runtime.worker_pids()
   assert not runtime.worker_pids()
   runtime.use_secure_sum_simulation()
+
+
+def test_check_flags_names_the_flag_and_the_range():
+  cli.check_flags({'rounds': 1, 'lr': 0.1}, at_least_one=('rounds',), positive=('lr',))
+  with pytest.raises(ValueError, match='--rounds must be >= 1, got 0'):
+    cli.check_flags({'rounds': 0}, at_least_one=('rounds',))
+  with pytest.raises(ValueError, match='--lr must be > 0, got -1'):
+    cli.check_flags(type('F', (), {'lr': -1})(), positive=('lr',))

@@ -28,3 +28,17 @@ def secure_sum_simulation():
     yield
   finally:
     runtime.stop_workers()
+
+
+def check_flags(values, at_least_one=(), positive=()) -> None:
+  """ValueError naming the first flag in `at_least_one` below 1 or in `positive` not > 0.
+
+  `values`: a dict of flag values, or absl's FLAGS (read by attribute).
+  """
+  get = values.get if isinstance(values, dict) else lambda n: getattr(values, n)
+  for name in at_least_one:
+    if get(name) < 1:
+      raise ValueError(f'--{name} must be >= 1, got {get(name)}')
+  for name in positive:
+    if not get(name) > 0:
+      raise ValueError(f'--{name} must be > 0, got {get(name)}')
