@@ -24,7 +24,7 @@ flags.DEFINE_integer('worker_n', 0, 'Internal: run one setting with this many cl
 
 
 def _worker_hwm_kb():
-  from tff_quant import runtime  # pylint: disable=g-import-not-at-top
+  from tff_quant.program import runtime  # pylint: disable=g-import-not-at-top
   peak = 0
   for pid in runtime.worker_pids():
     with open(f'/proc/{pid}/status') as f:
@@ -38,7 +38,8 @@ def one_setting(n):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_quant import aggregators, data, models, runtime  # pylint: disable=g-import-not-at-top
+  from tff_quant import aggregators, data, models  # pylint: disable=g-import-not-at-top
+  from tff_quant.program import runtime  # pylint: disable=g-import-not-at-top
   runtime.use_secure_sum_simulation()
   fed = data.load('fashion_mnist', num_clients=FLAGS.population, seed=0)
   spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))

@@ -13,7 +13,10 @@ from absl import flags
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import aggregators, data, models, runtime
+from tff_quant import aggregators, data, models
+
+
+from tff_quant.program import runtime
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('rounds', 3, 'Timed rounds per factory (after one warm-up).')

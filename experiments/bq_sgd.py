@@ -28,8 +28,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import cli, distributed_sgd, mechanisms, models, results_io
-from tff_quant import round_loop
+from tff_quant import mechanisms, models
+
+from tff_quant.program import cli, results_io
+
+from tff_quant.training import distributed_sgd
+from tff_quant.training import round_loop
 from tff_quant.accounting import bounds, divergence
 from tff_quant.aggregators import quantization_factory
 

@@ -1,4 +1,4 @@
-"""Federated training with RQM / PBM / BQ / QMGeo / quantized Gaussian / noise-free.
+"""Federated training with any registered mechanism (RQM, PBM, BQ, ...) or noise-free.
 
 The RQM paper's main experiment (Sec. 6.2, App. C): FedAvg on EMNIST (3,400
 writers, 40 per round, CNN, m = 16, clip 0.03, PBM θ = .25, RQM (Δ, q) = (c, .42)).
@@ -7,6 +7,7 @@ cache, else federated Fashion-MNIST (simulated split); every output says which.
 A killed run started again with the same command resumes from its checkpoint.
 
   python -m experiments.fl_emnist --mechanism=rqm --rounds=200 \
+      --mechanism_params=q=0.42,delta_ratio=1 \
       --root_output_dir=results/fl --experiment_name=rqm
 On several machines: start `worker_binary --port=N` on each (path:
 tff_quant.runtime.worker_binary_path()) and add --workers=host1:N,host2:N.
@@ -21,25 +22,45 @@ from absl import flags
 from absl import logging
 
 from tff_quant import data as data_lib
-from tff_quant import federated_training as ft
-from tff_quant import cli
+from tff_quant import mechanisms
+from tff_quant.common import validation
+from tff_quant.training import federated_training as ft
+from tff_quant.program import cli
 
 _D = ft.TrainingConfig()
 FLAGS = flags.FLAGS
-flags.DEFINE_enum('mechanism', _D.mechanism, ft.MECHANISMS, 'Aggregation mechanism.')
+flags.DEFINE_string('mechanism', _D.mechanism, 'Aggregation mechanism: a name in '
+                    'tff_quant.mechanisms.registry() (' +
+                    ', '.join(mechanisms.registry()) + f') or {ft.NO_PRIVACY!r}.')
+flags.DEFINE_string('mechanism_params', '', 'The mechanism\'s parameters as '
+                    'key=value,... (e.g. q=0.42,num_levels=16); omitted ones take '
+                    'their defaults. See each class\'s TUNABLES.')
 flags.DEFINE_float('clip_norm', _D.clip_norm, 'l2 clip of each client update; '
                    'c_inf = clip_norm / sqrt(d).')
-flags.DEFINE_integer('num_levels', _D.num_levels, 'Levels m (RQM, PBM, QMGeo, QG).')
-flags.DEFINE_float('rqm_delta_ratio', _D.rqm_delta_ratio, 'RQM Δ / c_inf.')
-flags.DEFINE_float('rqm_q', _D.rqm_q, 'RQM level keep probability q.')
-flags.DEFINE_float('pbm_theta', _D.pbm_theta, 'PBM θ in (0, 1/2].')
-flags.DEFINE_integer('bq_s', _D.bq_s, 'BQ quantization level s.')
-flags.DEFINE_integer('bq_m', _D.bq_m, 'BQ binomial noise trials m.')
-flags.DEFINE_float('qmgeo_p', _D.qmgeo_p, 'QMGeo geometric parameter p.')
-flags.DEFINE_bool('qmgeo_full_support', _D.qmgeo_full_support,
-                  'QMGeo sound variant (as written, QMGeo has ε = inf).')
-flags.DEFINE_float('qg_noise_multiplier', _D.qg_noise_multiplier,
-                   'Quantized Gaussian σ / Cq.')
+# Aliases kept from before the registry: each sets one entry of --mechanism_params.
+ALIASES = {
+    'num_levels': (None, 'num_levels', 'Levels m (RQM, PBM, QMGeo, QG).'),
+    'rqm_delta_ratio': ('rqm', 'delta_ratio', 'RQM Δ / c_inf.'),
+    'rqm_q': ('rqm', 'q', 'RQM level keep probability q.'),
+    'pbm_theta': ('pbm', 'theta', 'PBM θ in (0, 1/2].'),
+    'bq_s': ('bq', 's', 'BQ quantization level s.'),
+    'bq_m': ('bq', 'm', 'BQ binomial noise trials m.'),
+    'qmgeo_p': ('qmgeo', 'p', 'QMGeo geometric parameter p.'),
+    'qmgeo_full_support': ('qmgeo', 'full_support',
+                           'QMGeo sound variant (as written, QMGeo has ε = inf).'),
+    'qg_noise_multiplier': ('quantized_gaussian', 'noise_multiplier',
+                            'Quantized Gaussian σ / Cq.'),
+}
+
+def _define_alias(flag, owner, param, help_text):
+  kind = mechanisms.get(owner or 'rqm').tunable(param).kind
+  define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
+            float: flags.DEFINE_float}[kind]
+  define(flag, None, f'{help_text} Alias of --mechanism_params={param}=...')
+
+
+for _flag, (_owner, _param, _help) in ALIASES.items():
+  _define_alias(_flag, _owner, _param, _help)
 flags.DEFINE_bool('rotate', _D.rotate, 'Randomized Hadamard rotation before clipping.')
 flags.DEFINE_integer('rounds', _D.rounds, 'Training rounds.')
 flags.DEFINE_integer('clients_per_round', _D.clients_per_round, 'Clients per round.')
@@ -69,9 +90,33 @@ flags.DEFINE_string('experiment_name', None, 'Run folder name (default: mechanis
 flags.DEFINE_bool('fresh', False, 'Discard an existing run with this name.')
 
 
+def mechanism_params_from_flags(name: str):
+  """--mechanism_params plus any alias flag given for this mechanism."""
+  if name == ft.NO_PRIVACY:
+    return {}
+  cls = mechanisms.get(name)
+  params = cls.parse_params(FLAGS.mechanism_params)
+  for flag, (owner, param, _) in ALIASES.items():
+    value = FLAGS[flag].value
+    if value is None:
+      continue
+    if owner not in (None, name):
+      raise ValueError(f'--{flag} applies to --mechanism={owner}, not {name}.')
+    if param in params and params[param] != value:
+      raise ValueError(f'--{flag}={value} contradicts --mechanism_params '
+                       f'{param}={params[param]}.')
+    params[param] = cls.tunable(param).check(value)
+  return params
+
+
 def config_from_flags() -> ft.TrainingConfig:
-  names = [f.name for f in ft.dataclasses.fields(ft.TrainingConfig)]
-  return ft.TrainingConfig(**{n: FLAGS[n].value for n in names})
+  names = [f.name for f in ft.dataclasses.fields(ft.TrainingConfig)
+           if f.name != 'mechanism_params']
+  config = ft.TrainingConfig(**{n: FLAGS[n].value for n in names})
+  validation.check_one_of('--mechanism', config.mechanism,
+                          (ft.NO_PRIVACY,) + tuple(mechanisms.registry()))
+  config.mechanism_params = mechanism_params_from_flags(config.mechanism)
+  return config
 
 
 def resolve_dataset(name: str) -> str:
@@ -87,8 +132,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   # SIGTERM/SIGINT -> normal exit, so atexit ends TFF's worker processes.
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-  config = config_from_flags()
   with cli.user_errors_exit():
+    config = config_from_flags()
     config.validate()
     dataset = resolve_dataset(FLAGS.dataset)
     if dataset != 'emnist' and config.model == 'emnist_cnn':

@@ -20,7 +20,9 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
-from tff_quant import accounting, mechanisms, results_io
+from tff_quant import accounting, mechanisms
+
+from tff_quant.program import results_io
 from tff_quant.accounting import bounds
 
 FLAGS = flags.FLAGS

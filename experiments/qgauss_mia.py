@@ -27,7 +27,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import aggregators, audit, cli, models, results_io
+from tff_quant import aggregators, audit, models
+
+from tff_quant.program import cli, results_io
 from tff_quant.data import datasets
 
 NONE_LEVELS = 65536

@@ -27,7 +27,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_privacy as tfp
 
-from tff_quant import cli, data, mechanisms, results_io
+from tff_quant import data, mechanisms
+
+from tff_quant.program import cli, results_io
 from tff_quant.accounting import bounds, sgd
 
 FLAGS = flags.FLAGS

@@ -10,7 +10,7 @@ import pytest  # pylint: disable=g-import-not-at-top
 @pytest.fixture(scope='session')
 def tff_context():
   """TFF's C++ test context (simulates secure sum); workers ended at session end."""
-  from tff_quant import runtime  # pylint: disable=g-import-not-at-top
+  from tff_quant.program import runtime  # pylint: disable=g-import-not-at-top
   runtime.use_secure_sum_simulation()
   yield
   runtime.stop_workers()

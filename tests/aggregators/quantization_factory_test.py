@@ -16,14 +16,10 @@ NESTED = tff.types.StructWithPythonType(
         list)),
      ('bias', tff.TensorType(np.float32, [4]))], collections.OrderedDict)
 
-FACTORIES = {
-    'rqm': lambda: aggregators.rqm_factory(1.0),
-    'pbm': lambda: aggregators.pbm_factory(1.0),
-    'bq': lambda: aggregators.bq_factory(1.0, s=3, m=8),
-    'qmgeo': lambda: aggregators.qmgeo_factory(1.0, full_support=True),
-    'qgauss': lambda: aggregators.quantized_gaussian_factory(1.0, 16, 0.5),
-    'rqm_rotated': lambda: aggregators.rqm_factory(1.0, rotate=True),
-}
+# Every registered mechanism at its defaults, plus a rotated one.
+FACTORIES = {name: (lambda n=name: aggregators.mechanism_factory(n, 1.0))
+             for name in mechanisms.registry()}
+FACTORIES['rqm_rotated'] = lambda: aggregators.rqm_factory(1.0, rotate=True)
 
 
 def nested_value(scale):
@@ -46,6 +42,49 @@ def test_type_signatures_and_only_secure_aggregation(name):
   out = process.next(process.initialize(), [nested_value(0.1)] * 3)
   assert aggregators.find_measurements(out.measurements)['num_clients'] == 3
   tf.nest.assert_same_structure(out.result, nested_value(0.0))
+
+
+def test_whole_next_type_signature_is_pinned():
+  vt = tff.TensorType(np.float32, [5])
+  process = aggregators.pbm_factory(1.0).create(vt)
+  state = tff.FederatedType(tff.StructWithPythonType([
+      ('round_num', tff.TensorType(np.int64)), ('level_sum', ()),
+      ('count_sum', ())], collections.OrderedDict), tff.SERVER)
+  quant = tff.StructWithPythonType([
+      ('num_clients', tff.TensorType(np.int32)),
+      ('bits_per_coordinate', tff.TensorType(np.int32)),
+      ('bits_per_client', tff.TensorType(np.int64)),
+      ('secure_sum_bits', tff.TensorType(np.int32)),
+      ('clipped_fraction', tff.TensorType(np.float32)),
+      ('nonfinite_count', tff.TensorType(np.int32))], collections.OrderedDict)
+  signature = process.next.type_signature
+  assert signature.parameter[0] == state
+  assert signature.parameter[1] == tff.FederatedType(vt, tff.CLIENTS)
+  assert signature.result.state == state
+  assert signature.result.result == tff.FederatedType(vt, tff.SERVER)
+  measurements = signature.result.measurements
+  assert measurements.placement is tff.SERVER
+  assert measurements.member.quantization == quant
+  assert process.initialize.type_signature.result == state
+
+
+def test_inner_sum_factory_state_is_carried_and_mechanism_is_exposed():
+  vt = tff.TensorType(np.float32, [5])
+  inner = qf.QuantizationFactory(mechanisms.PBM(1.0, 16, 0.25),
+                                 sum_factory=tff.aggregators.SumFactory())
+  process = inner.create(vt)
+  assert inner.created.dim == 5 and inner.created.mechanism.theta == 0.25
+  out = process.next(process.initialize(), [np.zeros(5, np.float32)] * 2)
+  assert out.state['round_num'] == 1
+  out = process.next(out.state, [np.zeros(5, np.float32)] * 2)
+  assert out.state['round_num'] == 2
+  rotated = aggregators.rqm_factory(1.0, rotate=True)
+  rotated.create(tff.TensorType(np.float32, [5]))
+  found = aggregators.find_quantization_factory(rotated)
+  assert found.created.dim == 8  # Hadamard pads 5 to 8
+  assert abs(found.created.mechanism.input_bound - 1.0 / np.sqrt(8)) < 1e-12
+  with pytest.raises(TypeError, match='sum_factory'):
+    qf.QuantizationFactory(mechanisms.PBM(1.0, 16, 0.25), sum_factory='secure')
 
 
 @pytest.mark.parametrize('mech', [

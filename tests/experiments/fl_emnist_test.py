@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tff_quant import runtime
+from tff_quant.program import runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -2,7 +2,7 @@ import os
 import subprocess
 import sys
 
-from tff_quant import results_io, runtime
+from tff_quant.program import results_io, runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

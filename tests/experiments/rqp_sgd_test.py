@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from experiments import rqp_sgd
-from tff_quant import results_io
+from tff_quant.program import results_io
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

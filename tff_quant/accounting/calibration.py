@@ -1,28 +1,86 @@
-"""Find each mechanism's free parameter meeting a target (ε, δ) for a training run."""
+"""A registered mechanism's free parameters that meet a target (ε, δ) for a training run.
+
+Generic over `tff_quant.mechanisms.registry()`: the class declares its tunables
+(range, default, which direction is more private) and which ones calibration
+searches (`CALIBRATED`). The last searched parameter is bisected along its
+privacy direction; any earlier ones (integers) are scanned within the bit budget,
+and the feasible candidate with the smallest worst-case variance wins.
+"""
 
 import math
-from typing import Callable, Optional
+from typing import Optional, Sequence, Union
 
 from tff_quant import mechanisms
 from tff_quant.accounting import composition
+from tff_quant.common import validation
 
 _FAST_ORDERS = tuple(range(2, 33)) + (48, 64)
+_OPEN_END_MARGIN = 1e-4   # distance kept from an open end of a bounded range
+_UNBOUNDED_SPAN = 1e3     # an unbounded float range is searched up to default · this
 
 
 def _epsilon(mech, schedule) -> float:
-  return composition.training_guarantee(
-      mech, orders=_FAST_ORDERS, use_pld=schedule.pop('use_pld', False),
-      **schedule).epsilon
+  return composition.training_guarantee(mech, orders=_FAST_ORDERS,
+                                        **schedule).epsilon
 
 
-def _bisect(build: Callable[[float], object], lo: float, hi: float,
-            target: float, schedule: dict, increasing: bool, iters: int = 18):
-  """Largest (increasing) / smallest (decreasing) parameter with ε <= target."""
+def _float_interval(spec):
+  """Finite (lo, hi) inside a real tunable's range; open ends kept off by a margin.
+
+  A scale parameter ((0, inf) or [0, inf)) is searched over default·[1e-3, 1e3].
+  """
+  default = abs(spec.default)
+  if spec.low == 0 and spec.high is None:
+    return default / _UNBOUNDED_SPAN, default * _UNBOUNDED_SPAN
+  lo = spec.low if spec.low is not None else -default * _UNBOUNDED_SPAN
+  hi = spec.high if spec.high is not None else default * _UNBOUNDED_SPAN
+  if spec.low_open:
+    lo += _OPEN_END_MARGIN
+  if spec.high_open:
+    hi -= _OPEN_END_MARGIN
+  return lo, hi
+
+
+def _largest_int_within_bits(build, spec, bits: int) -> int:
+  """Largest integer value of `spec` whose mechanism needs <= `bits` bits (monotone)."""
+  lo, hi = int(spec.low), int(spec.high)
+  if build(lo).bits_per_coordinate > bits:
+    return lo - 1
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    if build(mid).bits_per_coordinate <= bits:
+      lo = mid
+    else:
+      hi = mid - 1
+  return lo
+
+
+def _search_last(build, spec, target, schedule, bits, iters):
+  """The least private value of `spec` with ε <= target (bisection), or None."""
+  higher_private = spec.more_private == 'higher'
   eps_at = lambda v: _epsilon(build(v), dict(schedule))
-  safe, unsafe = (lo, hi) if increasing else (hi, lo)
+  if spec.kind is int:
+    lo, hi = int(spec.low), _largest_int_within_bits(build, spec, bits)
+    if hi < lo:
+      return None
+    safe, unsafe = (hi, lo) if higher_private else (lo, hi)
+    if eps_at(safe) > target:
+      return None
+    if eps_at(unsafe) <= target:
+      return unsafe
+    while abs(safe - unsafe) > 1:
+      mid = (safe + unsafe) // 2
+      if eps_at(mid) <= target:
+        safe = mid
+      else:
+        unsafe = mid
+    return safe
+  lo, hi = _float_interval(spec)
+  safe, unsafe = (hi, lo) if higher_private else (lo, hi)
+  if bits is not None and build(safe).bits_per_coordinate > bits:
+    return None
   if eps_at(safe) > target:
-    raise ValueError(f'Target ε={target} is not reachable even at the most private '
-                     f'parameter value {safe}.')
+    return None
   if eps_at(unsafe) <= target:
     return unsafe
   for _ in range(iters):
@@ -36,50 +94,92 @@ def _bisect(build: Callable[[float], object], lo: float, hi: float,
 
 def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
               clients_per_round: int, total_clients: int, dim: int = 1,
-              num_levels: int = 16, clip: float = 1.0, delta_ratio: float = 1.0,
-              bits: Optional[int] = None, use_pld: bool = False):
-  """Returns the calibrated mechanism for a target (ε, δ).
+              clip: float = 1.0, tune: Union[None, str, Sequence[str]] = None,
+              bits: Optional[int] = None, use_pld: bool = False, iters: int = 18,
+              **params):
+  """Returns the mechanism `mechanism` calibrated to (ε, δ) for a training run.
 
-  rqm: q for Δ = delta_ratio·c; pbm: θ; qmgeo (full_support): p;
-  quantized_gaussian: σ; bq: (s, m) with 2s+m+1 <= 2^bits levels, smallest variance.
+  Args:
+    mechanism: a name in `tff_quant.mechanisms.registry()`.
+    epsilon: target ε of the whole run, > 0.
+    delta: target δ in (0, 1).
+    rounds: training rounds.
+    clients_per_round: clients sampled (without replacement) per round.
+    total_clients: population size.
+    dim: coordinates each client sends (the accountant's d).
+    clip: the coordinate bound c∞ the mechanism is built for.
+    tune: the parameter(s) to search; default the class's `CALIBRATED`. The last
+      is bisected along its `more_private` direction (ε is taken to be monotone
+      in it); earlier ones must be integers and are scanned within `bits`.
+    bits: the most bits per coordinate a candidate may use (None: no limit;
+      required when an integer parameter is searched).
+    use_pld: also use the PLD route (slower, tighter).
+    iters: bisection steps for a real-valued parameter.
+    **params: the other parameters, fixed (defaults for the omitted ones).
+
+  Returns:
+    The calibrated mechanism: among feasible candidates, the one with the
+    smallest `worst_case_variance()`.
+
+  Raises:
+    ValueError: unknown mechanism or parameter, a parameter without a privacy
+      direction, or a target no candidate reaches ("not reachable").
   """
-  if not epsilon > 0:
-    raise ValueError(f'`epsilon` must be > 0, got {epsilon!r}.')
+  cls = mechanisms.get(mechanism)
+  validation.check_positive('epsilon', epsilon)
+  validation.check_optional(validation.check_integer, 'bits', bits, 1, 64)
+  if tune is None:
+    tune = cls.CALIBRATED
+  tune = (tune,) if isinstance(tune, str) else tuple(tune)
+  if not tune:
+    raise ValueError(f'{mechanism} declares no calibrated parameter; pass `tune`.')
+  specs = [cls.tunable(name) for name in tune]
+  for spec in specs:
+    if spec.more_private is None and spec is specs[-1]:
+      raise ValueError(f'`tune`: {spec.name} of {mechanism} has no privacy direction; '
+                       'choose one of '
+                       f'{[t.name for t in cls.TUNABLES if t.more_private]}.')
+    if spec.kind is int and bits is None:
+      raise ValueError(f'`bits` is required to search the integer parameter '
+                       f'{spec.name} of {mechanism}.')
+    if spec is not specs[-1] and spec.kind is not int:
+      raise ValueError(f'`tune`: only the last parameter may be real-valued; '
+                       f'{spec.name} of {mechanism} is {spec.kind.__name__}.')
+  for name in tune:
+    params.pop(name, None)
+  fixed = cls.complete_params(params)
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
-                  total_clients=total_clients, delta=delta, dim=dim,
-                  use_pld=use_pld)
-  m = num_levels
-  if mechanism == 'rqm':
-    q = _bisect(lambda v: mechanisms.RQM(clip, delta_ratio * clip, m, v),
-                1e-4, 1 - 1e-4, epsilon, schedule, increasing=True)
-    return mechanisms.RQM(clip, delta_ratio * clip, m, q)
-  if mechanism == 'pbm':
-    theta = _bisect(lambda v: mechanisms.PBM(clip, m, v), 1e-4, 0.5, epsilon,
-                    schedule, increasing=True)
-    return mechanisms.PBM(clip, m, theta)
-  if mechanism == 'qmgeo':
-    p = _bisect(lambda v: mechanisms.QMGeo(clip, m, v, full_support=True),
-                1e-4, 1 - 1e-4, epsilon, schedule, increasing=True)
-    return mechanisms.QMGeo(clip, m, p, full_support=True)
-  if mechanism == 'quantized_gaussian':
-    sigma = _bisect(lambda v: mechanisms.QuantizedGaussian(2 * clip, m, v),
-                    1e-3 * clip, 1e3 * clip, epsilon, schedule, increasing=False)
-    return mechanisms.QuantizedGaussian(2 * clip, m, sigma)
-  if mechanism == 'bq':
-    if bits is None:
-      bits = max(2, math.ceil(math.log2(m)))
-    best = None
-    top = 2**bits - 1
-    for s in range(1, top // 2 + 1):
-      for noise in range(0, top - 2 * s + 1):
-        mech = mechanisms.BQ(clip, s, noise)
-        if _epsilon(mech, dict(schedule)) <= epsilon:
-          var = (noise / 4 + 0.25) / s**2
-          if best is None or var < best[0]:
-            best = (var, mech)
-          break
-    if best is None:
-      raise ValueError(f'No BQ (s, m) with {bits} bits meets ε={epsilon}.')
-    return best[1]
-  raise ValueError("`mechanism` must be one of 'rqm', 'pbm', 'bq', 'qmgeo', "
-                   f"'quantized_gaussian', got {mechanism!r}.")
+                  total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld)
+
+  def candidates(prefix, outer):
+    """Every grid point of the scanned (outer) integers that fits `bits`."""
+    if not outer:
+      yield dict(prefix)
+      return
+    spec = outer[0]
+    for value in range(int(spec.low), int(spec.high) + 1):
+      trial = dict(prefix, **{spec.name: value})
+      probe = cls.for_coordinate_bound(clip, **dict(fixed, **trial))
+      if probe.bits_per_coordinate > bits:
+        break
+      yield from candidates(trial, outer[1:])
+
+  best = None
+  for grid_point in candidates({}, specs[:-1]):
+    base_params = dict(fixed, **grid_point)
+    build = lambda v, b=base_params: cls.for_coordinate_bound(
+        clip, **dict(b, **{specs[-1].name: v}))
+    value = _search_last(build, specs[-1], epsilon, schedule, bits, iters)
+    if value is None:
+      continue
+    mech = build(value)
+    var = mech.worst_case_variance()
+    if best is None or var < best[0]:
+      best = (var, mech)
+  if best is None:
+    budget = f' within {bits} bits' if bits is not None else ''
+    others = {k: v for k, v in fixed.items() if k not in tune}
+    raise ValueError(f'Target ε={epsilon} is not reachable for {mechanism}{budget} '
+                     f'even at the most private value of {", ".join(tune)} '
+                     f'(other parameters {others}).')
+  return best[1]

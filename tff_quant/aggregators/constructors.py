@@ -1,91 +1,108 @@
-"""Convenience constructors: one line per mechanism, all built on QuantizationFactory.
+"""Factories by mechanism name, all built on QuantizationFactory.
 
-Each takes the l2 `clip_norm` of a client's whole update. The per-coordinate range
-c_inf is clip_norm / sqrt(d) (d known in `create`), as in the RQM/PBM EMNIST setup,
-unless `coordinate_clip` fixes it. `rotate=True` wraps the factory in TFF's own
+`mechanism_factory(name, clip_norm, params)` serves every mechanism in
+`tff_quant.mechanisms.registry()`. The per-coordinate range c∞ is
+clip_norm / √d (d known in `create`), as in the RQM/PBM EMNIST setup, unless
+`coordinate_clip` fixes it. `rotate=True` wraps the factory in TFF's own
 `HadamardTransformFactory`, so coordinate clipping is not biased toward large
-coordinates (the rotation preserves the l2 norm; d becomes the padded size).
+coordinates (the rotation preserves the ℓ2 norm; d becomes the padded size).
+The named constructors below are the documented shorthands of the same call.
 """
 
-from typing import Callable, Optional
+from typing import Dict, Optional
 
 import tensorflow_federated as tff
 
 from tff_quant import mechanisms
 from tff_quant.aggregators import quantization_factory
-from tff_quant.mechanisms import base
+from tff_quant.common import validation
 
 
-def _build(builder: Callable[[float], base.Mechanism], clip_norm: float,
-           coordinate_clip: Optional[float], rotate: bool, seed: Optional[int],
-           max_clients_per_round: Optional[int]):
-  base.check_in_range('clip_norm', clip_norm, 0, None, low_open=True)
+class RotatedFactory(tff.aggregators.HadamardTransformFactory):
+  """TFF's randomized Hadamard rotation around a QuantizationFactory, which it
+  exposes as `quantization_factory` (for the accountant: no private attribute)."""
+
+  def __init__(self, factory: quantization_factory.QuantizationFactory):
+    if not isinstance(factory, quantization_factory.QuantizationFactory):
+      raise TypeError('`factory` must be a QuantizationFactory, got '
+                      f'{type(factory).__name__}.')
+    super().__init__(factory)
+    self.quantization_factory = factory
+
+
+def mechanism_factory(name: str, clip_norm: float,
+                      params: Optional[Dict[str, object]] = None, *,
+                      coordinate_clip: Optional[float] = None, rotate: bool = False,
+                      seed: Optional[int] = None,
+                      max_clients_per_round: Optional[int] = None,
+                      sum_factory=None):
+  """A QuantizationFactory for the registered mechanism `name`.
+
+  Args:
+    name: a key of `tff_quant.mechanisms.registry()`.
+    clip_norm: ℓ2 clip of each client's whole update, > 0.
+    params: the mechanism's tunables (`registry()[name].TUNABLES`); omitted ones
+      take their defaults. Validated now, not at `create`.
+    coordinate_clip: a fixed c∞ > 0; default clip_norm / √d.
+    rotate: wrap in `RotatedFactory` (TFF's `HadamardTransformFactory`).
+    seed: None (unpredictable client seeds) or an int (reproducible experiments).
+    max_clients_per_round: see `QuantizationFactory`.
+    sum_factory: see `QuantizationFactory` (default TFF's SecureSumFactory).
+
+  Returns:
+    The factory (a `tff.aggregators.UnweightedAggregationFactory`).
+  """
+  cls = mechanisms.get(name)
+  full = cls.complete_params(params)
+  validation.check_positive('clip_norm', clip_norm)
+  validation.check_bool('rotate', rotate)
   if coordinate_clip is not None:
-    base.check_in_range('coordinate_clip', coordinate_clip, 0, None, low_open=True)
-    mechanism = builder(float(coordinate_clip))
+    mechanism = cls.for_coordinate_bound(
+        validation.check_positive('coordinate_clip', coordinate_clip), **full)
   else:
-    mechanism = builder
-    builder(1.0)  # validate the other parameters now, not at create()
+    mechanism = lambda c: cls.for_coordinate_bound(c, **full)
+    mechanism(1.0)  # the other parameters' joint constraints, now
   factory = quantization_factory.QuantizationFactory(
       mechanism, clip_norm=clip_norm, seed=seed,
-      max_clients_per_round=max_clients_per_round)
-  if not isinstance(rotate, bool):
-    raise ValueError(f'`rotate` must be a bool, got {rotate!r}.')
-  return tff.aggregators.HadamardTransformFactory(factory) if rotate else factory
+      max_clients_per_round=max_clients_per_round, sum_factory=sum_factory)
+  return RotatedFactory(factory) if rotate else factory
 
 
 def rqm_factory(clip_norm: float, num_levels: int = 16, q: float = 0.42,
-                delta_ratio: float = 1.0, *, coordinate_clip=None, rotate=False,
-                seed=None, max_clients_per_round=None):
-  """RQM with Δ = delta_ratio * c_inf (paper: (Δ/c, q) = (1, .42), (2, .57), ...)."""
-  base.check_in_range('delta_ratio', delta_ratio, 0, None, low_open=True)
-  return _build(lambda c: mechanisms.RQM(c, delta_ratio * c, num_levels, q),
-                clip_norm, coordinate_clip, rotate, seed, max_clients_per_round)
+                delta_ratio: float = 1.0, **kwargs):
+  """RQM with Δ = delta_ratio · c∞ (paper: (Δ/c, q) = (1, .42), (2, .57), ...)."""
+  return mechanism_factory('rqm', clip_norm, dict(
+      num_levels=num_levels, q=q, delta_ratio=delta_ratio), **kwargs)
 
 
-def pbm_factory(clip_norm: float, num_levels: int = 16, theta: float = 0.25, *,
-                coordinate_clip=None, rotate=False, seed=None,
-                max_clients_per_round=None):
-  """PBM: Binomial(m-1, 1/2 + θ x / c_inf)."""
-  return _build(lambda c: mechanisms.PBM(c, num_levels, theta), clip_norm,
-                coordinate_clip, rotate, seed, max_clients_per_round)
+def pbm_factory(clip_norm: float, num_levels: int = 16, theta: float = 0.25,
+                **kwargs):
+  """PBM: Binomial(m-1, 1/2 + θ x / c∞)."""
+  return mechanism_factory('pbm', clip_norm, dict(num_levels=num_levels,
+                                                  theta=theta), **kwargs)
 
 
-def bq_factory(clip_norm: float, s: int, m: int, *, coordinate_clip=None,
-               rotate=False, seed=None, max_clients_per_round=None):
+def bq_factory(clip_norm: float, s: int, m: int, **kwargs):
   """BQ: s-level sign/magnitude quantization + Binomial(m, 1/2) noise."""
-  return _build(lambda c: mechanisms.BQ(c, s, m), clip_norm, coordinate_clip,
-                rotate, seed, max_clients_per_round)
+  return mechanism_factory('bq', clip_norm, dict(s=s, m=m), **kwargs)
 
 
 def qmgeo_factory(clip_norm: float, num_levels: int = 8, p: float = 0.5,
-                  full_support: bool = False, *, coordinate_clip=None,
-                  rotate=False, seed=None, max_clients_per_round=None):
-  """QMGeo (full_support=True is the variant with a finite ε)."""
-  return _build(lambda c: mechanisms.QMGeo(c, num_levels, p, full_support),
-                clip_norm, coordinate_clip, rotate, seed, max_clients_per_round)
+                  full_support: bool = True, **kwargs):
+  """QMGeo; full_support=False is the as-written sampler, whose ε is inf."""
+  return mechanism_factory('qmgeo', clip_norm, dict(
+      num_levels=num_levels, p=p, full_support=full_support), **kwargs)
 
 
 def quantized_gaussian_factory(clip_norm: float, num_levels: int = 16,
-                               noise_multiplier: float = 1.0, *,
-                               coordinate_clip=None, rotate=False, seed=None,
-                               max_clients_per_round=None):
-  """Quantized Gaussian: inputs in [-Cq/2, Cq/2] = [-c_inf, c_inf], σ = z * Cq."""
-  base.check_in_range('noise_multiplier', noise_multiplier, 0, None, low_open=True)
-  return _build(
-      lambda c: mechanisms.QuantizedGaussian(2 * c, num_levels,
-                                             noise_multiplier * 2 * c),
-      clip_norm, coordinate_clip, rotate, seed, max_clients_per_round)
+                               noise_multiplier: float = 1.0, **kwargs):
+  """Quantized Gaussian: inputs in [-Cq/2, Cq/2] = [-c∞, c∞], σ = z · Cq."""
+  return mechanism_factory('quantized_gaussian', clip_norm, dict(
+      num_levels=num_levels, noise_multiplier=noise_multiplier), **kwargs)
 
 
 def clipped_mean_factory(clip_norm: float):
-  """Noise-free baseline: l2 clip then the plain mean (no privacy, no secure sum)."""
-  base.check_in_range('clip_norm', clip_norm, 0, None, low_open=True)
+  """Noise-free baseline: ℓ2 clip then the plain mean (no privacy, no secure sum)."""
+  validation.check_positive('clip_norm', clip_norm)
   return tff.aggregators.clipping_factory(
       clip_norm, tff.aggregators.UnweightedMeanFactory())
-
-
-FACTORIES = {
-    'rqm': rqm_factory, 'pbm': pbm_factory, 'bq': bq_factory,
-    'qmgeo': qmgeo_factory, 'quantized_gaussian': quantized_gaussian_factory,
-}

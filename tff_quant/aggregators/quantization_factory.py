@@ -3,7 +3,8 @@
 client: flatten + concat -> non-finite to 0 (counted) -> l2 clip to `clip_norm`
         -> per-coordinate clip to the mechanism's range (counted) -> mechanism.encode
         -> integer levels in [0, L-1]
-secure: tff.aggregators.SecureSumFactory(L-1, 0): the server only sees the sum
+secure: `sum_factory` (default tff.aggregators.SecureSumFactory(L-1, 0)): the
+        server only sees the sum; its state is carried across rounds
 server: mechanism.decode(level_sum, n) / n -> the original structure (a mean)
 
 Seeds: by default every client draws its own sampling seed from its local RNG
@@ -16,17 +17,25 @@ update could then predict the noise, so never use it in deployment.
 import collections
 import collections.abc
 import math
-from typing import Callable, Optional, Union
+from typing import Callable, NamedTuple, Optional, Union
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 MechanismOrBuilder = Union[base.Mechanism, Callable[[float], base.Mechanism]]
 _INT32_MAX = 2**31 - 1
 _STATE_TYPE = tff.TensorType(np.int64)
+
+
+class Created(NamedTuple):
+  """What one `create` built: the mechanism and the coordinates d it encodes."""
+  mechanism: base.Mechanism
+  dim: int
+  value_type: object
 
 
 def secure_sum_bits(num_clients: int, num_levels: int) -> int:
@@ -48,25 +57,48 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       clients fails with an error instead of wrapping around.
     seed: None (default, client-side unpredictable seeds) or an int for the
       reproducible experiment mode described in the module docstring.
+    sum_factory: the `tff.aggregators.UnweightedAggregationFactory` that sums the
+      int32 level vectors, values in [0, L-1]; default
+      `tff.aggregators.SecureSumFactory(L-1, 0)`. Its state lives in this
+      factory's state and is carried across rounds (as in `MeanFactory`). It
+      must return the exact sum: the accountant assumes the server sees the sum.
+
+  State: (round number, the level-sum state, the client-count-sum state).
+
+  Measurements of `next` (an OrderedDict):
+    quantization: num_clients (int32), bits_per_coordinate (int32, ⌈log2 L⌉),
+      bits_per_client (int64, ⌈log2 L⌉·d), secure_sum_bits (int32,
+      ⌈log2(n(L−1)+1)⌉), clipped_fraction (float32, coordinates clipped to c∞
+      over n·d), nonfinite_count (int32, coordinates that were NaN/inf).
+    secure_sum: the measurements of `sum_factory` on the levels.
+
+  After `create`, `created` holds the mechanism and dimension that process uses
+  (d after any padding by an outer factory such as HadamardTransformFactory).
   """
 
   def __init__(self, mechanism: MechanismOrBuilder,
                clip_norm: Optional[float] = None,
                max_clients_per_round: Optional[int] = None,
-               seed: Optional[int] = None):
+               seed: Optional[int] = None, sum_factory=None):
     if not (isinstance(mechanism, base.Mechanism) or callable(mechanism)):
       raise TypeError('`mechanism` must be a tff_quant Mechanism or a callable '
                       f'c_inf -> Mechanism, got {type(mechanism).__name__}.')
     if clip_norm is not None:
-      base.check_in_range('clip_norm', clip_norm, 0, None, low_open=True)
+      validation.check_positive('clip_norm', clip_norm)
     elif not isinstance(mechanism, base.Mechanism):
       raise ValueError('`clip_norm` is required when `mechanism` is a builder '
                        '(c_inf = clip_norm / sqrt(d)).')
-    if max_clients_per_round is not None:
-      base.check_in_range('max_clients_per_round', max_clients_per_round, 1, None,
-                          integer=True)
-    if seed is not None:
-      base.check_in_range('seed', seed, 0, 2**63 - 1, integer=True)
+    validation.check_optional(validation.check_integer, 'max_clients_per_round',
+                              max_clients_per_round, 1)
+    validation.check_optional(validation.check_integer, 'seed', seed, 0,
+                              2**63 - 1)
+    if sum_factory is not None and not isinstance(
+        sum_factory, tff.aggregators.UnweightedAggregationFactory):
+      raise TypeError('`sum_factory` must be a tff.aggregators.'
+                      'UnweightedAggregationFactory, got '
+                      f'{type(sum_factory).__name__}.')
+    self._sum_factory = sum_factory
+    self.created: Optional[Created] = None
     self._mechanism = mechanism
     self._clip_norm = None if clip_norm is None else float(clip_norm)
     self._max_clients = max_clients_per_round
@@ -84,7 +116,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def mechanism_for_dimension(self, dim: int) -> base.Mechanism:
     """The mechanism used on a `dim`-coordinate update (what the accountant needs)."""
-    base.check_in_range('dim', dim, 1, None, integer=True)
+    validation.check_integer('dim', dim, 1)
     if isinstance(self._mechanism, base.Mechanism):
       return self._mechanism
     mech = self._mechanism(self._clip_norm / math.sqrt(dim))
@@ -112,6 +144,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     dim = int(sum(s.shape.num_elements() for s in flat_specs))
     mech = self.mechanism_for_dimension(dim)
     self._check_capacity(mech)
+    self.created = Created(mech, dim, value_type)
     max_clients = self.max_clients_for(mech)
     num_levels = mech.num_levels
     clip_norm = self._clip_norm
@@ -145,8 +178,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       return levels, counts
 
     levels_type, counts_type = client_encode.type_signature.result
-    level_sum = tff.aggregators.SecureSumFactory(num_levels - 1, 0).create(
-        levels_type)
+    level_sum = (self._sum_factory or tff.aggregators.SecureSumFactory(
+        num_levels - 1, 0)).create(levels_type)
     count_sum = tff.aggregators.SecureSumFactory(dim, 0).create(counts_type)
 
     @tff.tensorflow.computation(levels_type, counts_type)
@@ -182,19 +215,24 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.federated_computation()
     def init_fn():
-      return tff.federated_value(np.int64(0), tff.SERVER)
+      return tff.federated_zip(collections.OrderedDict(
+          round_num=tff.federated_value(np.int64(0), tff.SERVER),
+          level_sum=level_sum.initialize(), count_sum=count_sum.initialize()))
 
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(value_type, tff.CLIENTS))
     def next_fn(state, value):
-      round_num = tff.federated_broadcast(state)
+      round_num = tff.federated_broadcast(state.round_num)
       levels, counts = tff.federated_map(client_encode, (value, round_num))
-      summed = level_sum.next(level_sum.initialize(), levels)
-      counted = count_sum.next(count_sum.initialize(), counts)
+      summed = level_sum.next(state.level_sum, levels)
+      counted = count_sum.next(state.count_sum, counts)
       result, measurements = tff.federated_map(
           server_decode, (summed.result, counted.result))
-      new_state = tff.federated_map(
-          tff.tensorflow.computation(lambda s: s + 1, _STATE_TYPE), state)
+      new_state = tff.federated_zip(collections.OrderedDict(
+          round_num=tff.federated_map(
+              tff.tensorflow.computation(lambda s: s + 1, _STATE_TYPE),
+              state.round_num),
+          level_sum=summed.state, count_sum=counted.state))
       all_measurements = tff.federated_zip(collections.OrderedDict(
           quantization=measurements,
           secure_sum=summed.measurements))
@@ -202,6 +240,14 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
           state=new_state, result=result, measurements=all_measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def find_quantization_factory(factory) -> Optional[QuantizationFactory]:
+  """The QuantizationFactory inside `factory`: itself, or the inner factory of
+  the `RotatedFactory` this package builds for rotate=True; else None."""
+  while factory is not None and not isinstance(factory, QuantizationFactory):
+    factory = getattr(factory, 'quantization_factory', None)
+  return factory
 
 
 def find_measurements(measurements, key: str = 'quantization'):

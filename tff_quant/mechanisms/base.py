@@ -7,10 +7,13 @@ sampled in training is what is accounted for.
 """
 
 import abc
+import dataclasses
 import math
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 import numpy as np
+
+from tff_quant.common import validation
 
 
 class _LazyTensorFlow:
@@ -25,30 +28,58 @@ class _LazyTensorFlow:
 tf = _LazyTensorFlow()
 
 
-def check_in_range(name: str, value, low=None, high=None, low_open=False,
-                   high_open=False, integer=False):
-  """Raises ValueError naming `name` and the allowed range unless value is in it."""
-  lo_br = '(' if low_open else '['
-  hi_br = ')' if high_open else ']'
-  allowed = (f'{lo_br}{"-inf" if low is None else low}, '
-             f'{"inf" if high is None else high}{hi_br}')
-  if integer:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-      raise ValueError(f'`{name}` must be an integer in {allowed}, got {value!r}.')
-  else:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
-                                                          np.floating)):
-      raise ValueError(f'`{name}` must be a number in {allowed}, got {value!r}.')
-    if not math.isfinite(value):
-      raise ValueError(f'`{name}` must be finite and in {allowed}, got {value!r}.')
-  ok = True
-  if low is not None:
-    ok &= value > low if low_open else value >= low
-  if high is not None:
-    ok &= value < high if high_open else value <= high
-  if not ok:
-    raise ValueError(f'`{name}` must be in {allowed}, got {value!r}.')
-  return value
+@dataclasses.dataclass(frozen=True)
+class Tunable:
+  """One free parameter of a mechanism: its allowed range, default and privacy direction.
+
+  `more_private` is 'higher' or 'lower' when the mechanism gets more private
+  monotonically in this parameter (calibration searches along it), else None.
+  Ranges are those the constructor enforces; `kind` is float, int or bool.
+  """
+  name: str
+  default: object
+  low: Optional[float] = None
+  high: Optional[float] = None
+  low_open: bool = False
+  high_open: bool = False
+  kind: type = float
+  more_private: Optional[str] = None
+  doc: str = ''
+
+  def check(self, value):
+    """`value` validated (TypeError for a wrong type, ValueError out of range)."""
+    if self.kind is bool:
+      return validation.check_bool(self.name, value)
+    return validation.check_number(self.name, value, self.low, self.high,
+                                   self.low_open, self.high_open,
+                                   integer=self.kind is int)
+
+  def parse(self, text: str):
+    """The value a 'key=value' flag entry means, validated."""
+    text = text.strip()
+    if self.kind is bool:
+      lowered = text.lower()
+      if lowered not in ('true', 'false', '1', '0'):
+        raise TypeError(f'`{self.name}` must be a bool (true or false), got {text!r}.')
+      return lowered in ('true', '1')
+    try:
+      value = int(text) if self.kind is int else float(text)
+    except ValueError:
+      raise TypeError(f'`{self.name}` must be {"an integer" if self.kind is int else "a number"} '
+                      f'in {self.allowed()}, got {text!r}.') from None
+    return self.check(value)
+
+  def allowed(self) -> str:
+    if self.kind is bool:
+      return 'a bool'
+    return validation.allowed_range(self.low, self.high, self.low_open,
+                                    self.high_open)
+
+  def describe(self) -> str:
+    direction = (f'; more private when {self.more_private}'
+                 if self.more_private else '')
+    return (f'{self.name} ({self.kind.__name__} in {self.allowed()}, default '
+            f'{self.default!r}{direction}){": " + self.doc if self.doc else ""}')
 
 
 def log_normalize(log_p: np.ndarray) -> np.ndarray:
@@ -164,11 +195,51 @@ class Mechanism(abc.ABC):
   per-coordinate range [-b, b] inputs are clipped to), `log_pmf` and `_encode`.
   """
 
-  name: str = 'mechanism'
+  #: Registry key (`tff_quant.mechanisms.registry()`); None for abstract bases.
+  name: Optional[str] = None
+  #: Free parameters besides the coordinate bound, as `for_coordinate_bound` takes them.
+  TUNABLES: Tuple[Tunable, ...] = ()
+  #: Parameters `accounting.calibrate` searches by default (the last one by
+  #: bisection along its `more_private` direction, earlier ones over a grid).
+  CALIBRATED: Tuple[str, ...] = ()
   #: True when E[levels[encode(x)]] == x for every x in [-input_bound, input_bound].
   unbiased: bool = True
   #: Compile encode with XLA (off where XLA's special functions are slower).
   jit_encode: bool = True
+
+  @classmethod
+  def tunable(cls, name: str) -> Tunable:
+    """The declared parameter `name`; ValueError listing the known ones."""
+    for t in cls.TUNABLES:
+      if t.name == name:
+        return t
+    raise ValueError(f'{cls.name or cls.__name__} has no parameter {name!r}; its '
+                     f'parameters: {[t.name for t in cls.TUNABLES]}.')
+
+  @classmethod
+  def complete_params(cls, params: Optional[Dict[str, object]] = None):
+    """`params` validated, with every omitted tunable at its default."""
+    params = dict(params or {})
+    for key in params:
+      cls.tunable(key)
+    return {t.name: t.check(params.get(t.name, t.default)) for t in cls.TUNABLES}
+
+  @classmethod
+  def parse_params(cls, text: str) -> Dict[str, object]:
+    """'key=value,key=value' (a flag's text) -> validated dict of given params."""
+    out = {}
+    for item in filter(None, (part.strip() for part in (text or '').split(','))):
+      key, sep, value = item.partition('=')
+      if not sep:
+        raise ValueError(f'mechanism parameters must be key=value entries, got {item!r}.')
+      out[key.strip()] = cls.tunable(key.strip()).parse(value)
+    return out
+
+  @classmethod
+  def for_coordinate_bound(cls, c_inf: float, **params) -> 'Mechanism':
+    """The mechanism for per-coordinate inputs in [-c_inf, c_inf], other params
+    from `params` (defaults for the rest). Default: cls(clip=c_inf, **params)."""
+    return cls(clip=c_inf, **cls.complete_params(params))
 
   @property
   @abc.abstractmethod
@@ -245,6 +316,23 @@ class Mechanism(abc.ABC):
     c = self.input_bound
     inside = b[(b > -c) & (b < c)]
     return np.concatenate([[-c], inside, [c]])
+
+  def worst_case_variance(self) -> float:
+    """max over inputs of Var[value(level)]: the per-client noise calibration ranks.
+
+    Evaluated at the critical inputs and the midpoints between consecutive ones
+    (where stochastic rounding's variance peaks), exact where the variance is
+    maximal at one of those points (BQ, PBM, RQM's rounding between kept levels).
+    """
+    pts = np.unique(self.critical_inputs())
+    pts = np.concatenate([pts, 0.5 * (pts[1:] + pts[:-1])])
+    v = self.levels
+    worst = 0.0
+    for x in pts:
+      p = self.pmf(x)
+      mean = float(np.dot(p, v))
+      worst = max(worst, float(np.dot(p, (v - mean)**2)))
+    return worst
 
   # --- sampling and decoding (TensorFlow) -----------------------------------
   def sanitize(self, x):

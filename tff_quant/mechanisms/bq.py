@@ -18,6 +18,7 @@ Departures from the paper (derived from the sampler, checked by Monte Carlo):
 import numpy as np
 from scipy import special, stats
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
@@ -28,11 +29,18 @@ class BQ(base.Mechanism):
 
   name = 'bq'
   unbiased = True
+  TUNABLES = (
+      base.Tunable('s', 3, 1, 2**20, kind=int, more_private='lower',
+                   doc='quantization levels per sign'),
+      base.Tunable('m', 8, 0, 2**20, kind=int, more_private='higher',
+                   doc='Binomial(m, 1/2) noise trials'),
+  )
+  CALIBRATED = ('s', 'm')
 
   def __init__(self, clip: float, s: int, m: int):
-    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
-    self.s = base.check_in_range('s', s, 1, 2**20, integer=True)
-    self.m = base.check_in_range('m', m, 0, 2**20, integer=True)
+    self.clip = float(validation.check_positive('clip', clip))
+    self.s = self.tunable('s').check(s)
+    self.m = self.tunable('m').check(m)
     # XLA has no binomial kernel; TF's sampler serves more trials.
     self.jit_encode = self.m <= base.POPCOUNT_MAX_TRIALS
 

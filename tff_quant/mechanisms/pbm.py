@@ -9,6 +9,7 @@ accountant reports that honestly rather than refusing the parameter.
 import numpy as np
 from scipy import stats
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
@@ -19,11 +20,17 @@ class PBM(base.Mechanism):
 
   name = 'pbm'
   unbiased = True
+  TUNABLES = (
+      base.Tunable('num_levels', 16, 2, 2**24, kind=int, doc='levels m'),
+      base.Tunable('theta', 0.25, 0, 0.5, low_open=True, more_private='lower',
+                   doc='success-probability spread θ'),
+  )
+  CALIBRATED = ('theta',)
 
   def __init__(self, clip: float, num_levels: int, theta: float):
-    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
-    self.m = base.check_in_range('num_levels', num_levels, 2, 2**24, integer=True)
-    self.theta = float(base.check_in_range('theta', theta, 0, 0.5, low_open=True))
+    self.clip = float(validation.check_positive('clip', clip))
+    self.m = self.tunable('num_levels').check(num_levels)
+    self.theta = float(self.tunable('theta').check(theta))
     # XLA has no binomial kernel; TF's sampler serves more trials.
     self.jit_encode = self.m - 1 <= base.INVERSION_MAX_TRIALS
 

@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
@@ -36,16 +37,21 @@ class QMGeo(base.Mechanism):
 
   name = 'qmgeo'
   unbiased = False
+  TUNABLES = (
+      base.Tunable('num_levels', 8, 2, 2**24, kind=int, doc='levels R'),
+      base.Tunable('p', 0.5, 0, 1, low_open=True, high_open=True,
+                   more_private='lower', doc='geometric parameter'),
+      base.Tunable('full_support', True, kind=bool,
+                   doc='the sound variant (as written, ε = inf)'),
+  )
+  CALIBRATED = ('p',)
 
   def __init__(self, clip: float, num_levels: int, p: float,
                full_support: bool = False):
-    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
-    self.r_levels = base.check_in_range('num_levels', num_levels, 2, 2**24,
-                                        integer=True)
-    self.p = float(base.check_in_range('p', p, 0, 1, low_open=True, high_open=True))
-    if not isinstance(full_support, bool):
-      raise ValueError(f'`full_support` must be a bool, got {full_support!r}.')
-    self.full_support = full_support
+    self.clip = float(validation.check_positive('clip', clip))
+    self.r_levels = self.tunable('num_levels').check(num_levels)
+    self.p = float(self.tunable('p').check(p))
+    self.full_support = self.tunable('full_support').check(full_support)
 
   def params(self):
     return dict(clip=self.clip, num_levels=self.r_levels, p=self.p,

@@ -17,6 +17,7 @@ import math
 import numpy as np
 from scipy import special
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
@@ -64,13 +65,25 @@ class QuantizedGaussian(base.Mechanism):
   """QuantizedGaussian(clip=Cq, num_levels=k, sigma=σ): inputs in [-Cq/2, Cq/2]."""
 
   name = 'quantized_gaussian'
-  unbiased = True  # up to saturation at +-Cq, see module docstring
+  TUNABLES = (
+      base.Tunable('num_levels', 16, 2, 2**24, kind=int, doc='levels k'),
+      base.Tunable('noise_multiplier', 1.0, 0, None, low_open=True,
+                   more_private='higher', doc='z = σ / Cq'),
+  )
+  CALIBRATED = ('noise_multiplier',)
+  unbiased = False  # E[value] = E[clip(x + N, -Cq, Cq)]: biased by saturation
   jit_encode = False  # XLA's normal sampler is slower than TF's kernel here
 
   def __init__(self, clip: float, num_levels: int, sigma: float):
-    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
-    self.k = base.check_in_range('num_levels', num_levels, 2, 2**24, integer=True)
-    self.sigma = float(base.check_in_range('sigma', sigma, 0, None, low_open=True))
+    self.clip = float(validation.check_positive('clip', clip))
+    self.k = self.tunable('num_levels').check(num_levels)
+    self.sigma = float(validation.check_positive('sigma', sigma))
+
+  @classmethod
+  def for_coordinate_bound(cls, c_inf, **params):
+    """Inputs in [-c_inf, c_inf] = [-Cq/2, Cq/2] (Alg. 1), σ = z · Cq."""
+    p = cls.complete_params(params)
+    return cls(2 * c_inf, p['num_levels'], p['noise_multiplier'] * 2 * c_inf)
 
   def params(self):
     return dict(clip=self.clip, num_levels=self.k, sigma=self.sigma)

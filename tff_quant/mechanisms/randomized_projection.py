@@ -19,6 +19,7 @@ Not unbiased (projection); `input_bound` is the range of the pre-noise value
 import numpy as np
 from scipy import special
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
@@ -29,17 +30,32 @@ class RandomizedProjection(base.Mechanism):
 
   name = 'randomized_projection'
   unbiased = False
+  TUNABLES = (
+      base.Tunable('bits', 4, 1, 24, kind=int, doc='b: L = 2^b levels'),
+      base.Tunable('q', 0.9, 0, 1, low_open=True, high_open=True,
+                   more_private='lower',
+                   doc='probability of the nearest level (>= 1/(L-1))'),
+      base.Tunable('noise_multiplier', 1.0, 0, None, more_private='higher',
+                   doc='σ / c∞'),
+  )
+  CALIBRATED = ('noise_multiplier',)
 
   def __init__(self, bound: float, bits: int, q: float, sigma: float,
                input_bound=None):
-    self.bound = float(base.check_in_range('bound', bound, 0, None, low_open=True))
-    self.bits = base.check_in_range('bits', bits, 1, 24, integer=True)
+    self.bound = float(validation.check_positive('bound', bound))
+    self.bits = self.tunable('bits').check(bits)
     big_l = 2**self.bits
-    self.q = float(base.check_in_range('q', q, 1.0 / (big_l - 1), 1, high_open=True))
-    self.sigma = float(base.check_in_range('sigma', sigma, 0, None))
+    self.q = float(validation.check_number('q', q, 1.0 / (big_l - 1), 1,
+                                           high_open=True))
+    self.sigma = float(validation.check_number('sigma', sigma, 0, None))
     ib = self.bound if input_bound is None else input_bound
-    self._input_bound = float(base.check_in_range('input_bound', ib, 0, None,
-                                                  low_open=True))
+    self._input_bound = float(validation.check_positive('input_bound', ib))
+
+  @classmethod
+  def for_coordinate_bound(cls, c_inf, **params):
+    """Levels span the input range [-c_inf, c_inf]; σ = noise_multiplier · c_inf."""
+    p = cls.complete_params(params)
+    return cls(c_inf, p['bits'], p['q'], p['noise_multiplier'] * c_inf)
 
   def params(self):
     return dict(bound=self.bound, bits=self.bits, q=self.q, sigma=self.sigma,

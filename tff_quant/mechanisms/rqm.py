@@ -20,6 +20,7 @@ import math
 import numpy as np
 from scipy import special
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
@@ -30,13 +31,26 @@ class RQM(base.Mechanism):
 
   name = 'rqm'
   unbiased = True
+  TUNABLES = (
+      base.Tunable('num_levels', 16, 2, 2**24, kind=int, doc='levels m'),
+      base.Tunable('q', 0.42, 0, 1, low_open=True, high_open=True,
+                   more_private='lower', doc='keep probability of inner levels'),
+      base.Tunable('delta_ratio', 1.0, 0, None, low_open=True,
+                   more_private='higher', doc='Δ / c∞ (levels span ±(c∞ + Δ))'),
+  )
+  CALIBRATED = ('q',)
 
   def __init__(self, clip: float, delta: float, num_levels: int, q: float):
-    self.clip = float(base.check_in_range('clip', clip, 0, None, low_open=True))
-    self.delta = float(base.check_in_range('delta', delta, 0, None, low_open=True))
-    self.m = base.check_in_range('num_levels', num_levels, 2, 2**24, integer=True)
-    self.q = float(base.check_in_range('q', q, 0, 1, low_open=True, high_open=True))
+    self.clip = float(validation.check_positive('clip', clip))
+    self.delta = float(validation.check_positive('delta', delta))
+    self.m = self.tunable('num_levels').check(num_levels)
+    self.q = float(self.tunable('q').check(q))
     self.x_max = self.clip + self.delta
+
+  @classmethod
+  def for_coordinate_bound(cls, c_inf, **params):
+    p = cls.complete_params(params)
+    return cls(c_inf, p['delta_ratio'] * c_inf, p['num_levels'], p['q'])
 
   def params(self):
     return dict(clip=self.clip, delta=self.delta, num_levels=self.m, q=self.q)

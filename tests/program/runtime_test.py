@@ -2,7 +2,11 @@ import pytest
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_quant import aggregators, runtime
+from tff_quant import aggregators
+
+
+
+from tff_quant.program import runtime
 
 
 def test_secure_sum_runs_and_workers_are_stopped(tff_context):

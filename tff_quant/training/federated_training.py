@@ -4,10 +4,10 @@ Shared by experiments/fl_emnist.py, the notebooks and the demo. A run lives in
 `run_dir`: config.json (the hyper-parameters; a restart with different ones is an
 error, never a silent mix), checkpoints/ (tff.program.FileProgramStateManager,
 one per round), metrics.csv (tff.program.CSVFileReleaseManager keyed by round, so
-a resumed run ends with every round exactly once) and summary.json at the end.
+a resumed run ends with every round exactly once) and summary.json at the end;
+the rounds themselves run in `round_loop.run_rounds`, the one checkpointed loop.
 """
 
-import asyncio
 import collections
 import collections.abc
 import dataclasses
@@ -20,26 +20,24 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import accounting, aggregators, models, results_io, round_loop, runtime
-from tff_quant.aggregators import quantization_factory
+from tff_quant import accounting, aggregators, mechanisms, models
+from tff_quant.common import validation
+from tff_quant.program import results_io, runtime
+from tff_quant.training import round_loop
 
-MECHANISMS = ('rqm', 'pbm', 'bq', 'qmgeo', 'quantized_gaussian', 'none')
+NO_PRIVACY = 'none'   # the clipped plain mean (noise-free baseline)
 
 
 @dataclasses.dataclass
 class TrainingConfig:
-  """Hyper-parameters of one federated run (defaults: the RQM paper's EMNIST setup)."""
+  """Hyper-parameters of one federated run (defaults: the RQM paper's EMNIST setup).
+
+  `mechanism` is a name in `tff_quant.mechanisms.registry()` (or 'none');
+  `mechanism_params` its tunables (omitted ones at their defaults).
+  """
   mechanism: str = 'rqm'
+  mechanism_params: Dict[str, object] = dataclasses.field(default_factory=dict)
   clip_norm: float = 0.03
-  num_levels: int = 16
-  rqm_delta_ratio: float = 1.0
-  rqm_q: float = 0.42
-  pbm_theta: float = 0.25
-  bq_s: int = 3
-  bq_m: int = 8
-  qmgeo_p: float = 0.5
-  qmgeo_full_support: bool = True
-  qg_noise_multiplier: float = 1.0
   rotate: bool = False
   rounds: int = 2000
   clients_per_round: int = 40
@@ -55,29 +53,28 @@ class TrainingConfig:
   eval_every: int = 10
 
   def validate(self):
-    """Raises ValueError naming the parameter and its allowed range."""
-    def positive(name, integer=False):
-      v = getattr(self, name)
-      ok = (isinstance(v, int) and not isinstance(v, bool)) if integer else \
-          isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-      if not ok or v <= 0:
-        kind = 'an integer >= 1' if integer else 'a finite number > 0'
-        raise ValueError(f'`{name}` must be {kind}, got {v!r}.')
-    if self.mechanism not in MECHANISMS:
-      raise ValueError(f'Unknown mechanism {self.mechanism!r}; choose one of '
-                       f'{MECHANISMS}.')
-    if self.model not in models.MODELS:
-      raise ValueError(f'Unknown model {self.model!r}; choose one of {models.MODELS}.')
+    """TypeError for a wrong type, ValueError naming the parameter and its range."""
+    names = (NO_PRIVACY,) + tuple(mechanisms.registry())
+    validation.check_one_of('mechanism', self.mechanism, names)
+    if self.mechanism != NO_PRIVACY:
+      self.mechanism_params = mechanisms.get(self.mechanism).complete_params(
+          self.mechanism_params)
+    elif self.mechanism_params:
+      raise ValueError('`mechanism_params` must be empty for mechanism '
+                       f'{NO_PRIVACY!r}, got {self.mechanism_params}.')
+    validation.check_one_of('model', self.model, models.MODELS)
     for name in ('clip_norm', 'client_lr', 'server_lr'):
-      positive(name)
+      validation.check_positive(name, getattr(self, name))
     for name in ('rounds', 'clients_per_round', 'total_clients', 'batch_size',
                  'local_epochs', 'eval_every'):
-      positive(name, integer=True)
-    if self.clients_per_round > self.total_clients:
-      raise ValueError(f'`clients_per_round` ({self.clients_per_round}) must be <= '
-                       f'`total_clients` ({self.total_clients}).')
-    if self.delta is not None and not 0 < self.delta < 1:
-      raise ValueError(f'`delta` must be in (0, 1), got {self.delta!r}.')
+      validation.check_integer(name, getattr(self, name), 1)
+    validation.check_bool('rotate', self.rotate)
+    validation.check_integer('seed', self.seed, 0)
+    validation.check_optional(validation.check_integer, 'noise_seed',
+                              self.noise_seed, 0)
+    validation.check_at_most('clients_per_round', self.clients_per_round,
+                             'total_clients', self.total_clients)
+    validation.check_optional(validation.check_probability, 'delta', self.delta)
 
   @property
   def target_delta(self) -> float:
@@ -86,39 +83,11 @@ class TrainingConfig:
 
 def build_aggregator(config: TrainingConfig):
   """The model aggregator for `config` (a clipped plain mean for 'none')."""
-  kw = dict(rotate=config.rotate, seed=config.noise_seed)
-  c, m = config.clip_norm, config.num_levels
-  if config.mechanism == 'none':
-    return aggregators.clipped_mean_factory(c)
-  if config.mechanism == 'rqm':
-    return aggregators.rqm_factory(c, m, config.rqm_q, config.rqm_delta_ratio, **kw)
-  if config.mechanism == 'pbm':
-    return aggregators.pbm_factory(c, m, config.pbm_theta, **kw)
-  if config.mechanism == 'bq':
-    return aggregators.bq_factory(c, config.bq_s, config.bq_m, **kw)
-  if config.mechanism == 'qmgeo':
-    return aggregators.qmgeo_factory(c, m, config.qmgeo_p,
-                                     config.qmgeo_full_support, **kw)
-  return aggregators.quantized_gaussian_factory(c, m, config.qg_noise_multiplier,
-                                                **kw)
-
-
-def _padded_dim(dims, rotate: bool) -> int:
-  """Coordinates the mechanism sees (Hadamard pads each tensor to a power of 2)."""
-  if not rotate:
-    return int(sum(dims))
-  return int(sum(1 << max(0, (d - 1).bit_length()) for d in dims))
-
-
-def mechanism_and_dim(config: TrainingConfig, keras_model):
-  """(mechanism, d) the aggregator will use on this model; (None, d) for 'none'."""
-  dims = [w.shape.num_elements() for w in keras_model.trainable_weights]
-  dim = _padded_dim(dims, config.rotate)
-  factory = build_aggregator(config)
-  if config.mechanism == 'none':
-    return None, dim
-  inner = factory._inner_agg_factory if config.rotate else factory  # pylint: disable=protected-access
-  return inner.mechanism_for_dimension(dim), dim
+  if config.mechanism == NO_PRIVACY:
+    return aggregators.clipped_mean_factory(config.clip_norm)
+  return aggregators.mechanism_factory(
+      config.mechanism, config.clip_norm, config.mechanism_params,
+      rotate=config.rotate, seed=config.noise_seed)
 
 
 CorruptCheckpointError = round_loop.CorruptCheckpointError
@@ -160,8 +129,20 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   if config.total_clients > len(data.train.client_ids):
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
                      f'{len(data.train.client_ids)} clients of {data.name}.')
-  keras_model = models.get(config.model, data.input_shape, data.num_classes)
-  mech, dim = mechanism_and_dim(config, keras_model)
+  element_spec = data.train.element_type_structure
+  input_spec = (tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
+                tf.TensorSpec([None], tf.int32))
+  keras_fn = lambda: models.get(config.model, data.input_shape, data.num_classes)
+  factory = build_aggregator(config)
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      models.tff_model_fn(keras_fn, input_spec),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_lr),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_lr),
+      model_aggregator=factory)
+  # The mechanism and d the built process actually uses (padded if rotated).
+  quantizer = aggregators.find_quantization_factory(factory)
+  mech, dim = ((quantizer.created.mechanism, quantizer.created.dim) if quantizer
+               else (None, models.num_params(keras_fn())))
   delta = config.target_delta
   acct = coord_acct = None
   if mech is not None:
@@ -180,35 +161,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   else:
     runtime.use_secure_sum_simulation()
 
-  element_spec = data.train.element_type_structure
-  input_spec = (tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
-                tf.TensorSpec([None], tf.int32))
-
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        models.get(config.model, data.input_shape, data.num_classes),
-        input_spec=input_spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
-
-  process = tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_lr),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_lr),
-      model_aggregator=build_aggregator(config))
-
-  ckpt_root = os.path.join(run_dir, 'checkpoints')
-  manager = tff.program.FileProgramStateManager(ckpt_root, keep_total=3)
-  metrics_csv = tff.program.CSVFileReleaseManager(
-      os.path.join(run_dir, 'metrics.csv'), key_fieldname='round')
-  state, start = round_loop.load_checkpoint(manager, process.initialize(), ckpt_root)
-  if state is None:
-    state = process.initialize()
-  else:
-    log(f'Resuming {run_dir} from round {start} (checkpoint program_state_{start}).')
-
   population = data.train.client_ids[:config.total_clients]
-  eval_model = models.get(config.model, data.input_shape, data.num_classes)
+  eval_model = keras_fn()
   eval_model.compile(
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
@@ -233,17 +187,17 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   log(f'Model: {config.model} ({dim} coordinates sent per client); '
       f'aggregator: {config.mechanism}' + (f' = {mech}' if mech else ''))
   times = []
-  row = {}
-  for rnd in range(start + 1, config.rounds + 1):
+
+  def step(state, rnd):
     t0 = time.time()
     rng = np.random.default_rng([config.seed, rnd])
     chosen = rng.choice(len(population), config.clients_per_round, replace=False)
     state, metrics = _next_round(
         process, state, [client_dataset(population[i]) for i in chosen], remote, rnd)
     train = metrics['client_work']['train']
-    quant = quantization_factory.find_measurements(metrics['aggregator'])
+    quant = aggregators.find_measurements(metrics['aggregator'])
     row = collections.OrderedDict(
-        round=rnd, train_loss=float(train['loss']),
+        train_loss=float(train['loss']),
         train_accuracy=float(train['sparse_categorical_accuracy']),
         test_loss=math.nan, test_accuracy=math.nan)
     if rnd % config.eval_every == 0 or rnd == config.rounds:
@@ -260,36 +214,35 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
       row['bits_per_client'] = 32 * dim
       row['epsilon'] = row['epsilon_per_coordinate'] = math.inf
     row['delta'] = delta
-    row['seconds'] = time.time() - t0
-    asyncio.run(metrics_csv.release(row, key=rnd))
-    asyncio.run(manager.save(state, rnd))
-    times.append(row['seconds'])
+    times.append(time.time() - t0)
     eta = np.mean(times[-10:]) * (config.rounds - rnd)
     test = (f' test_acc={row["test_accuracy"]:.4f}'
             if not math.isnan(row['test_accuracy']) else '')
     log(f'round {rnd}/{config.rounds} loss={row["train_loss"]:.4f} '
         f'train_acc={row["train_accuracy"]:.4f}{test} eps={row["epsilon"]:.4g} '
         f'bits/client={row["bits_per_client"]} clipped={row.get("clipped_fraction", 0):.3f} '
-        f'({row["seconds"]:.1f}s, ETA {eta:.0f}s)')
-  if start >= config.rounds:
-    log(f'{run_dir} already finished {start} rounds.')
-  test_loss, test_acc = evaluate(state)
+        f'({times[-1]:.1f}s, ETA {eta:.0f}s)')
+    return state, row
+
+  done = round_loop.run_rounds(process.initialize(), config.rounds, run_dir, step,
+                               log=log)
+  rounds_done = max(done.start, config.rounds)
+  if done.start >= config.rounds:
+    log(f'{run_dir} already finished {done.start} rounds.')
+  test_loss, test_acc = evaluate(done.state)
   summary = collections.OrderedDict(
       data=data.description, config=dataclasses.asdict(config), dim=dim,
-      rounds_completed=max(start, config.rounds), test_loss=test_loss,
-      test_accuracy=test_acc, delta=delta,
-      bits_per_client_per_round=(int(row['bits_per_client']) if row else None))
+      rounds_completed=rounds_done, test_loss=test_loss,
+      test_accuracy=test_acc, delta=delta, bits_per_client_per_round=32 * dim)
   if mech is not None:
-    g = acct.guarantee(max(start, config.rounds), use_pld=dim <= 20000)
+    g = acct.guarantee(rounds_done, use_pld=dim <= 20000)
     summary.update(mechanism=repr(mech), epsilon=g.epsilon, epsilon_route=g.route,
                    epsilon_rdp=g.epsilon_rdp, epsilon_pld=g.epsilon_pld,
-                   epsilon_per_coordinate=coord_acct.epsilon_rdp(
-                       max(start, config.rounds))[0],
+                   epsilon_per_coordinate=coord_acct.epsilon_rdp(rounds_done)[0],
                    privacy_assumptions=g.assumptions,
-                   bits_per_coordinate=mech.bits_per_coordinate)
-    summary['bits_per_client_per_round'] = mech.bits_per_coordinate * dim
+                   bits_per_coordinate=mech.bits_per_coordinate,
+                   bits_per_client_per_round=mech.bits_per_coordinate * dim)
   else:
-    summary.update(mechanism='none (clipped mean, no privacy)', epsilon=math.inf,
-                   bits_per_client_per_round=32 * dim)
+    summary.update(mechanism='none (clipped mean, no privacy)', epsilon=math.inf)
   results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
   return summary

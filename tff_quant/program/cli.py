@@ -3,9 +3,13 @@
 import contextlib
 import sys
 
-from tff_quant import round_loop, runtime
+from tff_quant.common import validation
+from tff_quant.program import runtime
 
-USER_ERRORS = (ValueError, FileNotFoundError, round_loop.CorruptCheckpointError,
+
+from tff_quant.training import round_loop
+
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, round_loop.CorruptCheckpointError,
                runtime.WorkerUnavailableError)
 
 
@@ -31,14 +35,13 @@ def secure_sum_simulation():
 
 
 def check_flags(values, at_least_one=(), positive=()) -> None:
-  """ValueError naming the first flag in `at_least_one` below 1 or in `positive` not > 0.
+  """Errors naming the first flag in `at_least_one` not an integer >= 1, or in
+  `positive` not a number > 0 (tff_quant.common.validation's messages).
 
   `values`: a dict of flag values, or absl's FLAGS (read by attribute).
   """
   get = values.get if isinstance(values, dict) else lambda n: getattr(values, n)
   for name in at_least_one:
-    if get(name) < 1:
-      raise ValueError(f'--{name} must be >= 1, got {get(name)}')
+    validation.check_integer(f'--{name}', get(name), 1)
   for name in positive:
-    if not get(name) > 0:
-      raise ValueError(f'--{name} must be > 0, got {get(name)}')
+    validation.check_positive(f'--{name}', get(name))

@@ -1,7 +1,7 @@
 """A resumable loop over training rounds: checkpoint every round, one CSV row per round.
 
-Used by the distributed-SGD experiments (and the checkpoint reader by
-federated_training). A run directory holds config.json (a restart with other
+The one checkpointed loop: federated averaging, distributed SGD and the
+experiments' settings all run their rounds here. A run directory holds config.json (a restart with other
 settings is an error), checkpoints/ (tff.program.FileProgramStateManager) and
 metrics.csv (tff.program.CSVFileReleaseManager keyed by round, so a row written
 after the last checkpoint is replaced when the round is re-run).
@@ -11,15 +11,23 @@ import asyncio
 import os
 import shutil
 import time
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, NamedTuple, Tuple
 
 import tensorflow_federated as tff
 
-from tff_quant import results_io
+from tff_quant.program import results_io
 
 
 class CorruptCheckpointError(RuntimeError):
-  pass
+  """The latest checkpoint cannot be read: refuse rather than restart from 0."""
+
+
+class Rounds(NamedTuple):
+  """What `run_rounds` returns: the final state, the CSV rows of rounds
+  1..rounds, and the round the run resumed from (0 for a new run)."""
+  state: object
+  rows: List[Dict[str, str]]
+  start: int
 
 
 def load_checkpoint(manager, template, root):
@@ -63,7 +71,7 @@ def run_rounds(initial_state, rounds: int, run_dir: str,
                log: Callable[[str], None] = print, checkpoint_every: int = 1):
   """Runs rounds start+1..rounds of `step(state, round) -> (state, row)`, resuming.
 
-  Returns (state, rows so far). `row` is a flat dict of numbers written to
+  Returns `Rounds(state, rows so far, start)`. `row` is a flat dict of numbers written to
   metrics.csv after every round; the state is checkpointed every
   `checkpoint_every` rounds and after the last (a resumed run re-runs the rounds
   after its last checkpoint and replaces their rows).
@@ -87,4 +95,4 @@ def run_rounds(initial_state, rounds: int, run_dir: str,
     if rnd % checkpoint_every == 0 or rnd == rounds:
       asyncio.run(manager.save(state, rnd))
   rows = results_io.read_csv(csv_path) if os.path.exists(csv_path) else []
-  return state, [r for r in rows if int(r['round']) <= rounds]
+  return Rounds(state, [r for r in rows if int(r['round']) <= rounds], start)

@@ -23,7 +23,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import factory_utils
 
-from tff_quant import round_loop
+from tff_quant.training import round_loop
 from tff_quant.aggregators import quantization_factory
 
 CLIPS = ('per_example_linf', 'elementwise', 'none')
@@ -195,7 +195,7 @@ def train(process, keras_model_fn, client_arrays, test_arrays, rounds: int,
       row['bits_per_client'] = int(quant['bits_per_client'])
     return out.state, row
 
-  state, rows = round_loop.run_rounds(process.initialize(), rounds, run_dir, step, log,
+  state, rows, _ = round_loop.run_rounds(process.initialize(), rounds, run_dir, step, log,
                                       checkpoint_every)
   acc = evaluate(keras_model_fn, process.get_model_weights(state), test_x, test_y)
   return acc, rows

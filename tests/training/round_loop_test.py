@@ -2,7 +2,11 @@ import os
 
 import pytest
 
-from tff_quant import results_io, round_loop
+from tff_quant.program import results_io
+
+
+
+from tff_quant.training import round_loop
 
 
 def test_prepare_run_dir_refuses_other_settings_and_fresh_discards(tmp_path):
@@ -24,10 +28,10 @@ def test_run_rounds_checkpoints_resumes_and_rejects_corrupt_state(tmp_path):
     calls.append(rnd)
     return state + 1, {'value': float(state)}
 
-  state, rows = round_loop.run_rounds(np.int32(0), 3, str(tmp_path), step,
+  state, rows, _ = round_loop.run_rounds(np.int32(0), 3, str(tmp_path), step,
                                       log=lambda s: None)
   assert int(state) == 3 and [int(r['round']) for r in rows] == [1, 2, 3]
-  state, rows = round_loop.run_rounds(np.int32(0), 5, str(tmp_path), step,
+  state, rows, _ = round_loop.run_rounds(np.int32(0), 5, str(tmp_path), step,
                                       log=lambda s: None)
   assert calls == [1, 2, 3, 4, 5] and int(state) == 5 and len(rows) == 5
   # A damaged latest checkpoint is an error naming it, not a restart.
@@ -54,7 +58,7 @@ def test_sparse_checkpoints_rerun_the_rounds_after_the_last_one(tmp_path):
   with pytest.raises(KeyboardInterrupt):
     round_loop.run_rounds(np.int32(0), 6, str(tmp_path), step, lambda s: None,
                           checkpoint_every=3)
-  state, rows = round_loop.run_rounds(np.int32(0), 6, str(tmp_path), step,
+  state, rows, _ = round_loop.run_rounds(np.int32(0), 6, str(tmp_path), step,
                                       lambda s: None, checkpoint_every=3)
   # Round 4 ran after the checkpoint of round 3, so it runs again; one row each.
   assert calls == [1, 2, 3, 4, 5, 4, 5, 6]

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from tff_quant import results_io
+from tff_quant.program import results_io
 
 
 def test_csv_and_json_round_trip_and_leave_no_temporary(tmp_path):

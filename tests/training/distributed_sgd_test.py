@@ -3,7 +3,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import distributed_sgd, mechanisms, models
+from tff_quant import mechanisms, models
+
+from tff_quant.training import distributed_sgd
 from tff_quant.aggregators import quantization_factory
 
 SPEC = (tf.TensorSpec([None, 6], tf.float32), tf.TensorSpec([None], tf.int32))

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from tff_quant import data as data_lib
-from tff_quant import federated_training as ft
-from tff_quant import runtime
+from tff_quant.training import federated_training as ft
+from tff_quant.program import runtime
 
 pytestmark = pytest.mark.usefixtures('tff_context')
 
@@ -66,7 +66,8 @@ def test_changed_settings_and_corrupt_checkpoint_are_errors(mnist, tmp_path):
 
 def test_no_privacy_parameters_fail_before_training(mnist, tmp_path):
   with pytest.raises(ValueError, match='no privacy'):
-    ft.run(small_config(mechanism='qmgeo', qmgeo_full_support=False), mnist,
+    ft.run(small_config(mechanism='qmgeo',
+                        mechanism_params=dict(full_support=False)), mnist,
            str(tmp_path / 'q'), log=lambda _: None)
   assert not os.path.exists(str(tmp_path / 'q'))
 

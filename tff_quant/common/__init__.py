@@ -1,0 +1,1 @@
+"""Pieces every layer shares (numpy only): argument validation."""

@@ -1,0 +1,89 @@
+"""The one argument validator: TypeError for a wrong type, ValueError for a bad value.
+
+As TFF's own aggregators do. Every message names the argument (`name`, or --name
+for a flag) and the allowed set or range, with open ends printed as open.
+"""
+
+import math
+from typing import Iterable, Optional
+
+import numpy as np
+
+
+def _label(name: str) -> str:
+  return name if name.startswith('--') else f'`{name}`'
+
+
+def allowed_range(low=None, high=None, low_open=False, high_open=False) -> str:
+  """'[0, 1)', '(0, inf)', ...: the interval as a reader should see it."""
+  lo = '(-inf' if low is None else f'{"(" if low_open else "["}{low}'
+  hi = 'inf)' if high is None else f'{high}{")" if high_open else "]"}'
+  return f'{lo}, {hi}'
+
+
+def check_number(name: str, value, low=None, high=None, low_open=False,
+                 high_open=False, integer=False):
+  """Returns `value` if it is a (finite) number in the range, else raises.
+
+  TypeError: not a number (bools are not numbers), or not an integer when
+  `integer`. ValueError: NaN/inf, or outside [low, high] (open ends as told).
+  """
+  allowed = allowed_range(low, high, low_open, high_open)
+  kind = 'an integer' if integer else 'a number'
+  types = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, types):
+    raise TypeError(f'{_label(name)} must be {kind} in {allowed}, got '
+                    f'{value!r} ({type(value).__name__}).')
+  if not integer and not math.isfinite(value):
+    raise ValueError(f'{_label(name)} must be finite and in {allowed}, got {value!r}.')
+  ok = True
+  if low is not None:
+    ok &= value > low if low_open else value >= low
+  if high is not None:
+    ok &= value < high if high_open else value <= high
+  if not ok:
+    raise ValueError(f'{_label(name)} must be in {allowed}, got {value!r}.')
+  return value
+
+
+def check_integer(name: str, value, low=None, high=None):
+  """An integer in [low, high] (either end may be None)."""
+  return check_number(name, value, low, high, integer=True)
+
+
+def check_positive(name: str, value):
+  """A finite number > 0."""
+  return check_number(name, value, 0, None, low_open=True)
+
+
+def check_probability(name: str, value, low_open=True, high_open=True):
+  """A number in (0, 1) (ends closed on request)."""
+  return check_number(name, value, 0, 1, low_open=low_open, high_open=high_open)
+
+
+def check_bool(name: str, value) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f'{_label(name)} must be a bool, got {value!r} '
+                    f'({type(value).__name__}).')
+  return bool(value)
+
+
+def check_one_of(name: str, value, choices: Iterable):
+  """`value` if it is one of `choices`, else ValueError listing them."""
+  choices = tuple(choices)
+  if value not in choices:
+    raise ValueError(f'{_label(name)} must be one of {list(choices)}, got {value!r}.')
+  return value
+
+
+def check_at_most(name: str, value, other_name: str, other_value):
+  """ValueError unless value <= other_value (two arguments that bound each other)."""
+  if value > other_value:
+    raise ValueError(f'{_label(name)} ({value}) must be <= {_label(other_name)} '
+                     f'({other_value}).')
+  return value
+
+
+def check_optional(check, name: str, value, *args, **kwargs) -> Optional[object]:
+  """None passes; anything else goes through `check`."""
+  return None if value is None else check(name, value, *args, **kwargs)

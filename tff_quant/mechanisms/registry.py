@@ -1,0 +1,59 @@
+"""Every mechanism, found from the package: adding a mechanism is adding its module.
+
+`registry()` imports each module of `tff_quant.mechanisms` (pkgutil) and keys every
+concrete `Mechanism` subclass that declares its own `name`. The factory
+constructors, the binaries' --mechanism, calibration, benchmarks and the contract
+tests enumerate this; nobody keeps a list of names.
+"""
+
+import importlib
+import inspect
+import pkgutil
+from typing import Dict, Type
+
+from tff_quant.mechanisms import base
+
+
+def _import_all_modules():
+  package = importlib.import_module('tff_quant.mechanisms')
+  for info in pkgutil.iter_modules(package.__path__):
+    importlib.import_module(f'{package.__name__}.{info.name}')
+
+
+def _subclasses(cls):
+  for sub in cls.__subclasses__():
+    yield sub
+    yield from _subclasses(sub)
+
+
+def registry() -> Dict[str, Type[base.Mechanism]]:
+  """{name: class} of every concrete mechanism in the package, sorted by name.
+
+  Re-scans the package on every call (a module added at run time is found).
+  Raises ValueError if two classes claim one name.
+  """
+  _import_all_modules()
+  out = {}
+  for cls in _subclasses(base.Mechanism):
+    name = cls.__dict__.get('name')
+    if not name or inspect.isabstract(cls):
+      continue
+    if name in out and out[name] is not cls:
+      raise ValueError(f'Mechanism name {name!r} is claimed by both '
+                       f'{out[name].__module__}.{out[name].__name__} and '
+                       f'{cls.__module__}.{cls.__name__}.')
+    out[name] = cls
+  return dict(sorted(out.items()))
+
+
+def get(name: str) -> Type[base.Mechanism]:
+  """The mechanism class registered as `name`; ValueError listing the names."""
+  mechanisms = registry()
+  if name not in mechanisms:
+    raise ValueError(f'`mechanism` must be one of {list(mechanisms)}, got {name!r}.')
+  return mechanisms[name]
+
+
+def build(name: str, c_inf: float, **params) -> base.Mechanism:
+  """registry()[name].for_coordinate_bound(c_inf, **params)."""
+  return get(name).for_coordinate_bound(c_inf, **params)
