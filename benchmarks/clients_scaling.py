@@ -44,10 +44,8 @@ def one_setting(n):
   fed = data.load('fashion_mnist', num_clients=FLAGS.population, seed=0)
   spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
 
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        models.get('small_cnn', (28, 28, 1), 10), input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model_fn = models.tff_model_fn(lambda: models.get('small_cnn', (28, 28, 1), 10),
+                                 spec, accuracy=False)
 
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),

@@ -36,10 +36,8 @@ def throughput(fn, x):
 
 def main():
   x = tf.random.uniform([DIM], -1.0, 1.0)
-  mechs = [mechanisms.RQM(1.0, 1.0, 16, 0.42), mechanisms.PBM(1.0, 16, 0.25),
-           mechanisms.BQ(1.0, 3, 8), mechanisms.QMGeo(1.0, 16, 0.5),
-           mechanisms.QMGeo(1.0, 16, 0.5, full_support=True),
-           mechanisms.QuantizedGaussian(1.0, 16, 0.5)]
+  mechs = [mechanisms.build(name, 1.0, **params)
+           for name, params in mechanisms.variants(num_levels=16)]
   base_rate = throughput(stochastic_rounding, x)
   print(f'encode throughput, d = 2^20 float32, median of {REPEATS}, '
         f'{tf.config.threading.get_intra_op_parallelism_threads() or "all"} threads')

@@ -10,12 +10,9 @@ import time
 
 from absl import app
 from absl import flags
-import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import aggregators, data, models
-
-
+from tff_quant import aggregators, data, mechanisms, models
 from tff_quant.program import runtime
 
 FLAGS = flags.FLAGS
@@ -35,18 +32,15 @@ def main(argv):
               .map(lambda e: (e['x'], e['y'])) for c in ids]
   spec = datasets[0].element_spec
 
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        models.get(FLAGS.model, (28, 28, 1), 62), input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
-  factories = [
-      ('UnweightedMeanFactory (no privacy)', tff.aggregators.UnweightedMeanFactory()),
-      ('rqm', aggregators.rqm_factory(0.03)), ('pbm', aggregators.pbm_factory(0.03)),
-      ('bq', aggregators.bq_factory(0.03, s=3, m=8)),
-      ('qmgeo (full support)', aggregators.qmgeo_factory(0.03, 16, 0.5, True)),
-      ('quantized_gaussian', aggregators.quantized_gaussian_factory(0.03, 16, 1.0)),
-      ('clipped mean (noise-free)', aggregators.clipped_mean_factory(0.03))]
+  model_fn = models.tff_model_fn(
+      lambda: models.get(FLAGS.model, (28, 28, 1), 62), spec, accuracy=False)
+  # Every registered mechanism (16 levels where it has levels) and its variants.
+  factories = [('UnweightedMeanFactory (no privacy)',
+                tff.aggregators.UnweightedMeanFactory())]
+  for name, params in mechanisms.variants(num_levels=16):
+    label = name + ''.join(f' {k}={v}' for k, v in params.items() if k != 'num_levels')
+    factories.append((label, aggregators.mechanism_factory(name, 0.03, params)))
+  factories.append(('clipped mean (noise-free)', aggregators.clipped_mean_factory(0.03)))
   if FLAGS.only:
     unknown = set(FLAGS.only) - {n for n, _ in factories}
     if unknown:

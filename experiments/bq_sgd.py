@@ -23,19 +23,15 @@ import os
 
 from absl import app
 from absl import flags
-import numpy as np
 # Import TF before absl parses flags (TF 2.14 Keras otherwise builds in graph mode).
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import mechanisms, models
-
-from tff_quant.program import cli, results_io
-
-from tff_quant.training import distributed_sgd
-from tff_quant.training import round_loop
+from tff_quant import data, mechanisms, models
 from tff_quant.accounting import bounds, divergence
 from tff_quant.aggregators import quantization_factory
+from tff_quant.program import cli, experiment
+from tff_quant.training import distributed_sgd
 
 # Paper Table I settings and the Table II / III rows: (b, ε, s, m, accuracy %).
 PAPER = {
@@ -76,19 +72,6 @@ flags.DEFINE_bool('fresh', False, 'Discard existing runs instead of resuming.')
 flags.DEFINE_string('root_output_dir', 'results/bq_sgd', 'Output folder.')
 
 
-def load_arrays(dataset: str):
-  """((x_train, y_train), (x_test, y_test), description), images in [0, 1] as [28,28,1]."""
-  from tff_quant.data import datasets  # pylint: disable=g-import-not-at-top
-  if dataset == 'mnist':
-    arrays, desc = datasets.load_mnist_arrays()
-  else:
-    arrays, d = datasets.load_fashion_mnist_arrays()
-    desc = f'Fashion-MNIST (70,000 real images from {d})'
-  prep = lambda v: (v.astype(np.float32) / 255.0).reshape(-1, 28, 28, 1)
-  (xtr, ytr), (xte, yte) = arrays['train'], arrays['test']
-  return (prep(xtr), ytr.astype(np.int32)), (prep(xte), yte.astype(np.int32)), desc
-
-
 def rows_to_run(names, paper):
   out = []
   for name in names:
@@ -114,6 +97,24 @@ def privacy(mech, cfg, dim, local_size):
       support_gap_mass=float(2 * mech.s * 0.5**mech.m) if mech.m < 1075 else 0.0)
 
 
+COLUMNS = [
+    experiment.Column('row', 'row'),
+    experiment.Column('rounds', 'rounds'),
+    experiment.Column('final_test_accuracy', 'acc here', '{:.4f}'.format),
+    experiment.Column('bits', 'bits'),
+    experiment.Column('target_epsilon', 'target ε'),
+    experiment.Column('s', 's here'),
+    experiment.Column('m', 'm here'),
+    experiment.Column('paper_s', 'paper s'),
+    experiment.Column('paper_m', 'paper m'),
+    experiment.Column('lemma1_rule_sm', 'Lemma-1 rule (s, m)'),
+    experiment.Column('paper_accuracy', 'paper acc', '{:.4f}'.format),
+    experiment.Column('lemma1_eps_dp', 'Lemma-1 ε (d_p)', '{:.3g}'.format),
+    experiment.Column('lemma1_eps_true_d', 'Lemma-1 ε (true d)', '{:.3g}'.format),
+    experiment.Column('exact_rdp_per_round_alpha2', 'exact RDP/round'),
+]
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -129,76 +130,67 @@ def main(argv):
     cli.check_flags(dict(cfg, eval_every=FLAGS.eval_every),
                     at_least_one=('rounds', 'batch_size', 'num_clients', 'eval_every'),
                     positive=('clip', 'learning_rate'))
-    (xtr, ytr), test, desc = load_arrays(FLAGS.dataset)
+    (xtr, ytr), test, desc = data.load_image_arrays(FLAGS.dataset)
     clients = distributed_sgd.split_among_clients(xtr, ytr, cfg['num_clients'],
                                                   cfg['seed'])
     local_size = len(clients[0][1])
     if cfg['batch_size'] > local_size:
       raise ValueError(f'--batch_size must be <= {local_size}, got {cfg["batch_size"]}')
-    plan = []
+    settings = []
     for row, spec in rows:
-      if spec is None:
-        plan.append((row, None, spec))
-        continue
-      b, eps, s_paper, m_paper, _ = spec
-      try:  # the paper's own rule, with this run's local dataset size
-        rule = bounds.bq_parameters(b, eps, cfg['dp'], cfg['batch_size'], local_size)
-      except ValueError:
-        if not cfg['paper_sm']:
-          raise
-        rule = None
-      s, m = (s_paper, m_paper) if cfg['paper_sm'] else rule
-      plan.append((row, mechanisms.BQ(cfg['clip'], s, m), spec + (rule,)))
+      mech = None
+      if spec is not None:
+        b, eps, s_paper, m_paper, _ = spec
+        try:  # the paper's own rule, with this run's local dataset size
+          rule = bounds.bq_parameters(b, eps, cfg['dp'], cfg['batch_size'], local_size)
+        except ValueError:
+          if not cfg['paper_sm']:
+            raise
+          rule = None
+        s, m = (s_paper, m_paper) if cfg['paper_sm'] else rule
+        mech = mechanisms.BQ(cfg['clip'], s, m)
+        spec = spec + (rule,)
+      settings.append(experiment.Setting(row, dict(cfg, row=row, data=desc),
+                                         (mech, spec)))
   keras_fn = lambda: models.get(cfg['model'], (28, 28, 1), 10)
   dim = models.num_params(keras_fn())
   spec_tf = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
   print(f'data: {desc}; {cfg["num_clients"]} IID clients x {local_size}; '
         f'{cfg["model"]} d = {dim}; batch {cfg["batch_size"]}, C = {cfg["clip"]}, '
         f'lr {cfg["learning_rate"]}, {cfg["rounds"]} rounds', flush=True)
-  table = []
+
+  def run_one(setting, run_dir):
+    mech, spec = setting.payload
+    if mech is None:
+      factory, eps = tff.aggregators.UnweightedMeanFactory(), {}
+    else:
+      factory = quantization_factory.QuantizationFactory(
+          mech, max_clients_per_round=cfg['num_clients'], seed=cfg['noise_seed'])
+      eps = privacy(mech, cfg, dim, local_size)
+    process = distributed_sgd.build_distributed_sgd(
+        keras_fn, spec_tf, factory, cfg['learning_rate'], 'per_example_linf',
+        cfg['clip'])
+    print(f'{setting.name}: {mech if mech else "no quantization"}', flush=True)
+    acc, _ = distributed_sgd.train(process, keras_fn, clients, test, cfg['rounds'],
+                                   cfg['batch_size'], run_dir, cfg['seed'],
+                                   FLAGS.eval_every, log=lambda s: print(s, flush=True))
+    summary = dict(row=setting.name, data=desc, dim=dim, rounds=cfg['rounds'],
+                   final_test_accuracy=acc, **eps)
+    if mech is not None:
+      b, target, s_p, m_p, acc_p, rule = spec
+      summary.update(bits=b, target_epsilon=target, s=mech.s, m=mech.m,
+                     lemma1_rule_sm=str(rule) if rule else 'infeasible',
+                     paper_s=s_p, paper_m=m_p, paper_accuracy=acc_p / 100,
+                     bits_used=math.ceil(math.log2(mech.num_levels)))
+    return summary
+
+  root = os.path.join(FLAGS.root_output_dir, FLAGS.dataset)
   with cli.user_errors_exit(), cli.secure_sum_simulation():
-    for row, mech, spec in plan:
-      run_dir = os.path.join(FLAGS.root_output_dir, FLAGS.dataset, row)
-      round_loop.prepare_run_dir(run_dir, dict(cfg, row=row, data=desc), FLAGS.fresh)
-      if mech is None:
-        factory, eps = tff.aggregators.UnweightedMeanFactory(), {}
-      else:
-        factory = quantization_factory.QuantizationFactory(
-            mech, max_clients_per_round=cfg['num_clients'], seed=cfg['noise_seed'])
-        eps = privacy(mech, cfg, dim, local_size)
-      process = distributed_sgd.build_distributed_sgd(
-          keras_fn, spec_tf, factory, cfg['learning_rate'], 'per_example_linf',
-          cfg['clip'])
-      print(f'--- {row}: {mech if mech else "no quantization"}', flush=True)
-      acc, _ = distributed_sgd.train(process, keras_fn, clients, test, cfg['rounds'],
-                                     cfg['batch_size'], run_dir, cfg['seed'],
-                                     FLAGS.eval_every, log=lambda s: print(s, flush=True))
-      summary = dict(row=row, data=desc, dim=dim, rounds=cfg['rounds'],
-                     final_test_accuracy=acc, **eps)
-      if mech is not None:
-        b, target, s_p, m_p, acc_p, rule = spec
-        summary.update(bits=b, target_epsilon=target, s=mech.s, m=mech.m,
-                       lemma1_rule_sm=str(rule) if rule else 'infeasible',
-                       paper_s=s_p, paper_m=m_p, paper_accuracy=acc_p / 100,
-                       bits_used=math.ceil(math.log2(mech.num_levels)))
-      results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
-      table.append(summary)
-  keys = ['row', 'rounds', 'final_test_accuracy', 'bits', 'target_epsilon', 's', 'm',
-          'paper_s', 'paper_m', 'lemma1_rule_sm', 'paper_accuracy', 'lemma1_eps_dp', 'lemma1_eps_true_d',
-          'exact_rdp_per_round_alpha2']
-  results_io.write_csv(os.path.join(FLAGS.root_output_dir, FLAGS.dataset, 'summary.csv'),
-                       keys, [[s.get(k, '') for k in keys] for s in table])
-  print(f'\nBQ-SGD on {desc}, {cfg["rounds"]} rounds')
-  print('| row | (s, m) here | paper (s, m) | acc here | paper acc | Lemma-1 ε (d_p) '
-        '| Lemma-1 ε (true d) | exact RDP/round |\n|---|---|---|---|---|---|---|---|')
-  for s in table:
-    if 's' not in s:
-      print(f'| {s["row"]} | — | — | {s["final_test_accuracy"]:.4f} | — | — | — | ∞ |')
-      continue
-    print(f'| {s["row"]} | ({s["s"]}, {s["m"]}) | ({s["paper_s"]}, {s["paper_m"]}) | '
-          f'{s["final_test_accuracy"]:.4f} | {s["paper_accuracy"]:.4f} | '
-          f'{s["lemma1_eps_dp"]:.3g} | {s["lemma1_eps_true_d"]:.3g} | '
-          f'{s["exact_rdp_per_round_alpha2"]} |')
+    summaries = experiment.run_settings(root, settings, run_one, FLAGS.fresh,
+                                        log=lambda s: print(s, flush=True))
+  experiment.report(summaries, COLUMNS, os.path.join(root, 'summary.csv'),
+                    f'BQ-SGD on {desc}, {cfg["rounds"]} rounds',
+                    note='Exact RDP of the no-quantization row: ∞ (no noise).')
 
 
 if __name__ == '__main__':

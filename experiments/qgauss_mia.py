@@ -27,10 +27,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import aggregators, audit, models
-
-from tff_quant.program import cli, results_io
-from tff_quant.data import datasets
+from tff_quant import aggregators, audit, data, models
+from tff_quant.common import validation
+from tff_quant.program import cli, experiment
 
 NONE_LEVELS = 65536
 
@@ -95,60 +94,50 @@ def settings_from_flags():
 
 def split_data(members: int, seed: int):
   """Members, non-members, shadow pool (disjoint) and test set of Fashion-MNIST."""
-  arrays, d = datasets.load_fashion_mnist_arrays()
-  x, y = arrays['train']
-  x = (x.astype(np.float32) / 255.0)[..., None]
-  y = y.astype(np.int32)
+  (x, y), test, desc = data.load_image_arrays('fashion_mnist')
   perm = np.random.default_rng(seed).permutation(len(y))
   if not 10 <= members <= len(y) // 4:
     raise ValueError(f'--members must be in [10, {len(y) // 4}], got {members}')
   mem, non = perm[:members], perm[members:2 * members]
   pool = perm[2 * members:]
-  tx, ty = arrays['test']
   return (dict(members=(x[mem], y[mem]), non_members=(x[non], y[non]),
-               pool=(x[pool], y[pool]),
-               test=((tx.astype(np.float32) / 255.0)[..., None], ty.astype(np.int32))),
-          f'Fashion-MNIST (real, {d}); {members} members / {members} non-members / '
+               pool=(x[pool], y[pool]), test=test),
+          f'{desc}; {members} members / {members} non-members / '
           f'shadow pool of {len(pool)}, seed {seed}')
 
 
-def train_model(x, y, k, z, seed):
-  """FedAvg on (x, y) split over the clients; returns the Keras model."""
-  n = FLAGS.num_clients
+def train_model(x, y, k, z, seed, cfg):
+  """FedAvg on (x, y) split over cfg's clients; returns the Keras model."""
+  n = cfg['num_clients']
   shards = np.array_split(np.random.default_rng(seed).permutation(len(y)), n)
   spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
-  keras_fn = lambda: models.get(FLAGS.model, (28, 28, 1), 10)
-
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        keras_fn(), input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-
+  keras_fn = lambda: models.get(cfg['model'], (28, 28, 1), 10)
   if k is None:
-    factory = aggregators.clipped_mean_factory(FLAGS.clip_norm)
+    factory = aggregators.clipped_mean_factory(cfg['clip_norm'])
   else:
     factory = aggregators.quantized_gaussian_factory(
-        FLAGS.clip_norm, k, z, max_clients_per_round=n, seed=seed)
+        cfg['clip_norm'], k, z, max_clients_per_round=n, seed=seed)
   process = tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(FLAGS.client_lr),
+      models.tff_model_fn(keras_fn, spec, accuracy=False),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(cfg['client_lr']),
       model_aggregator=factory)
-  data = [tf.data.Dataset.from_tensor_slices((x[s], y[s])).shuffle(len(s), seed=seed)
-          .repeat(FLAGS.local_epochs).batch(FLAGS.batch_size) for s in shards]
+  shuffled = [tf.data.Dataset.from_tensor_slices((x[s], y[s])).shuffle(len(s), seed=seed)
+              .repeat(cfg['local_epochs']).batch(cfg['batch_size']) for s in shards]
   state = process.initialize()
-  for _ in range(FLAGS.rounds):
-    state = process.next(state, data).state
+  for _ in range(cfg['rounds']):
+    state = process.next(state, shuffled).state
   model = keras_fn()
   process.get_model_weights(state).assign_weights_to(model)
   return model
 
 
-def run_setting(name, k, z, split, out_dir):
-  """Target + shadows for one setting; writes and returns its result dict."""
+def run_setting(k, z, split, cfg):
+  """Target + shadows for one setting; returns its result dict."""
   t0 = time.time()
   cand_x = np.concatenate([split['members'][0], split['non_members'][0]])
   cand_y = np.concatenate([split['members'][1], split['non_members'][1]])
   is_member = np.arange(len(cand_y)) < len(split['members'][1])
-  target = train_model(*split['members'], k, z, FLAGS.seed)
+  target = train_model(*split['members'], k, z, cfg['seed'], cfg)
   phi = lambda m: audit.logit_confidence(m.predict(cand_x, batch_size=1000, verbose=0),
                                          cand_y)
   target_phi = phi(target)
@@ -156,27 +145,25 @@ def run_setting(name, k, z, split, out_dir):
       split['test'][0], batch_size=1000, verbose=0), 1) == split['test'][1]))
   shadows = []
   px, py = split['pool']
-  for j in range(FLAGS.num_shadows):
-    idx = np.random.default_rng([FLAGS.seed, j + 1]).choice(
+  for j in range(cfg['num_shadows']):
+    idx = np.random.default_rng([cfg['seed'], j + 1]).choice(
         len(py), len(split['members'][1]), replace=False)
-    shadows.append(phi(train_model(px[idx], py[idx], k, z, FLAGS.seed + j + 1)))
+    shadows.append(phi(train_model(px[idx], py[idx], k, z, cfg['seed'] + j + 1, cfg)))
   mu, sigma = audit.fit_out_distribution(np.stack(shadows))
   metrics = audit.attack_metrics(audit.offline_lira_scores(target_phi, mu, sigma),
                                  is_member)
-  result = dict(setting=name, levels=k, noise_multiplier=z, test_accuracy=test_acc,
-                num_shadows=FLAGS.num_shadows, seconds=time.time() - t0, **metrics)
-  results_io.write_json(os.path.join(out_dir, 'settings', f'{name}.json'), result)
-  return result
+  return dict(levels=k, noise_multiplier=z, test_accuracy=test_acc,
+              num_shadows=cfg['num_shadows'], seconds=time.time() - t0, **metrics)
 
 
-def plot(rows, path):
-  """MIA accuracy and AUC vs k at fixed z (Fig. 4) and vs z per k (Fig. 5)."""
+def plot(rows, fixed_z, path):
+  """MIA accuracy and AUC vs k at z = fixed_z (Fig. 4) and vs z per k (Fig. 5)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
   label = lambda k: 'none' if k == NONE_LEVELS else str(k)
-  fixed = [r for r in rows if r['levels'] and r['noise_multiplier'] == FLAGS.noise_multiplier]
+  fixed = [r for r in rows if r['levels'] and r['noise_multiplier'] == fixed_z]
   fixed.sort(key=lambda r: r['levels'])
   for key, style in (('accuracy', 'o-'), ('auc', 's--')):
     a1.plot([label(r['levels']) for r in fixed], [r[key] for r in fixed], style,
@@ -193,7 +180,7 @@ def plot(rows, path):
     ax.axhline(0.5, color='k', lw=0.5)
     ax.set_ylabel('membership inference')
     ax.legend(fontsize=7)
-  a1.set_xlabel(f'quantization levels k (z = {FLAGS.noise_multiplier:g})')
+  a1.set_xlabel(f'quantization levels k (z = {fixed_z:g})')
   a2.set_xscale('log')
   a2.set_xlabel('noise multiplier z = σ / Cq')
   a2.set_ylabel('MIA accuracy')
@@ -202,53 +189,51 @@ def plot(rows, path):
   plt.close(fig)
 
 
+COLUMNS = [
+    experiment.Column('setting', 'setting'),
+    experiment.Column('levels', 'k'),
+    experiment.Column('noise_multiplier', 'z'),
+    experiment.Column('accuracy', 'MIA accuracy', '{:.4f}'.format),
+    experiment.Column('auc', 'AUC', '{:.4f}'.format),
+    experiment.Column('tpr_at_1pct_fpr', 'TPR @ 1% FPR', '{:.4f}'.format),
+    experiment.Column('test_accuracy', 'test acc', '{:.4f}'.format),
+    experiment.Column('num_shadows', 'shadows'),
+]
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
-    settings = settings_from_flags()
+    setting_list = settings_from_flags()
     cli.check_flags(FLAGS, at_least_one=('num_clients', 'rounds', 'local_epochs',
                                          'batch_size'),
                     positive=('client_lr', 'clip_norm'))
-    if FLAGS.num_shadows < 2:
-      raise ValueError(f'--num_shadows must be >= 2, got {FLAGS.num_shadows}')
+    validation.check_integer('--num_shadows', FLAGS.num_shadows, 2)
     split, desc = split_data(FLAGS.members, FLAGS.seed)
-  out_dir = FLAGS.root_output_dir
-  config = {k: getattr(FLAGS, k) for k in (
+  cfg = {k: getattr(FLAGS, k) for k in (
       'num_shadows', 'members', 'num_clients', 'rounds', 'local_epochs', 'batch_size',
       'client_lr', 'clip_norm', 'model', 'seed')}
-  print(f'data: {desc}; model {FLAGS.model}; {FLAGS.num_clients} clients x '
-        f'{FLAGS.rounds} rounds x {FLAGS.local_epochs} local epochs; '
-        f'{FLAGS.num_shadows} shadow models per setting', flush=True)
-  rows = []
-  with cli.secure_sum_simulation():
-    for name, k, z in settings:
-      path = os.path.join(out_dir, 'settings', f'{name}.json')
-      done = None
-      if os.path.exists(path):
-        import json  # pylint: disable=g-import-not-at-top
-        with open(path) as f:
-          done = json.load(f)
-        if any(done.get('config', {}).get(c) != v for c, v in config.items()):
-          done = None
-      if done is None:
-        done = run_setting(name, k, z, split, out_dir)
-        done['config'] = config
-        results_io.write_json(path, done)
-      print(f'{name}: MIA acc {done["accuracy"]:.4f} AUC {done["auc"]:.4f} '
-            f'TPR@1%FPR {done["tpr_at_1pct_fpr"]:.4f} test acc '
-            f'{done["test_accuracy"]:.4f} ({done["seconds"]:.0f} s)', flush=True)
-      rows.append(done)
-  keys = ['setting', 'levels', 'noise_multiplier', 'accuracy', 'auc',
-          'tpr_at_1pct_fpr', 'test_accuracy', 'num_shadows']
-  results_io.write_csv(os.path.join(out_dir, 'summary.csv'), keys,
-                       [[r.get(k) for k in keys] for r in rows])
-  plot(rows, os.path.join(out_dir, 'mia.png'))
-  print(f'\n{desc}\n| setting | MIA accuracy | AUC | TPR @ 1% FPR | test acc |\n'
-        '|---|---|---|---|---|')
-  for r in rows:
-    print(f'| {r["setting"]} | {r["accuracy"]:.4f} | {r["auc"]:.4f} | '
-          f'{r["tpr_at_1pct_fpr"]:.4f} | {r["test_accuracy"]:.4f} |')
+  print(f'data: {desc}; model {cfg["model"]}; {cfg["num_clients"]} clients x '
+        f'{cfg["rounds"]} rounds x {cfg["local_epochs"]} local epochs; '
+        f'{cfg["num_shadows"]} shadow models per setting', flush=True)
+  settings = [experiment.Setting(name, dict(cfg, levels=k, noise_multiplier=z),
+                                 (k, z)) for name, k, z in setting_list]
+
+  def run_one(setting, run_dir):
+    del run_dir  # nothing to resume inside one setting (minutes each)
+    done = run_setting(*setting.payload, split, cfg)
+    print(f'{setting.name}: MIA acc {done["accuracy"]:.4f} AUC {done["auc"]:.4f} '
+          f'TPR@1%FPR {done["tpr_at_1pct_fpr"]:.4f} test acc '
+          f'{done["test_accuracy"]:.4f} ({done["seconds"]:.0f} s)', flush=True)
+    return done
+
+  out_dir = FLAGS.root_output_dir
+  with cli.user_errors_exit(), cli.secure_sum_simulation():
+    rows = experiment.run_settings(out_dir, settings, run_one,
+                                   log=lambda s: print(s, flush=True))
+  plot(rows, FLAGS.noise_multiplier, os.path.join(out_dir, 'mia.png'))
+  experiment.report(rows, COLUMNS, os.path.join(out_dir, 'summary.csv'), desc)
 
 
 if __name__ == '__main__':

@@ -22,14 +22,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import mechanisms, models
-
-from tff_quant.program import cli, results_io
-
-from tff_quant.training import distributed_sgd
-from tff_quant.training import round_loop
+from tff_quant import data, mechanisms, models
 from tff_quant.accounting import bounds, sgd
 from tff_quant.aggregators import quantization_factory
+from tff_quant.common import validation
+from tff_quant.program import cli, experiment, results_io
+from tff_quant.training import distributed_sgd
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('settings', ['none', '8:0.5', '8:0.9', '16:0.9'],
@@ -73,28 +71,24 @@ def parse_settings(settings):
 
 def load_pca_mnist(dims: int):
   """(train x, train y, test x, test y, description): PCA fitted on train pixels."""
-  from tff_quant.data import datasets  # pylint: disable=g-import-not-at-top
-  arrays, desc = datasets.load_mnist_arrays()
-  (xtr, ytr), (xte, yte) = arrays['train'], arrays['test']
-  flat = lambda v: v.reshape(len(v), -1).astype(np.float64) / 255.0
+  (xtr, ytr), (xte, yte), desc = data.load_image_arrays('mnist')
+  flat = lambda v: v.reshape(len(v), -1).astype(np.float64)
   xtr, xte = flat(xtr), flat(xte)
   if not 1 <= dims <= xtr.shape[1]:
     raise ValueError(f'--pca_dims must be in [1, {xtr.shape[1]}], got {dims}')
   mean = xtr.mean(0)
   _, _, vt = np.linalg.svd(xtr - mean, full_matrices=False)
   proj = lambda v: ((v - mean) @ vt[:dims].T).astype(np.float32)
-  return (proj(xtr), ytr.astype(np.int32), proj(xte), yte.astype(np.int32),
-          f'{desc}; PCA to {dims} dims fitted on train')
+  return proj(xtr), ytr, proj(xte), yte, f'{desc}; PCA to {dims} dims fitted on train'
 
 
-def privacy(setting, dim, kappa, num_users, rounds, delta):
-  """Per-round ε figures for one QMGeo setting (paper's eq. 27 and exact RDP)."""
-  r, p = setting
-  mech = mechanisms.QMGeo(FLAGS.clip, r, p, full_support=True)
+def privacy(mech, dim, kappa, num_users, rounds, delta):
+  """Per-round ε figures for one QMGeo mechanism (paper's eq. 27 and exact RDP)."""
   local = sgd.example_level_rdp(mech, 1, dim, kappa, rounds, delta)
   secure = sgd.example_level_rdp(mech, num_users, dim, kappa, rounds, delta)
-  return mech, dict(
-      paper_reported_per_round=PAPER_EPS_PER_ROUND.get((r, p), math.nan),
+  return dict(
+      paper_reported_eps_per_round=PAPER_EPS_PER_ROUND.get((mech.r_levels, mech.p),
+                                                       math.nan),
       paper_eq27_at_paper_kappa=bounds.qmgeo_eq27(mech, 2, dim, PAPER_KAPPA),
       paper_eq27_here=bounds.qmgeo_eq27(mech, 2, dim, kappa),
       exact_rdp2_per_round_local=local['per_round_rdp'][2],
@@ -103,19 +97,18 @@ def privacy(setting, dim, kappa, num_users, rounds, delta):
       as_written_epsilon_infinity=math.inf)
 
 
-def plot(table, desc, path):
+def plot(root_dir, summaries, desc, path):
   """Test accuracy vs rounds of every setting (the paper's Figs. 5-6 in one panel)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(6, 4))
-  for s in table:
-    rows = results_io.read_csv(os.path.join(FLAGS.root_output_dir, s['setting'],
-                                            'metrics.csv'))
+  for s in summaries:
+    rows = results_io.read_csv(os.path.join(root_dir, s['setting'], 'metrics.csv'))
     pts = [(int(r['round']), float(r['test_accuracy'])) for r in rows
            if r['test_accuracy'] not in ('', 'nan')]
-    label = s['setting'] if 'paper_reported_per_round' not in s else (
-        f'{s["setting"]} (paper ε/round {s["paper_reported_per_round"]})')
+    label = s['setting'] if 'paper_reported_eps_per_round' not in s else (
+        f'{s["setting"]} (paper ε/round {s["paper_reported_eps_per_round"]})')
     ax.plot(*zip(*pts), '--' if s['setting'] == 'none' else '-', label=label)
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy')
@@ -126,16 +119,30 @@ def plot(table, desc, path):
   plt.close(fig)
 
 
+COLUMNS = [
+    experiment.Column('setting', 'setting'),
+    experiment.Column('rounds', 'rounds'),
+    experiment.Column('final_test_accuracy', 'test acc', '{:.4f}'.format),
+    experiment.Column('paper_reported_eps_per_round', 'paper ε/round (eq. 27, α=2)'),
+    experiment.Column('paper_eq27_at_paper_kappa', 'eq. 27 value', '{:.3f}'.format),
+    experiment.Column('exact_rdp2_per_round_local', 'exact RDP(2)/round, local',
+                      '{:.4g}'.format),
+    experiment.Column('exact_rdp2_per_round_secure_sum',
+                      'exact RDP(2)/round, secure sum', '{:.4g}'.format),
+    experiment.Column('epsilon_local', 'ε run, local', '{:.4g}'.format),
+    experiment.Column('epsilon_secure_sum', 'ε run, secure sum', '{:.4g}'.format),
+]
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
-    settings = parse_settings(FLAGS.settings)
+    setting_list = parse_settings(FLAGS.settings)
     cli.check_flags(FLAGS, at_least_one=('rounds', 'num_users', 'batch_size',
                                          'eval_every'),
                     positive=('learning_rate', 'clip'))
-    if not 0 < FLAGS.delta < 1:
-      raise ValueError(f'--delta must be in (0, 1), got {FLAGS.delta}')
+    validation.check_probability('--delta', FLAGS.delta)
     xtr, ytr, xte, yte, desc = load_pca_mnist(FLAGS.pca_dims)
     clients = distributed_sgd.split_among_clients(xtr, ytr, FLAGS.num_users, FLAGS.seed)
     local_size = len(clients[0][1])
@@ -150,60 +157,43 @@ def main(argv):
   print(f'data: {desc}; {FLAGS.num_users} users x {local_size} examples (IID), '
         f'batch {FLAGS.batch_size} (κ = {kappa:.5f}; paper κ = {PAPER_KAPPA}); '
         f'd = {dim}', flush=True)
-  table = []
+  shared = {k: getattr(FLAGS, k) for k in (
+      'num_users', 'batch_size', 'learning_rate', 'clip', 'pca_dims', 'seed',
+      'noise_seed', 'rounds')}
+  settings = []
+  for setting in setting_list:
+    name = 'none' if setting is None else f'R{setting[0]}_p{setting[1]}'
+    mech = (None if setting is None else
+            mechanisms.QMGeo(FLAGS.clip, setting[0], setting[1], full_support=True))
+    settings.append(experiment.Setting(name, dict(shared, setting=name, data=desc),
+                                       mech))
+
+  def run_one(setting, run_dir):
+    mech = setting.payload
+    if mech is None:
+      factory, eps = tff.aggregators.UnweightedMeanFactory(), {}
+    else:
+      eps = privacy(mech, dim, kappa, FLAGS.num_users, FLAGS.rounds, FLAGS.delta)
+      factory = quantization_factory.QuantizationFactory(
+          mech, max_clients_per_round=FLAGS.num_users, seed=FLAGS.noise_seed)
+    process = distributed_sgd.build_distributed_sgd(
+        keras_fn, spec, factory, FLAGS.learning_rate, 'elementwise', FLAGS.clip)
+    print(f'{setting.name}: ' + (str(mech) if mech else 'no quantization'), flush=True)
+    acc, _ = distributed_sgd.train(
+        process, keras_fn, clients, (xte, yte), FLAGS.rounds, FLAGS.batch_size,
+        run_dir, FLAGS.seed, FLAGS.eval_every, log=lambda s: print(s, flush=True))
+    return dict(data=desc, dim=dim, kappa=kappa, rounds=FLAGS.rounds,
+                final_test_accuracy=acc, delta=FLAGS.delta, **eps)
+
   with cli.user_errors_exit(), cli.secure_sum_simulation():
-    for setting in settings:
-      name = 'none' if setting is None else f'R{setting[0]}_p{setting[1]}'
-      run_dir = os.path.join(FLAGS.root_output_dir, name)
-      config = {k: getattr(FLAGS, k) for k in (
-          'num_users', 'batch_size', 'learning_rate', 'clip', 'pca_dims', 'seed',
-          'noise_seed')}
-      config.update(setting=name, data=desc)
-      round_loop.prepare_run_dir(run_dir, config, FLAGS.fresh)
-      if setting is None:
-        factory, eps = tff.aggregators.UnweightedMeanFactory(), {}
-      else:
-        mech, eps = privacy(setting, dim, kappa, FLAGS.num_users, FLAGS.rounds,
-                            FLAGS.delta)
-        factory = quantization_factory.QuantizationFactory(
-            mech, max_clients_per_round=FLAGS.num_users, seed=FLAGS.noise_seed)
-      process = distributed_sgd.build_distributed_sgd(
-          keras_fn, spec, factory, FLAGS.learning_rate, 'elementwise', FLAGS.clip)
-      print(f'--- {name}' + (f': {mech}' if setting else ' (no quantization)'),
-            flush=True)
-      acc, rows = distributed_sgd.train(
-          process, keras_fn, clients, (xte, yte), FLAGS.rounds, FLAGS.batch_size,
-          run_dir, FLAGS.seed, FLAGS.eval_every,
-          log=lambda s: print(s, flush=True))
-      summary = dict(setting=name, data=desc, dim=dim, kappa=kappa,
-                     rounds=FLAGS.rounds, final_test_accuracy=acc, delta=FLAGS.delta,
-                     **eps)
-      results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
-      table.append(summary)
-  results_io.write_csv(
-      os.path.join(FLAGS.root_output_dir, 'summary.csv'),
-      ['setting', 'rounds', 'final_test_accuracy', 'paper_reported_eps_per_round',
-       'paper_eq27_at_paper_kappa', 'exact_rdp2_per_round_local',
-       'exact_rdp2_per_round_secure_sum', 'epsilon_local', 'epsilon_secure_sum'],
-      [[s['setting'], s['rounds'], s['final_test_accuracy']] +
-       [s.get(k, '') for k in ('paper_reported_per_round', 'paper_eq27_at_paper_kappa',
-                               'exact_rdp2_per_round_local',
-                               'exact_rdp2_per_round_secure_sum', 'epsilon_local',
-                               'epsilon_secure_sum')] for s in table])
-  plot(table, desc, os.path.join(FLAGS.root_output_dir, 'accuracy_vs_rounds.png'))
-  print(f'\nQMGeo on {desc}, {FLAGS.rounds} rounds, δ = {FLAGS.delta:g}')
-  print('| setting | test acc | paper ε/round (eq. 27, α=2) | eq. 27 value | exact '
-        'RDP(2)/round, local | exact RDP(2)/round, secure sum | ε run, secure sum |')
-  print('|---|---|---|---|---|---|---|')
-  for s in table:
-    if 'paper_reported_per_round' not in s:
-      print(f'| {s["setting"]} | {s["final_test_accuracy"]:.4f} | — | — | — | — | ∞ |')
-      continue
-    print(f'| {s["setting"]} | {s["final_test_accuracy"]:.4f} | '
-          f'{s["paper_reported_per_round"]} | {s["paper_eq27_at_paper_kappa"]:.3f} | '
-          f'{s["exact_rdp2_per_round_local"]:.4g} | '
-          f'{s["exact_rdp2_per_round_secure_sum"]:.4g} | '
-          f'{s["epsilon_secure_sum"]:.4g} |')
+    summaries = experiment.run_settings(FLAGS.root_output_dir, settings, run_one,
+                                        FLAGS.fresh, log=lambda s: print(s, flush=True))
+  plot(FLAGS.root_output_dir, summaries, desc,
+       os.path.join(FLAGS.root_output_dir, 'accuracy_vs_rounds.png'))
+  experiment.report(summaries, COLUMNS,
+                    os.path.join(FLAGS.root_output_dir, 'summary.csv'),
+                    f'QMGeo on {desc}, {FLAGS.rounds} rounds, δ = {FLAGS.delta:g}',
+                    note='ε of the no-quantization row: ∞ (no noise).')
 
 
 if __name__ == '__main__':

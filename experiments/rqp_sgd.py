@@ -28,9 +28,9 @@ import tensorflow as tf
 import tensorflow_privacy as tfp
 
 from tff_quant import data, mechanisms
-
-from tff_quant.program import cli, results_io
 from tff_quant.accounting import bounds, sgd
+from tff_quant.common import validation
+from tff_quant.program import cli, experiment, results_io
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('dataset', 'breast_cancer', ['breast_cancer', 'mnist'],
@@ -82,11 +82,10 @@ def load_task(dataset: str, seed: int = 0):
     return (scale(x[tr]), y[tr], scale(x[te]), y[te], 2,
             f'Breast Cancer Wisconsin Diagnostic (569 real examples, scikit-learn); '
             f'80/20 split seed {seed} ({len(tr)}/{len(te)}), standardised on train')
-  arrays, desc = data.datasets.load_mnist_arrays()
-  (xtr, ytr), (xte, yte) = arrays['train'], arrays['test']
-  flat = lambda v: (v.reshape(len(v), -1) / 255.0).astype(np.float32)
-  return (flat(xtr), ytr.astype(np.int32), flat(xte), yte.astype(np.int32), 10,
-          f'{desc}; pixels / 255')
+  (xtr, ytr), (xte, yte), desc = data.load_image_arrays('mnist')
+  flat = lambda v: v.reshape(len(v), -1)
+  return flat(xtr), ytr, flat(xte), yte, 10, f'{desc}; pixels / 255'
+
 
 
 def per_example_loss(model_kind: str, num_classes: int, logits, labels):
@@ -181,28 +180,19 @@ def privacy(cfg, n_train, dim):
 
 
 def validate(cfg):
-  problems = []
-  if cfg['runs'] < 1:
-    problems.append(f'--runs must be >= 1, got {cfg["runs"]}')
+  """The first bad entry of `cfg` as a TypeError/ValueError naming its flag."""
+  cli.check_flags(cfg, at_least_one=('runs',), positive=(
+      'learning_rate', 'clip', 'bound', 'epsilon', 'rqp_noise_multiplier'))
   unknown = [x for x in cfg['methods'] if x not in METHODS]
   if unknown or not cfg['methods']:
-    problems.append(f'--methods must be a non-empty subset of {list(METHODS)}, '
-                    f'got {cfg["methods"]}')
-  for name in ('learning_rate', 'clip', 'bound', 'epsilon', 'rqp_noise_multiplier'):
-    if not cfg[name] > 0:
-      problems.append(f'--{name} must be > 0, got {cfg[name]}')
-  if not 0 < cfg['delta'] < 1:
-    problems.append(f'--delta must be in (0, 1), got {cfg["delta"]}')
-  if not 1 <= cfg['bits'] <= 16:
-    problems.append(f'--bits must be in [1, 16], got {cfg["bits"]}')
-  if cfg['batch_size'] is not None and cfg['batch_size'] < 1:
-    problems.append(f'--batch_size must be >= 1, got {cfg["batch_size"]}')
-  if cfg['steps'] is not None and cfg['steps'] < 1:
-    problems.append(f'--steps must be >= 1, got {cfg["steps"]}')
+    raise ValueError(f'--methods must be a non-empty subset of {list(METHODS)}, '
+                     f'got {cfg["methods"]}')
+  validation.check_probability('--delta', cfg['delta'])
+  validation.check_integer('--bits', cfg['bits'], 1, 16)
+  for name in ('batch_size', 'steps'):
+    validation.check_optional(validation.check_integer, f'--{name}', cfg[name], 1)
   if cfg['dataset'] == 'mnist' and cfg['model'] == 'svm':
-    problems.append('--model=svm is binary: use it with --dataset=breast_cancer')
-  if problems:
-    raise ValueError('; '.join(problems))
+    raise ValueError('--model=svm is binary: use it with --dataset=breast_cancer')
 
 
 def run(cfg, log=print):
@@ -228,15 +218,25 @@ def run(cfg, log=print):
       f'{eps["rqp_sound_epsilon"]:.4g} (per step: one coordinate '
       f'{eps["rqp_sound_per_coordinate_step"]:.4g}, all {dim} '
       f'{eps["rqp_sound_per_step"]:.4g})')
-  rows, accs = [], {}
-  for method in cfg['methods']:
+  name = f'{cfg["dataset"]}_{cfg["model"]}'
+  out = os.path.join(cfg['root_output_dir'], name)
+  shared = {k: v for k, v in cfg.items() if k not in ('methods', 'root_output_dir')}
+  settings = [experiment.Setting(method, dict(shared, method=method))
+              for method in cfg['methods']]
+
+  def run_one(setting, run_dir):
+    del run_dir  # one method's runs take seconds to minutes: no checkpoints
     t0 = time.time()
-    accs[method] = [train_once(method, task, cfg, z, mech, cfg['seed'] + r)
-                    for r in range(cfg['runs'])]
-    for r, a in enumerate(accs[method]):
-      rows.append([method, r, cfg['seed'] + r, a])
-    log(f'{method}: median acc {100 * np.median(accs[method]):.2f}% '
+    accs = [train_once(setting.name, task, cfg, z, mech, cfg['seed'] + r)
+            for r in range(cfg['runs'])]
+    log(f'{setting.name}: median acc {100 * np.median(accs):.2f}% '
         f'({time.time() - t0:.1f} s)')
+    return dict(test_accuracies=accs)
+
+  done = experiment.run_settings(out, settings, run_one, log=log)
+  accs = {s['setting']: s['test_accuracies'] for s in done}
+  rows = [[method, r, cfg['seed'] + r, a] for method in cfg['methods']
+          for r, a in enumerate(accs[method])]
   paper = PAPER_TABLE_1.get((cfg['dataset'], cfg['model']), {})
   claimed = {'nonprivate': 'none', 'dp_sgd': f'({cfg["epsilon"]:g}, {cfg["delta"]:g})',
              'proj_dp_sgd': f'({cfg["epsilon"]:g}, {cfg["delta"]:g})',
@@ -249,8 +249,6 @@ def run(cfg, log=print):
     summary_rows.append([method, f'{np.median(a):.2f}', f'{np.std(a):.2f}',
                          f'{pm[0]:.2f}' if pm else '', f'{pm[1]:.2f}' if pm else '',
                          claimed[method]])
-  name = f'{cfg["dataset"]}_{cfg["model"]}'
-  out = os.path.join(cfg['root_output_dir'], name)
   results_io.write_csv(os.path.join(out, 'runs.csv'),
                        ['method', 'run', 'seed', 'test_accuracy'], rows)
   header = ['method', 'median_acc_%', 'std_%', 'paper_median_%', 'paper_std_%',

@@ -1,5 +1,6 @@
-"""Every module, experiment and test file has a Bazel target in BUILD."""
+"""BUILD: every module, experiment and test has a target, with deps = its imports."""
 
+import importlib.util
 import os
 import re
 
@@ -34,3 +35,44 @@ def test_every_file_has_a_target():
   assert not missing, f'BUILD lacks targets for {missing}'
   stale = [s for s in srcs if not os.path.exists(os.path.join(ROOT, s))]
   assert not stale, f'BUILD names files that do not exist: {stale}'
+
+
+def _gen_build():
+  spec = importlib.util.spec_from_file_location(
+      'gen_build', os.path.join(ROOT, 'tools', 'gen_build.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_every_target_depends_on_exactly_what_its_file_imports():
+  gen = _gen_build()
+  with open(os.path.join(ROOT, 'BUILD')) as f:
+    build = f.read()
+  targets = re.findall(r'srcs = \["([^"]+)"[^\]]*\],\n(?:    main = "[^"]+",\n)?'
+                       r'    deps = \[([^\]]*)\]', build)
+  assert targets, 'no targets parsed from BUILD'
+  wrong = {}
+  for path, deps in targets:
+    listed = sorted(re.findall(r'"([^"]+)"', deps))
+    if listed != gen.deps_of(path):
+      wrong[path] = (listed, gen.deps_of(path))
+  assert not wrong, f'BUILD deps differ from the imports (listed, imported): {wrong}'
+
+
+def test_imports_are_read_with_ast_not_line_patterns(tmp_path):
+  gen = _gen_build()
+  # A parenthesised multi-line import and one inside a function both count;
+  # the line after an import is not swallowed.
+  rel = 'tests/_build_probe_test.py'
+  path = os.path.join(ROOT, rel)
+  with open(path, 'w') as f:
+    f.write('from tff_quant import (\n    accounting,\n    data)\n'
+            'from tff_quant.program import cli\n\n\n'
+            'def f():\n  from tff_quant.mechanisms import rqm\n  return rqm\n')
+  try:
+    assert gen.deps_of(rel) == sorted([
+        ':tff_quant_accounting___init__', ':tff_quant_data___init__',
+        ':tff_quant_program_cli', ':tff_quant_mechanisms_rqm'])
+  finally:
+    os.remove(path)

@@ -42,6 +42,25 @@ def test_fashion_mnist_from_data_dir(tmp_path):
              for c in data.train.client_ids) == 60
 
 
+def test_image_arrays_are_scaled_once_with_a_channel_axis(tmp_path):
+  rng = np.random.default_rng(1)
+  raw = {}
+  for split, n in [('train', 30), ('t10k', 10)]:
+    raw[split] = rng.integers(0, 256, (n, 28, 28))
+    write_idx(str(tmp_path / f'{split}-images-idx3-ubyte.gz'), raw[split])
+    write_idx(str(tmp_path / f'{split}-labels-idx1-ubyte.gz'), np.arange(n) % 10)
+  (x, y), (tx, ty), desc = datasets.load_image_arrays('fashion_mnist',
+                                                      str(tmp_path))
+  assert x.shape == (30, 28, 28, 1) and x.dtype == np.float32
+  np.testing.assert_allclose(x[..., 0], raw['train'] / 255.0, rtol=1e-6)
+  assert tx.shape == (10, 28, 28, 1) and ty.dtype == np.int32 and y.dtype == np.int32
+  assert 'Fashion-MNIST' in desc and str(tmp_path) in desc
+  np.testing.assert_array_equal(datasets.scale_pixels(np.array([[0, 255]]))[..., 0],
+                                [[0.0, 1.0]])
+  with pytest.raises(ValueError, match='`name`'):
+    datasets.load_image_arrays('cifar10')
+
+
 @pytest.mark.skipif(not os.path.exists(
     '/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz'),
                     reason='Debian dataset-fashion-mnist not installed')

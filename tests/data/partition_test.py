@@ -24,7 +24,8 @@ def test_small_alpha_is_label_skewed():
   assert classes(skewed) < 5 < classes(iid)
 
 
-@pytest.mark.parametrize('num_clients', [0, 501, 2.5])
-def test_bad_client_count_raises(num_clients):
-  with pytest.raises(ValueError, match='num_clients'):
+@pytest.mark.parametrize('num_clients, error', [(0, ValueError), (501, ValueError),
+                                                (2.5, TypeError)])
+def test_bad_client_count_raises(num_clients, error):
+  with pytest.raises(error, match='num_clients'):
     partition.dirichlet_partition(np.zeros(500), num_clients, 0.5, 0)

@@ -19,17 +19,8 @@ REGISTRY = mechanisms.registry()
 C_INF = (1.0, 0.02)
 
 
-def variants(cls):
-  """Defaults, plus each bool tunable flipped."""
-  yield {}
-  for t in cls.TUNABLES:
-    if t.kind is bool:
-      yield {t.name: not t.default}
-
-
 CASES = [pytest.param(name, c, params, id=f'{name}-c{c}-{params}')
-         for name, cls in REGISTRY.items() for params in variants(cls)
-         for c in C_INF]
+         for name, params in mechanisms.variants() for c in C_INF]
 
 
 def test_registry_lists_every_paper_mechanism():

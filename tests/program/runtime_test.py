@@ -62,10 +62,8 @@ def test_fedavg_rounds_on_two_workers_equal_the_single_process_rounds(tff_contex
   from tff_quant import models  # pylint: disable=g-import-not-at-top
   spec = (tf.TensorSpec([None, 6], tf.float32), tf.TensorSpec([None], tf.int32))
 
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        models.get('mlp', (6,), 3), input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  model_fn = models.tff_model_fn(lambda: models.get('mlp', (6,), 3), spec,
+                                 accuracy=False)
 
   process = tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),

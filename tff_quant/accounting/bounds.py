@@ -19,6 +19,8 @@ from typing import Tuple
 
 from scipy import special, stats
 
+from tff_quant.common import validation
+
 
 def rqm_theorem_5_2(mech) -> float:
   """log(2(1-q)^2 (1 + c/Δ)) + m log(1/(1-q))  (RQM paper, Thm 5.2)."""
@@ -79,10 +81,8 @@ def bq_parameters(bits: int, epsilon: float, dim: int, batch_size: int,
   Exact integer search over eqs. (16)-(18) instead of the closed forms (19)-(20),
   which drop the integrality of s and m.
   """
-  if not (isinstance(bits, int) and bits >= 2):
-    raise ValueError(f'`bits` must be an integer >= 2, got {bits!r}.')
-  if not epsilon > 0:
-    raise ValueError(f'`epsilon` must be > 0, got {epsilon!r}.')
+  validation.check_integer('bits', bits, 2)
+  validation.check_positive('epsilon', epsilon)
   best = None
   top = 2**bits - 1
   eps_at = lambda s, m: 8 * dim * s * batch_size * binomial_mode_prob(m) / dataset_size

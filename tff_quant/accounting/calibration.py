@@ -7,7 +7,6 @@ privacy direction; any earlier ones (integers) are scanned within the bit budget
 and the feasible candidate with the smallest worst-case variance wins.
 """
 
-import math
 from typing import Optional, Sequence, Union
 
 from tff_quant import mechanisms

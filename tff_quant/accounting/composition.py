@@ -28,13 +28,9 @@ import numpy as np
 from scipy import special
 
 from tff_quant.accounting import divergence
+from tff_quant.common import validation
 
 DEFAULT_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256)
-
-
-def _check_int(name, value, low):
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-    raise ValueError(f'`{name}` must be an integer >= {low}, got {value!r}.')
 
 
 def _log_expm1(x: float) -> float:
@@ -43,7 +39,14 @@ def _log_expm1(x: float) -> float:
 
 def subsampled_rdp_without_replacement(rdp: Dict[float, float], gamma: float,
                                        alpha: int) -> float:
-  """WBK19 Thm 9 bound at integer α >= 2; rdp maps integer orders 2..α and inf."""
+  """WBK19 Thm 9 bound at integer α >= 2; rdp maps integer orders 2..α and inf.
+
+  Args:
+    rdp: per-round RDP {order: ε} of the unsampled mechanism, integer orders
+      2..alpha and math.inf (D∞, used in the bound's j = 2 term).
+    gamma: sampling rate clients_per_round / total_clients, in (0, 1].
+    alpha: the integer order >= 2 to bound.
+  """
   if gamma >= 1:
     return rdp[alpha]
   eps_inf = rdp.get(math.inf, math.inf)
@@ -63,7 +66,17 @@ def subsampled_rdp_without_replacement(rdp: Dict[float, float], gamma: float,
 
 @dataclasses.dataclass
 class Guarantee:
-  """(ε, δ) for a run, by both routes; `epsilon` is the tighter one."""
+  """(ε, δ) for a run, by both routes; `epsilon` is the tighter one.
+
+  Args:
+    epsilon, delta: the headline guarantee (the tighter route).
+    route: 'RDP' or 'PLD', the route that gave `epsilon`.
+    epsilon_rdp, rdp_order: the RDP route's ε and the order attaining it.
+    epsilon_pld: the PLD route's ε (None when not computed).
+    rounds, clients_per_round, total_clients, dim: the schedule accounted.
+    per_round_rdp: {order: ε} of one round before subsampling.
+    assumptions: the neighbouring relation and worst cases used, in words.
+  """
   epsilon: float
   delta: float
   route: str
@@ -86,7 +99,14 @@ class Guarantee:
 
 def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
                   orders: Sequence[int] = DEFAULT_ORDERS) -> Dict[float, float]:
-  """Per-round RDP ε(α) = dim × max-over-mixes D_α of the secure sum (α = inf too)."""
+  """Per-round RDP ε(α) = dim × max-over-mixes D_α of the secure sum (α = inf too).
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    clients_per_round: clients in the secure sum, >= 1.
+    dim: coordinates each client sends (composed d times).
+    orders: integer Rényi orders >= 2 (math.inf is always added).
+  """
   all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j <= α
   res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
   rdp = {r.alpha: dim * r.value for r in res}
@@ -125,14 +145,12 @@ def _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta, mixes,
 
 
 def _check_schedule(clients_per_round, total_clients, delta, dim):
-  _check_int('clients_per_round', clients_per_round, 1)
-  _check_int('total_clients', total_clients, 1)
-  _check_int('dim', dim, 1)
-  if clients_per_round > total_clients:
-    raise ValueError(f'`clients_per_round` ({clients_per_round}) must be <= '
-                     f'`total_clients` ({total_clients}).')
-  if not 0 < delta < 1:
-    raise ValueError(f'`delta` must be in (0, 1), got {delta!r}.')
+  validation.check_integer('clients_per_round', clients_per_round, 1)
+  validation.check_integer('total_clients', total_clients, 1)
+  validation.check_integer('dim', dim, 1)
+  validation.check_at_most('clients_per_round', clients_per_round,
+                           'total_clients', total_clients)
+  validation.check_probability('delta', delta)
 
 
 class RoundAccountant:
@@ -140,6 +158,14 @@ class RoundAccountant:
 
   `epsilon(rounds)` is the RDP route (fast, used for per-round logs);
   `guarantee(rounds)` adds the PLD route and picks the tighter one.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    clients_per_round: clients sampled per round (without replacement), >= 1.
+    total_clients: the population, >= clients_per_round.
+    delta: target δ in (0, 1).
+    dim: coordinates each client sends.
+    orders: integer Rényi orders >= 2 for the RDP route.
   """
 
   def __init__(self, mech, clients_per_round: int, total_clients: int,
@@ -160,7 +186,7 @@ class RoundAccountant:
 
   def epsilon_rdp(self, rounds: int):
     """(ε, order) after `rounds` rounds by the RDP route."""
-    _check_int('rounds', rounds, 1)
+    validation.check_integer('rounds', rounds, 1)
     finite = [(o, rounds * v) for o, v in zip(self.orders, self._sub)
               if math.isfinite(v)]
     if not finite:
@@ -208,7 +234,7 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
     use_pld: also compute the PLD route (slower for large dim × rounds).
     pld_interval: PLD loss discretisation (pessimistic rounding).
   """
-  _check_int('rounds', rounds, 1)
+  validation.check_integer('rounds', rounds, 1)
   accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
                                dim, orders)
   return accountant.guarantee(rounds, use_pld, pld_interval)

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 from scipy import special
 
+from tff_quant.common import validation
+
 # An index is trusted from a tilt when its tilted value is within this many
 # e-folds of the tilted maximum (FFT error is ~1e-16 * size relative to the
 # max, so a trusted entry is accurate to ~1e-16 * size * e^14 ~ 1e-10 relative).
@@ -78,6 +80,11 @@ def sum_log_pmf_above(parts: Sequence[Tuple[np.ndarray, int]],
     (log_pmf, log_upper): log_upper[k] is a rigorous upper bound on log P(S=k)
     (the Chernoff bound K(λ) - λk, minimised over the tilts used); where an index
     was not resolved, log_pmf[k] is NaN and log_upper[k] < log_floor.
+
+  Args:
+    parts: [(log-pmf of one client's level, how many clients send it)].
+    log_floor: indices whose log-probability is provably below this may be
+      left unresolved (NaN), with a rigorous upper bound.
   """
   parts = [(np.asarray(lp, np.float64), int(c)) for lp, c in parts if c > 0]
   if not parts:
@@ -186,6 +193,12 @@ def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
   NaN entries are unresolved tail indices (see `sum_log_pmf_above`): their
   contribution is bounded by P(k) (P/Q)^(α-1) <= upper_P(k) e^((α-1) max_log_ratio)
   and added, so the result stays an upper bound.
+
+  Args:
+    log_p, log_q: log-pmfs on the same support (NaN = unresolved tail of P).
+    alpha: the order, in [1, inf] (1: KL, inf: max log-ratio).
+    log_p_upper: upper bounds on log P where log_p is NaN.
+    max_log_ratio: an upper bound on log(P/Q) over the unresolved indices.
   """
   if alpha < 1:
     raise ValueError(f'`alpha` must be in [1, inf], got {alpha!r}.')
@@ -220,7 +233,15 @@ def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
 
 @dataclasses.dataclass
 class SumDivergence:
-  """D_α of the secure sum, maximised over the other clients' inputs."""
+  """D_α of the secure sum, maximised over the other clients' inputs.
+
+  Args:
+    alpha: the order.
+    num_clients: n, clients in the secure sum.
+    value: the maximum of D_α over the mixes evaluated.
+    worst_num_plus: the mix attaining it (others at +clip).
+    per_mix: D_α for every mix evaluated.
+  """
   alpha: float
   num_clients: int
   value: float
@@ -242,15 +263,15 @@ def _mixes(others, num_others: int) -> List[int]:
   return mixes
 
 
-def check_num_clients(num_clients):
-  if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) \
-      or num_clients < 1:
-    raise ValueError(f'`num_clients` must be an integer >= 1, got {num_clients!r}.')
-
-
 def sum_log_pmf_at_extremes(mech, num_plus: int, num_minus: int,
                             log_floor: float = -np.inf):
-  """(log-pmf, log upper bound) of the secure sum: `num_plus` clients at +clip, `num_minus` at -clip."""
+  """(log-pmf, log upper bound) of the secure sum: `num_plus` clients at +clip, `num_minus` at -clip.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    num_plus, num_minus: clients with input +clip and -clip.
+    log_floor: see `sum_log_pmf_above`.
+  """
   c = mech.input_bound
   return sum_log_pmf_above([(mech.log_pmf(c), num_plus),
                             (mech.log_pmf(-c), num_minus)], log_floor)
@@ -260,6 +281,11 @@ def sum_pair_log_pmfs(mech, num_clients: int, num_plus: int):
   """Log-pmfs of the secure sum when one client is at +clip vs -clip.
 
   The other n-1 clients: `num_plus` at +clip, the rest at -clip.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    num_clients: n, clients in the secure sum (the target included).
+    num_plus: how many of the n-1 others sit at +clip.
   """
   others_minus = num_clients - 1 - num_plus
   return (sum_log_pmf_at_extremes(mech, num_plus + 1, others_minus)[0],
@@ -280,7 +306,7 @@ def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
   Returns:
     SumDivergence (or a list of them, one per order when `alpha` is a sequence).
   """
-  check_num_clients(num_clients)
+  validation.check_integer('num_clients', num_clients, 1)
   alphas = [alpha] if np.isscalar(alpha) else list(alpha)
   for a in alphas:
     if not (a >= 1):
@@ -328,7 +354,12 @@ def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
 
 
 def epsilon_infinity(mech) -> float:
-  """Exact local D∞ = sup_{x,x'} max_i log P_x(i)/P_x'(i) over the whole input range."""
+  """Exact local D∞ = sup_{x,x'} max_i log P_x(i)/P_x'(i) over the whole input range.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted). Its `extreme_log_pmfs()`
+      must attain every level's sup and inf over the input range.
+  """
   rows = mech.extreme_log_pmfs()
   hi, lo = rows.max(axis=0), rows.min(axis=0)
   possible = np.isfinite(hi)
@@ -346,11 +377,14 @@ def epsilon_infinity_local(mech, sensitivity: float, grid_size: int = 2001) -> f
   RandomizedProjection): the critical inputs (modes) are grid points, so on each
   grid cell the max of log P_x(i) is at a cell end, and the min over the
   Δ-widened cell is at its ends. The bound tightens as `grid_size` grows.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    sensitivity: Δ > 0, the most two neighbouring inputs differ by.
+    grid_size: grid points over the input range, >= 2.
   """
-  if not sensitivity > 0:
-    raise ValueError(f'`sensitivity` must be > 0, got {sensitivity!r}.')
-  if int(grid_size) < 2:
-    raise ValueError(f'`grid_size` must be >= 2, got {grid_size!r}.')
+  validation.check_positive('sensitivity', sensitivity)
+  validation.check_integer('grid_size', grid_size, 2)
   b = mech.input_bound
   grid = np.union1d(np.linspace(-b, b, int(grid_size)), mech.critical_inputs())
   lp = np.stack([mech.log_pmf(x) for x in grid])

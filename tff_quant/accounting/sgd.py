@@ -23,24 +23,31 @@ import numpy as np
 
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
+from tff_quant.common import validation
 
 _ORDERS = tuple(range(2, 129)) + (160, 192, 256)
 
 
 def _check_schedule(batch_size, dataset_size, steps):
-  composition._check_int('batch_size', batch_size, 1)  # pylint: disable=protected-access
-  composition._check_int('dataset_size', dataset_size, batch_size)  # pylint: disable=protected-access
-  composition._check_int('steps', steps, 1)  # pylint: disable=protected-access
+  validation.check_integer('batch_size', batch_size, 1)
+  validation.check_integer('dataset_size', dataset_size, batch_size)
+  validation.check_integer('steps', steps, 1)
 
 
 def dp_sgd_epsilon(noise_multiplier: float, batch_size: int, dataset_size: int,
                    steps: int, delta: float) -> float:
-  """ε of DP-SGD (noise std = noise_multiplier · clip on the gradient sum)."""
+  """ε of DP-SGD (noise std = noise_multiplier · clip on the gradient sum).
+
+  Args:
+    noise_multiplier: z > 0 (noise std / clip).
+    batch_size: examples per step, fixed size, drawn without replacement.
+    dataset_size: examples, >= batch_size.
+    steps: SGD steps, >= 1.
+    delta: target δ in (0, 1).
+  """
   _check_schedule(batch_size, dataset_size, steps)
-  if not noise_multiplier > 0:
-    raise ValueError(f'`noise_multiplier` must be > 0, got {noise_multiplier!r}.')
-  if not 0 < delta < 1:
-    raise ValueError(f'`delta` must be in (0, 1), got {delta!r}.')
+  validation.check_positive('noise_multiplier', noise_multiplier)
+  validation.check_probability('delta', delta)
   gamma = batch_size / dataset_size
   rdp = {a: 2.0 * a / noise_multiplier**2 for a in range(2, max(_ORDERS) + 1)}
   rdp[math.inf] = math.inf
@@ -68,9 +75,13 @@ def _bisect_decreasing(fn: Callable[[float], float], target: float, lo: float,
 
 def dp_sgd_noise_multiplier(epsilon: float, delta: float, batch_size: int,
                             dataset_size: int, steps: int) -> float:
-  """Smallest noise multiplier (to 1e-6 relative) whose DP-SGD ε <= `epsilon`."""
-  if not epsilon > 0:
-    raise ValueError(f'`epsilon` must be > 0, got {epsilon!r}.')
+  """Smallest noise multiplier (to 1e-6 relative) whose DP-SGD ε <= `epsilon`.
+
+  Args:
+    epsilon: target ε > 0.
+    delta, batch_size, dataset_size, steps: as in `dp_sgd_epsilon`.
+  """
+  validation.check_positive('epsilon', epsilon)
   return _bisect_decreasing(
       lambda z: dp_sgd_epsilon(z, batch_size, dataset_size, steps, delta),
       epsilon, 1e-2, 1e3)
@@ -100,12 +111,17 @@ def vector_epsilon_infinity(mech, l2_sensitivity: float, dim: int,
   ĝ its least concave majorant on [0, S²], Σ_i g(Δ_i²) <= dim·ĝ(S²/dim) (Jensen,
   ĝ non-decreasing). g is bounded above by its values on a geometric grid of
   ratio `ratio` in u (step function), whose majorant is computed exactly.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    l2_sensitivity: S, the ℓ2 bound on the shift of the d inputs.
+    dim: d, coordinates.
+    ratio: the geometric grid's ratio in u = Δ² (> 1; closer to 1 is tighter).
+    grid_size: grid of `divergence.epsilon_infinity_local`.
   """
-  composition._check_int('dim', dim, 1)  # pylint: disable=protected-access
-  if not l2_sensitivity > 0:
-    raise ValueError(f'`l2_sensitivity` must be > 0, got {l2_sensitivity!r}.')
-  if not ratio > 1:
-    raise ValueError(f'`ratio` must be > 1, got {ratio!r}.')
+  validation.check_integer('dim', dim, 1)
+  validation.check_positive('l2_sensitivity', l2_sensitivity)
+  validation.check_number('ratio', ratio, 1, None, low_open=True)
   s2 = float(l2_sensitivity)**2
   target = s2 / dim
   u_min = target / 1e3
@@ -132,9 +148,12 @@ def amplified_pure_epsilon(epsilon: float, sampling_rate: float) -> float:
   """ε of an ε-DP step on a uniformly subsampled batch (replace-one, fixed size).
 
   Balle, Barthe, Gaboardi (NeurIPS 2018), Thm 9: log(1 + γ(e^ε - 1)).
+
+  Args:
+    epsilon: ε of one step on the sampled batch.
+    sampling_rate: γ = batch / dataset, in (0, 1].
   """
-  if not 0 < sampling_rate <= 1:
-    raise ValueError(f'`sampling_rate` must be in (0, 1], got {sampling_rate!r}.')
+  validation.check_probability('sampling_rate', sampling_rate, high_open=False)
   if math.isinf(epsilon):
     return math.inf
   if epsilon > 30:  # e^ε overflows float64 for large ε: factor it out
@@ -148,6 +167,13 @@ def rqp_sgd_epsilon(mech, clip: float, learning_rate: float, batch_size: int,
 
   Returns per-coordinate and whole-model per-step ε, the amplified per-step ε and
   the total over `steps` (basic composition; the guarantee is (ε, 0)).
+
+  Args:
+    mech: the `RandomizedProjection` used at every step.
+    clip: per-example ℓ2 gradient clip C.
+    learning_rate: η.
+    batch_size, dataset_size, steps: the schedule (fixed-size batches).
+    dim: d, model coordinates.
   """
   _check_schedule(batch_size, dataset_size, steps)
   sens = 2.0 * learning_rate * clip / batch_size
@@ -172,10 +198,18 @@ def example_level_rdp(mech, num_clients: int, dim: int, sampling_rate: float,
   clients at their worst mix (num_clients = 1: each message seen alone, the
   papers' local model). Per-round RDP = dim × D_α(sum), WBK19-subsampled,
   composed over `rounds`.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    num_clients: clients in each round's secure sum (1: local model).
+    dim: coordinates each client sends.
+    sampling_rate: the client's batch size / local dataset size.
+    rounds: rounds composed.
+    delta: target δ in (0, 1).
+    orders: integer Rényi orders >= 2.
   """
-  composition._check_int('rounds', rounds, 1)  # pylint: disable=protected-access
-  if not 0 < sampling_rate <= 1:
-    raise ValueError(f'`sampling_rate` must be in (0, 1], got {sampling_rate!r}.')
+  validation.check_integer('rounds', rounds, 1)
+  validation.check_probability('sampling_rate', sampling_rate, high_open=False)
   from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
   rdp = composition.per_round_rdp(mech, num_clients, dim, orders)
   sub = [composition.subsampled_rdp_without_replacement(rdp, sampling_rate, a)
@@ -196,8 +230,15 @@ def example_level_pure(mech, coordinate_sensitivity: float, dim: int,
   Per round: dim × epsilon_infinity_local(mech, Δ) for one client's message
   (D∞ of the secure sum is at most that), amplified by subsampling and
   composed over `rounds` (basic composition).
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
+    coordinate_sensitivity: Δ, the most one example moves a coordinate.
+    dim: coordinates each client sends.
+    sampling_rate: the client's batch size / local dataset size.
+    rounds: rounds composed.
   """
-  composition._check_int('rounds', rounds, 1)  # pylint: disable=protected-access
+  validation.check_integer('rounds', rounds, 1)
   per_round = dim * divergence.epsilon_infinity_local(mech, coordinate_sensitivity)
   amplified = amplified_pure_epsilon(per_round, sampling_rate)
   return dict(per_round=per_round, per_round_amplified=amplified,

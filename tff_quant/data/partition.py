@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from tff_quant.common import validation
+
 
 def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
                         seed: int) -> list:
@@ -11,13 +13,8 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
   Every client gets at least one example.
   """
   labels = np.asarray(labels)
-  if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)):
-    raise ValueError(f'`num_clients` must be an integer, got {num_clients!r}.')
-  if not 1 <= num_clients <= labels.size:
-    raise ValueError(f'`num_clients` must be in [1, {labels.size}] (the number of '
-                     f'examples), got {num_clients}.')
-  if not alpha > 0:
-    raise ValueError(f'`alpha` must be > 0, got {alpha!r}.')
+  validation.check_integer('num_clients', num_clients, 1, labels.size)
+  validation.check_positive('alpha', alpha)
   rng = np.random.default_rng(seed)
   shards = [[] for _ in range(num_clients)]
   for cls in np.unique(labels):

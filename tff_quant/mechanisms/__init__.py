@@ -10,8 +10,8 @@ from tff_quant.mechanisms.pbm import PBM
 from tff_quant.mechanisms.qmgeo import QMGeo
 from tff_quant.mechanisms.quantized_gaussian import QuantizedGaussian
 from tff_quant.mechanisms.randomized_projection import RandomizedProjection
-from tff_quant.mechanisms.registry import build, get, registry
+from tff_quant.mechanisms.registry import build, get, registry, variants
 from tff_quant.mechanisms.rqm import RQM
 
 __all__ = ['Mechanism', 'Tunable', 'RQM', 'PBM', 'BQ', 'QMGeo', 'QuantizedGaussian',
-           'RandomizedProjection', 'registry', 'get', 'build']
+           'RandomizedProjection', 'registry', 'get', 'build', 'variants']

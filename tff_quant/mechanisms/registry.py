@@ -9,8 +9,9 @@ tests enumerate this; nobody keeps a list of names.
 import importlib
 import inspect
 import pkgutil
-from typing import Dict, Type
+from typing import Dict, Iterator, Optional, Tuple, Type
 
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 
@@ -49,11 +50,25 @@ def registry() -> Dict[str, Type[base.Mechanism]]:
 def get(name: str) -> Type[base.Mechanism]:
   """The mechanism class registered as `name`; ValueError listing the names."""
   mechanisms = registry()
-  if name not in mechanisms:
-    raise ValueError(f'`mechanism` must be one of {list(mechanisms)}, got {name!r}.')
+  validation.check_one_of('mechanism', name, mechanisms)
   return mechanisms[name]
 
 
 def build(name: str, c_inf: float, **params) -> base.Mechanism:
   """registry()[name].for_coordinate_bound(c_inf, **params)."""
   return get(name).for_coordinate_bound(c_inf, **params)
+
+
+def variants(num_levels: Optional[int] = None
+             ) -> Iterator[Tuple[str, Dict[str, object]]]:
+  """(name, params) of every mechanism at its defaults, and with each bool
+  tunable flipped: what tests and benchmarks enumerate. `num_levels` overrides
+  the default level count of the mechanisms that have one."""
+  for name, cls in registry().items():
+    base_params = {}
+    if num_levels is not None and any(t.name == 'num_levels' for t in cls.TUNABLES):
+      base_params['num_levels'] = num_levels
+    yield name, base_params
+    for t in cls.TUNABLES:
+      if t.kind is bool:
+        yield name, dict(base_params, **{t.name: not t.default})

@@ -21,10 +21,11 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.aggregators import factory_utils
 
-from tff_quant.training import round_loop
+from tff_quant import models
 from tff_quant.aggregators import quantization_factory
+from tff_quant.common import validation
+from tff_quant.training import round_loop
 
 CLIPS = ('per_example_linf', 'elementwise', 'none')
 
@@ -53,12 +54,12 @@ def clipped_batch_gradient(model: tf.keras.Model, x, y, clip: str,
 
 
 def _check(clip, clip_value, learning_rate):
-  if clip not in CLIPS:
-    raise ValueError(f'`clip` must be one of {CLIPS}, got {clip!r}.')
-  if clip != 'none' and not (clip_value is not None and clip_value > 0):
-    raise ValueError(f'`clip_value` must be > 0 with clip={clip!r}, got {clip_value!r}.')
-  if not learning_rate > 0:
-    raise ValueError(f'`learning_rate` must be > 0, got {learning_rate!r}.')
+  validation.check_one_of('clip', clip, CLIPS)
+  if clip != 'none':
+    if clip_value is None:
+      raise ValueError(f'`clip_value` is required with clip={clip!r}.')
+    validation.check_positive('clip_value', clip_value)
+  validation.check_positive('learning_rate', learning_rate)
 
 
 def build_distributed_sgd(keras_model_fn: Callable[[], tf.keras.Model],
@@ -78,10 +79,7 @@ def build_distributed_sgd(keras_model_fn: Callable[[], tf.keras.Model],
   """
   _check(clip, clip_value, learning_rate)
 
-  def tff_model_fn():
-    return tff.learning.models.from_keras_model(
-        keras_model_fn(), input_spec=element_spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  tff_model_fn = models.tff_model_fn(keras_model_fn, element_spec, accuracy=False)
 
   weights_type = tff.learning.models.weights_type_from_model(tff_model_fn)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
@@ -129,7 +127,7 @@ def build_distributed_sgd(keras_model_fn: Callable[[], tf.keras.Model],
   client_work = tff.learning.templates.ClientWorkProcess(client_init, client_next)
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
   if isinstance(aggregation_factory, tff.aggregators.UnweightedAggregationFactory):
-    aggregation_factory = factory_utils.as_weighted_aggregator(aggregation_factory)
+    aggregation_factory = tff.aggregators.as_weighted_aggregator(aggregation_factory)
   aggregator = aggregation_factory.create(client_gradient.type_signature.result,
                                           tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(

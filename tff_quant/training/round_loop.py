@@ -8,6 +8,7 @@ after the last checkpoint is replaced when the round is re-run).
 """
 
 import asyncio
+import json
 import os
 import shutil
 import time
@@ -15,6 +16,7 @@ from typing import Callable, Dict, List, NamedTuple, Tuple
 
 import tensorflow_federated as tff
 
+from tff_quant.common import validation
 from tff_quant.program import results_io
 
 
@@ -46,24 +48,30 @@ def load_checkpoint(manager, template, root):
   return state, version
 
 
+def check_run_dir(run_dir: str, config: Dict, fresh: bool) -> None:
+  """ValueError if run_dir holds a run with other settings (a larger 'rounds' is
+  fine); nothing is written. With `fresh` any old run will be discarded."""
+  cfg_path = os.path.join(run_dir, 'config.json')
+  if fresh or not os.path.exists(cfg_path):
+    return
+  with open(cfg_path) as f:
+    old = json.load(f)
+  cfg = json.loads(json.dumps(config, default=float))
+  diff = sorted(k for k in set(old) | set(cfg)
+                if k != 'rounds' and old.get(k) != cfg.get(k))
+  if diff:
+    raise ValueError(
+        f'{run_dir} holds a run with different settings ({", ".join(diff)}: '
+        f'{[(old.get(k), cfg.get(k)) for k in diff]}). Use another '
+        '--experiment_name / output directory, or --fresh to discard it.')
+
+
 def prepare_run_dir(run_dir: str, config: Dict, fresh: bool) -> None:
   """Creates run_dir, or checks that the run already there used the same config."""
-  import json  # pylint: disable=g-import-not-at-top
-  cfg_path = os.path.join(run_dir, 'config.json')
+  check_run_dir(run_dir, config, fresh)
   if fresh and os.path.exists(run_dir):
     shutil.rmtree(run_dir)
-  if os.path.exists(cfg_path):
-    with open(cfg_path) as f:
-      old = json.load(f)
-    cfg = json.loads(json.dumps(config, default=float))
-    diff = sorted(k for k in set(old) | set(cfg)
-                  if k != 'rounds' and old.get(k) != cfg.get(k))
-    if diff:
-      raise ValueError(
-          f'{run_dir} holds a run with different settings ({", ".join(diff)}: '
-          f'{[(old.get(k), cfg.get(k)) for k in diff]}). Use another '
-          '--experiment_name / output directory, or --fresh to discard it.')
-  results_io.write_json(cfg_path, config)
+  results_io.write_json(os.path.join(run_dir, 'config.json'), config)
 
 
 def run_rounds(initial_state, rounds: int, run_dir: str,
@@ -76,8 +84,7 @@ def run_rounds(initial_state, rounds: int, run_dir: str,
   `checkpoint_every` rounds and after the last (a resumed run re-runs the rounds
   after its last checkpoint and replaces their rows).
   """
-  if checkpoint_every < 1:
-    raise ValueError(f'`checkpoint_every` must be >= 1, got {checkpoint_every}.')
+  validation.check_integer('checkpoint_every', checkpoint_every, 1)
   ckpt_root = os.path.join(run_dir, 'checkpoints')
   manager = tff.program.FileProgramStateManager(ckpt_root, keep_total=3)
   csv_path = os.path.join(run_dir, 'metrics.csv')
