@@ -1,10 +1,14 @@
 """Seconds for exact secure-sum Rényi divergences (issue targets: n=40, L=16 well
 under 0.1 s; n=1000, L=256 under 2 s), next to the naive float64 convolution
-baseline measured in the same run (which also shows where it underflows).
+baseline measured in the same run (which also shows where it underflows); then
+whole-run `training_guarantee` calls with their seconds and peak memory (each in
+a fresh process, so the peaks do not mix).
   python -m benchmarks.accounting_speed
 """
 
 import math
+import multiprocessing
+import resource
 import time
 
 import numpy as np
@@ -53,5 +57,35 @@ def main():
           f'{res.value:.6g} | {tn:.3f} | {dn:.6g} |')
 
 
+def _guarantee_row(args, queue):
+  name, c_inf, rounds, n, total, dim = args
+  mech = mechanisms.build(name, c_inf)   # defaults: RQM (Δ = c, q = 0.42, m = 16)
+  t0 = time.perf_counter()
+  g = accounting.training_guarantee(mech, rounds, n, total, 1 / total, dim=dim)
+  seconds = time.perf_counter() - t0
+  peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  queue.put((g.epsilon, g.route, g.pld_note, seconds, peak_mb))
+
+
+def guarantees():
+  """training_guarantee with defaults (PLD where it fits) at growing d."""
+  cases = [('rqm', 0.01, 20, 30, 300, 6_000),
+           ('rqm', 0.03 / math.sqrt(61_706), 2000, 40, 3400, 61_706),
+           ('rqm', 0.03 / math.sqrt(1_206_590), 2000, 40, 3400, 1_206_590)]
+  print('\n| training_guarantee | rounds | n of N | d | ε (δ = 1/N) | route | s | '
+        'peak MB | note |\n|---|---|---|---|---|---|---|---|---|')
+  ctx = multiprocessing.get_context('spawn')
+  for case in cases:
+    name, _, rounds, n, total, dim = case
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_guarantee_row, args=(case, queue))
+    proc.start()
+    eps, route, note, seconds, peak = queue.get()
+    proc.join()
+    print(f'| {name} | {rounds} | {n} of {total} | {dim} | {eps:.4g} | {route} | '
+          f'{seconds:.1f} | {peak:.0f} | {note or "—"} |')
+
+
 if __name__ == '__main__':
   main()
+  guarantees()

@@ -158,6 +158,8 @@ def main(argv):
     print(f'Privacy of the whole model update seen by the server: '
           f'(ε={summary["epsilon"]:.4g}, δ={summary["delta"]:.3g}) '
           f'[{summary["epsilon_route"]}]')
+    if summary['pld_note']:
+      print(f'  ({summary["pld_note"]})')
     print(f'Per-coordinate ε (the papers\' scalar figure): '
           f'{summary["epsilon_per_coordinate"]:.4g} at δ={summary["delta"]:.3g}')
     print(f'Assumptions: {summary["privacy_assumptions"]}')

@@ -13,9 +13,11 @@ uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
 * RDP: WBK19 (Wang, Balle, Kasiviswanathan, AISTATS 2019, Thm 9) subsampled RDP
   for sampling without replacement under replace-one, composed over rounds,
   converted with dp_accounting.rdp.compute_epsilon.
-* PLD: dp-accounting's PLD from the exact pmfs of the worst-mix pair, composed d
-  times, then mixed with a point mass at loss 0 of weight 1-γ (the target not
-  sampled; pessimistic: as if the server could tell), composed over rounds.
+* PLD: the exact loss pmf of the worst-mix pair, composed d times (loss_pmf,
+  FFT, pessimistic rounding), mixed with a point mass at loss 0 of weight 1-γ
+  (the target not sampled; pessimistic: as if the server could tell), then
+  dp-accounting's PLD (public API) composed over rounds. Skipped, with the
+  reason in `Guarantee.pld_note`, when its grid would exceed pld_max_points.
 """
 
 import dataclasses
@@ -24,13 +26,17 @@ from typing import Dict, Optional, Sequence
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
-import numpy as np
 from scipy import special
 
 from tff_quant.accounting import divergence
+from tff_quant.accounting import loss_pmf
 from tff_quant.common import validation
 
 DEFAULT_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256)
+# Largest PLD loss grid allocated by default: 2^26 points (0.5 GiB per float64
+# array; an FFT convolution holds a few): the `make demo` run's PLD (d = 6k,
+# 20 rounds, ~3e7 points, 2.7 GB peak) fits, a 1.2M-coordinate model does not.
+DEFAULT_PLD_MAX_POINTS = 2**26
 
 
 def _log_expm1(x: float) -> float:
@@ -89,12 +95,13 @@ class Guarantee:
   dim: int
   per_round_rdp: Dict[float, float]
   assumptions: str
+  pld_note: str = ''   # why the PLD route was not computed, if it was not
 
   def summary(self) -> str:
     pld = 'n/a' if self.epsilon_pld is None else f'{self.epsilon_pld:.4g}'
     return (f'(ε={self.epsilon:.4g}, δ={self.delta:.3g}) after {self.rounds} rounds '
             f'[{self.route}; RDP ε={self.epsilon_rdp:.4g} at α={self.rdp_order:g}, '
-            f'PLD ε={pld}]')
+            f'PLD ε={pld}]' + (f' ({self.pld_note})' if self.pld_note else ''))
 
 
 def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
@@ -117,31 +124,33 @@ def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
 
 
 def _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta, mixes,
-                 interval) -> float:
+                 interval, max_points):
+  """(ε by the PLD route, '') or (None, why it was skipped).
+
+  Per worst mix: the exact one-coordinate loss pmf, composed over `dim`
+  coordinates (loss_pmf, FFT), mixed with loss 0 w.p. 1-γ, handed to
+  dp-accounting (public API) and composed over `rounds`. Each composition's
+  grid is bounded first; above `max_points` the route is skipped, not tried.
+  """
   eps = 0.0
   for k in mixes:
     lp, lq = divergence.sum_pair_log_pmfs(mech, clients_per_round, k)
-    pos = np.isfinite(lp)
-    inf_mass = float(np.exp(lp[pos & ~np.isfinite(lq)]).sum())
-    ok = pos & np.isfinite(lq)
-    losses = np.ceil((lp[ok] - lq[ok]) / interval).astype(np.int64)
-    probs = np.exp(lp[ok])
-    rounded = {}
-    for l, p in zip(losses.tolist(), probs.tolist()):
-      rounded[l] = rounded.get(l, 0.0) + p
-    one = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
-        rounded, inf_mass, interval)
-    per_round = one.self_compose(dim) if dim > 1 else one
+    one = loss_pmf.LossPmf.from_log_pmfs(lp, lq, interval)
+    need = max(one.composed_points(dim),
+               one.round_then_rounds_points(dim, gamma, rounds))
+    if need > max_points:
+      return None, (f'PLD route skipped: {dim} coordinates × {rounds} rounds need '
+                    f'up to {need:.3g} loss-grid points at interval {interval:g}, '
+                    f'above pld_max_points={max_points:.3g} (memory); the RDP '
+                    'route is reported')
+    per_round = one.compose(dim) if dim > 1 else one
     if gamma < 1:
-      dense = per_round._pmf_remove.to_dense_pmf()  # pylint: disable=protected-access
-      mixed = {int(dense._lower_loss + i): gamma * p  # pylint: disable=protected-access
-               for i, p in enumerate(dense._probs) if p > 0}  # pylint: disable=protected-access
-      mixed[0] = mixed.get(0, 0.0) + (1 - gamma)
-      per_round = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
-          mixed, gamma * dense._infinity_mass, interval)  # pylint: disable=protected-access
-    total = per_round.self_compose(rounds) if rounds > 1 else per_round
+      per_round = per_round.mix_with_zero(gamma)
+    pld = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+        per_round.as_dict(), per_round.inf_mass, interval)
+    total = pld.self_compose(rounds) if rounds > 1 else pld
     eps = max(eps, total.get_epsilon_for_delta(delta))
-  return eps
+  return eps, ''
 
 
 def _check_schedule(clients_per_round, total_clients, delta, dim):
@@ -196,14 +205,22 @@ class RoundAccountant:
     return float(eps), float(order)
 
   def guarantee(self, rounds: int, use_pld: bool = True,
-                pld_interval: float = 1e-3) -> Guarantee:
+                pld_interval: float = 1e-3,
+                pld_max_points: int = DEFAULT_PLD_MAX_POINTS) -> Guarantee:
+    """(ε, δ) after `rounds` rounds: the RDP route, and the PLD route when
+    `use_pld` and its grid fits `pld_max_points` (else `pld_note` says why)."""
     eps_rdp, order = self.epsilon_rdp(rounds)
-    eps_pld = None
-    if use_pld and self.gives_privacy:
+    eps_pld, note = None, ''
+    if not use_pld:
+      note = 'PLD route not requested (use_pld=False)'
+    else:  # also when every RDP order is infinite (BQ): δ can absorb that mass
+      validation.check_positive('pld_interval', pld_interval)
+      validation.check_integer('pld_max_points', pld_max_points, 2)
       worst = {divergence.renyi_divergence_of_sum(self.mech, a, self.n)
                .worst_num_plus for a in (1, 2, 8)}
-      eps_pld = _pld_epsilon(self.mech, self.n, self.dim, rounds, self.gamma,
-                             self.delta, sorted(worst), pld_interval)
+      eps_pld, note = _pld_epsilon(self.mech, self.n, self.dim, rounds,
+                                   self.gamma, self.delta, sorted(worst),
+                                   pld_interval, pld_max_points)
     if eps_pld is not None and eps_pld < eps_rdp:
       eps, route = eps_pld, 'PLD'
     else:
@@ -215,14 +232,16 @@ class RoundAccountant:
         f'participation revealed, pessimistic); all {self.dim} coordinates at ±c; '
         'others at ±c (worst mix over all such mixes).')
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
-                     self.n, self.population, self.dim, self.rdp, assumptions)
+                     self.n, self.population, self.dim, self.rdp, assumptions,
+                     note)
 
 
 def training_guarantee(mech, rounds: int, clients_per_round: int,
                        total_clients: int, delta: float, dim: int = 1,
                        orders: Sequence[int] = DEFAULT_ORDERS,
                        use_pld: bool = True,
-                       pld_interval: float = 1e-3) -> Guarantee:
+                       pld_interval: float = 1e-3,
+                       pld_max_points: int = None) -> Guarantee:
   """(ε, δ) after `rounds` rounds of `clients_per_round` sampled from `total_clients`.
 
   Args:
@@ -231,10 +250,14 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
     delta: target δ in (0, 1).
     dim: number of coordinates each client sends (the model size d).
     orders: integer Rényi orders for the RDP route.
-    use_pld: also compute the PLD route (slower for large dim × rounds).
+    use_pld: also compute the PLD route where its grid fits `pld_max_points`
+      (else it is skipped and `Guarantee.pld_note` says why).
     pld_interval: PLD loss discretisation (pessimistic rounding).
+    pld_max_points: the largest loss grid the PLD route may allocate (default
+      DEFAULT_PLD_MAX_POINTS); checked before allocating.
   """
   validation.check_integer('rounds', rounds, 1)
   accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
                                dim, orders)
-  return accountant.guarantee(rounds, use_pld, pld_interval)
+  return accountant.guarantee(rounds, use_pld, pld_interval,
+                              pld_max_points or DEFAULT_PLD_MAX_POINTS)

@@ -235,9 +235,10 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
       rounds_completed=rounds_done, test_loss=test_loss,
       test_accuracy=test_acc, delta=delta, bits_per_client_per_round=32 * dim)
   if mech is not None:
-    g = acct.guarantee(rounds_done, use_pld=dim <= 20000)
+    g = acct.guarantee(rounds_done)   # PLD where its grid fits, else the reason
     summary.update(mechanism=repr(mech), epsilon=g.epsilon, epsilon_route=g.route,
                    epsilon_rdp=g.epsilon_rdp, epsilon_pld=g.epsilon_pld,
+                   pld_note=g.pld_note,
                    epsilon_per_coordinate=coord_acct.epsilon_rdp(rounds_done)[0],
                    privacy_assumptions=g.assumptions,
                    bits_per_coordinate=mech.bits_per_coordinate,
