@@ -18,6 +18,10 @@ only an (ε, δ) guarantee with δ >= ~2^-m exists, and the Lemma-1 ε is not on
   python -m experiments.bq_sgd --dataset=mnist --rows=table2
 """
 
+# TensorFlow first and without its CUDA start-up noise (no GPU here).
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+quiet.import_tensorflow()
+
 import math
 import os
 

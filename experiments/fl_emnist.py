@@ -13,6 +13,10 @@ On several machines: start `worker_binary --port=N` on each (path:
 tff_quant.runtime.worker_binary_path()) and add --workers=host1:N,host2:N.
 """
 
+# TensorFlow first and without its CUDA start-up noise (no GPU here).
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+quiet.import_tensorflow()
+
 import os
 import signal
 import sys

@@ -16,6 +16,8 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
+from tff_quant.program import cli  # pylint: disable=g-import-not-at-top
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list('run_dirs', None, 'fl_emnist run folders (metrics.csv inside).')
 flags.DEFINE_string('output', 'fl.png', 'PNG to write.')
@@ -67,10 +69,12 @@ def plot(run_dirs, output):
 
 
 def main(argv):
-  del argv
-  if not FLAGS.run_dirs:
-    raise app.UsageError('--run_dirs is required.')
-  print(plot(FLAGS.run_dirs, FLAGS.output))
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  with cli.user_errors_exit():
+    if not FLAGS.run_dirs:
+      raise ValueError('--run_dirs is required (fl_emnist run folders).')
+    print(plot(FLAGS.run_dirs, FLAGS.output))
 
 
 if __name__ == '__main__':

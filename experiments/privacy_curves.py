@@ -21,9 +21,8 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
 from tff_quant import accounting, mechanisms
-
-from tff_quant.program import results_io
 from tff_quant.accounting import bounds
+from tff_quant.program import cli, results_io
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', 'results/privacy', 'Where CSV/PNG files go.')
@@ -147,14 +146,26 @@ def qmgeo(out_dir):
   return verdicts
 
 
+def parse_alphas(values):
+  """--alphas entries as numbers >= 1, or ValueError naming the flag."""
+  out = []
+  for v in values:
+    try:
+      out.append(float(v))
+    except ValueError:
+      raise ValueError(f'--alphas entries must be numbers >= 1, got {v!r}') from None
+  if not out or any(not a >= 1 for a in out):
+    raise ValueError(f'--alphas entries must be numbers >= 1, got {values}')
+  return out
+
+
 def main(argv):
-  del argv
-  alphas = [float(a) for a in FLAGS.alphas]
-  if any(a < 1 for a in alphas):
-    raise app.UsageError('--alphas must all be >= 1.')
-  if FLAGS.max_clients < 1:
-    raise app.UsageError('--max_clients must be >= 1.')
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  with cli.user_errors_exit():
+    alphas = parse_alphas(FLAGS.alphas)
+    cli.check_flags(FLAGS, at_least_one=('max_clients',))
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
   verdicts = (rqm_vs_pbm(FLAGS.output_dir, FLAGS.max_clients, alphas) +
               quantized_gaussian(FLAGS.output_dir) + qmgeo(FLAGS.output_dir))
   with open(os.path.join(FLAGS.output_dir, 'verdicts.txt'), 'w') as f:

@@ -17,6 +17,10 @@ Each finished setting is saved; a restart skips it (same flags) and resumes.
   python -m experiments.qgauss_mia
 """
 
+# TensorFlow first and without its CUDA start-up noise (no GPU here).
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+quiet.import_tensorflow()
+
 import os
 import time
 

@@ -12,6 +12,10 @@ Each setting is a resumable run under --root_output_dir/<setting>.
   python -m experiments.qmgeo_mnist --rounds=300
 """
 
+# TensorFlow first and without its CUDA start-up noise (no GPU here).
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+quiet.import_tensorflow()
+
 import math
 import os
 

@@ -15,6 +15,10 @@ reported for RQP-SGD is ALSO computed soundly from the mechanism that ran
   python -m experiments.rqp_sgd --dataset=breast_cancer --model=logreg
 """
 
+# TensorFlow first and without its CUDA start-up noise (no GPU here).
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+quiet.import_tensorflow()
+
 import math
 import os
 import time

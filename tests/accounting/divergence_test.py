@@ -179,3 +179,12 @@ def test_support_mismatch_is_infinite_without_tail_bounds():
   # Mechanisms with full support still go through the exact computation.
   pbm = mechanisms.PBM(1.0, 16, 0.25)
   assert math.isfinite(D.renyi_divergence_of_sum(pbm, 2.0, 4).value)
+
+
+def test_impossible_mass_finds_disjoint_and_partial_supports():
+  disjoint, x, x_other = D.impossible_mass(mechanisms.PBM(1.0, 8, 0.5))
+  assert disjoint == pytest.approx(1.0) and {x, x_other} == {-1.0, 1.0}
+  bq, _, _ = D.impossible_mass(mechanisms.BQ(1.0, 3, 8))
+  # x = C sends 3 + Binomial(8, 1/2); x = -C sends at most 5: P(o >= 3) is lost.
+  assert bq == pytest.approx(1 - sum(math.comb(8, k) for k in range(3)) / 256)
+  assert D.impossible_mass(mechanisms.RQM(1.0, 1.0, 16, 0.42))[0] == 0.0

@@ -55,7 +55,9 @@ def test_whole_next_type_signature_is_pinned():
       ('bits_per_coordinate', tff.TensorType(np.int32)),
       ('bits_per_client', tff.TensorType(np.int64)),
       ('secure_sum_bits', tff.TensorType(np.int32)),
+      ('upload_bits_per_client', tff.TensorType(np.int64)),
       ('clipped_fraction', tff.TensorType(np.float32)),
+      ('clipped_clients_fraction', tff.TensorType(np.float32)),
       ('nonfinite_count', tff.TensorType(np.int32))], collections.OrderedDict)
   signature = process.next.type_signature
   assert signature.parameter[0] == state
@@ -79,10 +81,9 @@ def test_inner_sum_factory_state_is_carried_and_mechanism_is_exposed():
   out = process.next(out.state, [np.zeros(5, np.float32)] * 2)
   assert out.state['round_num'] == 2
   rotated = aggregators.rqm_factory(1.0, rotate=True)
-  rotated.create(tff.TensorType(np.float32, [5]))
-  found = aggregators.find_quantization_factory(rotated)
-  assert found.created.dim == 8  # Hadamard pads 5 to 8
-  assert abs(found.created.mechanism.input_bound - 1.0 / np.sqrt(8)) < 1e-12
+  [found] = aggregators.mechanisms_used(rotated, tff.TensorType(np.float32, [5]))
+  assert found.dim == 8  # Hadamard pads 5 to 8
+  assert abs(found.mechanism.input_bound - 1.0 / np.sqrt(8)) < 1e-12
   with pytest.raises(TypeError, match='sum_factory'):
     qf.QuantizationFactory(mechanisms.PBM(1.0, 16, 0.25), sum_factory='secure')
 
@@ -122,6 +123,82 @@ def test_decoded_mean_is_unbiased(mech):
     err = est[sel].mean() - value
     sd = np.sqrt(var[sel].sum()) / sel.sum()
     assert abs(err) <= 5 * sd + 1e-6, (mech, value, err, sd)
+
+
+WEIGHTED_ALGORITHMS = {
+    'build_weighted_fed_avg': lambda model_fn, agg: (
+        tff.learning.algorithms.build_weighted_fed_avg(
+            model_fn, tff.learning.optimizers.build_sgdm(0.1),
+            model_aggregator=agg)),
+    'build_fed_sgd': lambda model_fn, agg: tff.learning.algorithms.build_fed_sgd(
+        model_fn, model_aggregator=agg),
+    'build_weighted_fed_prox': lambda model_fn, agg: (
+        tff.learning.algorithms.build_weighted_fed_prox(
+            model_fn, 0.1, tff.learning.optimizers.build_sgdm(0.1),
+            model_aggregator=agg)),
+    'build_weighted_mime_lite': lambda model_fn, agg: (
+        tff.learning.algorithms.build_weighted_mime_lite(
+            model_fn, tff.learning.optimizers.build_sgdm(0.1),
+            model_aggregator=agg,
+            # Mime also releases the clients' full gradients: private too.
+            full_gradient_aggregator=aggregators.weighted(
+                aggregators.rqm_factory(0.5, seed=2)))),
+}
+
+
+def _small_model_fn():
+  keras_fn = lambda: tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(3, activation='relu'), tf.keras.layers.Dense(2)])
+  from tff_quant import models  # pylint: disable=g-import-not-at-top
+  return models.tff_model_fn(keras_fn, (tf.TensorSpec([None, 4], tf.float32),
+                                        tf.TensorSpec([None], tf.int32)))
+
+
+def _client_data(num=3):
+  return [tf.data.Dataset.from_tensor_slices(
+      (np.random.RandomState(i).randn(8, 4).astype(np.float32),
+       np.arange(8, dtype=np.int32) % 2)).batch(4) for i in range(num)]
+
+
+@pytest.mark.parametrize('algorithm', sorted(WEIGHTED_ALGORITHMS))
+def test_weighted_algorithms_take_the_weighted_form(algorithm):
+  agg = aggregators.weighted(aggregators.rqm_factory(0.5, seed=1))
+  with aggregators.recording() as used:
+    process = WEIGHTED_ALGORITHMS[algorithm](_small_model_fn(), agg)
+  assert used and used[0].dim == 4 * 3 + 3 + 3 * 2 + 2
+  out = process.next(process.initialize(), _client_data())
+  quant = aggregators.find_measurements(out.metrics['aggregator'])
+  assert quant['num_clients'] == 3
+  with pytest.raises(TypeError, match='UnweightedAggregationFactory'):
+    aggregators.weighted(agg)
+
+
+def test_weighted_form_ignores_weights_so_the_mean_is_uniform():
+  vt = tff.TensorType(np.float32, [3])
+  exact = qf.QuantizationFactory(
+      mechanisms.PBM(1.0, 2**20, 0.5 - 1e-9), seed=1)  # ~deterministic levels
+  process = aggregators.weighted(exact).create(vt, tff.TensorType(np.float32))
+  values = [np.full(3, 0.5, np.float32), np.full(3, -0.25, np.float32)]
+  out = process.next(process.initialize(), values, [100.0, 1.0])
+  np.testing.assert_allclose(out.result, 0.125, atol=0.01)  # not 0.495
+
+
+def test_mechanisms_used_sees_through_tff_wrappers():
+  vt = tff.StructWithPythonType([tff.TensorType(np.float32, [5]),
+                                 tff.TensorType(np.float32, [3])], list)
+  inner = aggregators.pbm_factory(1.0)
+  for wrapped in (tff.aggregators.clipping_factory(2.0, inner),
+                  tff.aggregators.concat_factory(inner),
+                  aggregators.weighted(inner),
+                  tff.aggregators.HadamardTransformFactory(inner)):
+    used = aggregators.mechanisms_used(wrapped, vt)
+    assert len(used) >= 1 and all(isinstance(u.mechanism, mechanisms.PBM)
+                                  for u in used), wrapped
+  [rot] = aggregators.mechanisms_used(
+      tff.aggregators.HadamardTransformFactory(inner),
+      tff.TensorType(np.float32, [5]))
+  assert rot.dim == 8
 
 
 def test_plugs_into_fed_avg_and_concat_factory():
@@ -166,6 +243,7 @@ def test_bit_measurements(num_levels, num_clients):
   assert m['secure_sum_bits'] == qf.secure_sum_bits(num_clients, num_levels)
   assert m['secure_sum_bits'] == int(np.ceil(np.log2(
       num_clients * (num_levels - 1) + 1)))
+  assert m['upload_bits_per_client'] == 10 * m['secure_sum_bits']
 
 
 def test_clipping_and_nonfinite_are_counted():
@@ -177,6 +255,11 @@ def test_clipping_and_nonfinite_are_counted():
   m = process.next(process.initialize(), values).measurements['quantization']
   assert m['nonfinite_count'] == 2
   assert m['clipped_fraction'] == pytest.approx(2 / 8)
+  assert m['clipped_clients_fraction'] == 0.0   # both norms are below 100
+  l2 = qf.QuantizationFactory(mech, clip_norm=0.3).create(
+      tff.TensorType(np.float32, [4]))
+  m = l2.next(l2.initialize(), values).measurements['quantization']
+  assert m['clipped_clients_fraction'] == pytest.approx(1 / 2)  # 0.5 > 0.3 only
 
 
 def test_default_seeds_differ_and_reproducible_mode_repeats():
@@ -194,11 +277,22 @@ def test_default_seeds_differ_and_reproducible_mode_repeats():
   assert np.any(e.result != c.result)
 
 
-def test_too_many_clients_fails_instead_of_wrapping():
+def test_too_many_or_no_clients_fail_with_the_checks_message():
+  from tff_quant.program import runtime  # pylint: disable=g-import-not-at-top
   process = aggregators.pbm_factory(1.0, max_clients_per_round=2).create(
       tff.TensorType(np.float32, [3]))
-  with pytest.raises(Exception, match='max_clients_per_round'):
-    process.next(process.initialize(), [np.zeros(3, np.float32)] * 3)
+  with pytest.raises(runtime.RoundCheckError,
+                     match=r'^More clients in this round than max_clients_per_round=2'):
+    with runtime.readable_round_errors():
+      process.next(process.initialize(), [np.zeros(3, np.float32)] * 3)
+  with pytest.raises(runtime.RoundCheckError, match='^No clients in round'):
+    with runtime.readable_round_errors():
+      process.next(process.initialize(), [])
+
+
+def test_unknown_shape_is_a_clear_type_error():
+  with pytest.raises(TypeError, match='fully defined tensor shapes'):
+    aggregators.rqm_factory(1.0).create(tff.TensorType(np.float32, [None]))
 
 
 @pytest.mark.parametrize('build, match', [
@@ -216,6 +310,24 @@ def test_too_many_clients_fails_instead_of_wrapping():
 def test_invalid_arguments_raise(build, match):
   with pytest.raises((ValueError, TypeError), match=match):
     build()
+
+
+@pytest.mark.parametrize('build', [
+    lambda **kw: aggregators.qmgeo_factory(1.0, full_support=False, **kw),
+    lambda **kw: aggregators.pbm_factory(1.0, theta=0.5, **kw),
+    lambda **kw: qf.QuantizationFactory(mechanisms.BQ(1.0, 3, 8), **kw),
+    lambda **kw: aggregators.pbm_factory(1.0, theta=0.5, coordinate_clip=0.1, **kw)])
+def test_no_privacy_mechanisms_are_refused_unless_opted_in(build):
+  with pytest.raises(ValueError, match='gives no privacy.*allow_no_privacy'):
+    build()
+  process = build(allow_no_privacy=True).create(tff.TensorType(np.float32, [3]))
+  assert process.next(process.initialize(), [np.zeros(3, np.float32)] * 2).result.shape == (3,)
+
+
+def test_mechanisms_with_some_privacy_are_accepted():
+  qf.QuantizationFactory(mechanisms.BQ(1.0, 2, 251))       # δ₀ ~ 1e-70
+  aggregators.pbm_factory(1.0, theta=0.49)
+  aggregators.qmgeo_factory(1.0)                             # full support
 
 
 def test_non_float_value_type_raises():

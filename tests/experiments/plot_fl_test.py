@@ -32,3 +32,17 @@ def test_plot_writes_png(tmp_path):
 def test_missing_run_raises(tmp_path):
   with pytest.raises(FileNotFoundError, match='metrics.csv'):
     plot_fl.plot([str(tmp_path / 'nope')], str(tmp_path / 'p.png'))
+
+
+def test_binary_missing_run_is_one_line_and_exit_2(tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  res = subprocess.run([sys.executable, '-m', 'experiments.plot_fl',
+                        '--run_dirs=/nonexistent/run',
+                        f'--output={tmp_path / "p.png"}'], cwd=root,
+                       capture_output=True, text=True, timeout=300)
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      'error: /nonexistent/run/metrics.csv not found: is /nonexistent/run an '
+      'fl_emnist run?']

@@ -20,3 +20,13 @@ def test_smoke_writes_csv_png_and_verdicts(tmp_path):
                         '--alphas=0.5', f'--output_dir={tmp_path}'], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
   assert bad.returncode != 0 and 'alphas' in bad.stderr
+
+
+def test_bad_flags_are_one_line_and_exit_2(tmp_path):
+  for flag, name in [('--alphas=abc', '--alphas'), ('--max_clients=0', '--max_clients')]:
+    res = subprocess.run([sys.executable, '-m', 'experiments.privacy_curves', flag,
+                          f'--output_dir={tmp_path / "out"}'], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert res.stderr.startswith('error: ') and name in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr

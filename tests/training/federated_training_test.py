@@ -44,6 +44,13 @@ def test_run_resume_and_every_round_exactly_once(mnist, tmp_path):
   assert any('Resuming' in l and 'round 2' in l for l in logs)
   assert rounds_in(run_dir) == [1, 2, 3, 4]
   assert s2['rounds_completed'] == 4
+  events = glob.glob(os.path.join(run_dir, 'tensorboard', '**', 'events.*'),
+                     recursive=True)
+  assert events, 'no TensorBoard event file'
+  with open(os.path.join(run_dir, 'metrics.csv')) as f:
+    last = list(csv.DictReader(f))[-1]
+  assert int(last['upload_bits_per_client']) >= int(last['bits_per_client'])
+  assert 0.0 <= float(last['clipped_clients_fraction']) <= 1.0
   with open(os.path.join(run_dir, 'summary.json')) as f:
     assert json.load(f)['data'].startswith('MNIST')
 
@@ -104,3 +111,17 @@ def test_two_workers_a_worker_dies_and_the_run_resumes(mnist, tmp_path):
   finally:
     runtime.stop_processes(procs)
     runtime.use_secure_sum_simulation()
+
+
+@pytest.mark.parametrize('mechanism, rotate', [('rqm', False), ('pbm', True)])
+def test_the_whole_process_is_secure_only(mnist, mechanism, rotate):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_quant import models  # pylint: disable=g-import-not-at-top
+  config = small_config(mechanism=mechanism, rotate=rotate)
+  config.validate()
+  spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
+  process, used = ft.build_process(
+      config, lambda: models.get('logreg', mnist.input_shape, 10), spec)
+  tff.test.assert_not_contains_unsecure_aggregation(process.next)
+  assert used[0].dim == (8192 + 16 if rotate else 7850)  # Hadamard pads each tensor

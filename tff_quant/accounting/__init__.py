@@ -8,5 +8,6 @@ from tff_quant.accounting.composition import (Guarantee, RoundAccountant,
                                               training_guarantee)
 from tff_quant.accounting.divergence import (SumDivergence, epsilon_infinity,
                                              epsilon_infinity_local,
+                                             impossible_mass,
                                              renyi_divergence,
                                              renyi_divergence_of_sum, sum_log_pmf)

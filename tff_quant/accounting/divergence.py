@@ -368,6 +368,29 @@ def epsilon_infinity(mech) -> float:
   return float(np.max(hi[possible] - lo[possible]))
 
 
+def impossible_mass(mech) -> Tuple[float, float, float]:
+  """(δ₀, x, x'): the largest P_x(levels impossible under x') over inputs.
+
+  No (ε, δ)-DP guarantee with δ < δ₀ exists for one client's coordinate; δ₀ = 1
+  means two inputs have disjoint output laws (no privacy at all). Evaluated on
+  the pmfs of `extreme_log_pmfs()` (the critical inputs), where each level's
+  probability attains its extremes, so its zero sets are among theirs.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism`.
+  """
+  rows = np.exp(mech.extreme_log_pmfs())
+  inputs = list(mech.critical_inputs())
+  best = (0.0, math.nan, math.nan)
+  for i, p in enumerate(rows):
+    for j, q in enumerate(rows):
+      mass = float(p[q == 0].sum())
+      if mass > best[0]:
+        best = (min(mass, 1.0), inputs[i] if i < len(inputs) else math.nan,
+                inputs[j] if j < len(inputs) else math.nan)
+  return best
+
+
 def epsilon_infinity_local(mech, sensitivity: float, grid_size: int = 2001) -> float:
   """Upper bound on sup_{|x-x'| <= Δ} max_i log P_x(i)/P_x'(i) over the input range.
 

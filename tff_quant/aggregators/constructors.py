@@ -18,28 +18,12 @@ from tff_quant.aggregators import quantization_factory
 from tff_quant.common import validation
 
 
-class RotatedFactory(tff.aggregators.HadamardTransformFactory):
-  """TFF's randomized Hadamard rotation around a QuantizationFactory, which it
-  exposes as `quantization_factory` (for the accountant: no private attribute).
-
-  Args:
-    factory: the QuantizationFactory to rotate around.
-  """
-
-  def __init__(self, factory: quantization_factory.QuantizationFactory):
-    if not isinstance(factory, quantization_factory.QuantizationFactory):
-      raise TypeError('`factory` must be a QuantizationFactory, got '
-                      f'{type(factory).__name__}.')
-    super().__init__(factory)
-    self.quantization_factory = factory
-
-
 def mechanism_factory(name: str, clip_norm: float,
                       params: Optional[Dict[str, object]] = None, *,
                       coordinate_clip: Optional[float] = None, rotate: bool = False,
                       seed: Optional[int] = None,
                       max_clients_per_round: Optional[int] = None,
-                      sum_factory=None):
+                      sum_factory=None, allow_no_privacy: bool = False):
   """A QuantizationFactory for the registered mechanism `name`.
 
   Args:
@@ -48,10 +32,12 @@ def mechanism_factory(name: str, clip_norm: float,
     params: the mechanism's tunables (`registry()[name].TUNABLES`); omitted ones
       take their defaults. Validated now, not at `create`.
     coordinate_clip: a fixed c∞ > 0; default clip_norm / √d.
-    rotate: wrap in `RotatedFactory` (TFF's `HadamardTransformFactory`).
+    rotate: wrap in TFF's `HadamardTransformFactory`.
     seed: None (unpredictable client seeds) or an int (reproducible experiments).
     max_clients_per_round: see `QuantizationFactory`.
     sum_factory: see `QuantizationFactory` (default TFF's SecureSumFactory).
+    allow_no_privacy: see `QuantizationFactory` (default: refuse a mechanism
+      that gives no privacy, checked now).
 
   Returns:
     The factory (a `tff.aggregators.UnweightedAggregationFactory`).
@@ -65,11 +51,13 @@ def mechanism_factory(name: str, clip_norm: float,
         validation.check_positive('coordinate_clip', coordinate_clip), **full)
   else:
     mechanism = lambda c: cls.for_coordinate_bound(c, **full)
-    mechanism(1.0)  # the other parameters' joint constraints, now
   factory = quantization_factory.QuantizationFactory(
       mechanism, clip_norm=clip_norm, seed=seed,
-      max_clients_per_round=max_clients_per_round, sum_factory=sum_factory)
-  return RotatedFactory(factory) if rotate else factory
+      max_clients_per_round=max_clients_per_round, sum_factory=sum_factory,
+      allow_no_privacy=allow_no_privacy)
+  if coordinate_clip is None:  # parameters' joint constraints and privacy, now
+    factory.check_mechanism(mechanism(1.0))
+  return tff.aggregators.HadamardTransformFactory(factory) if rotate else factory
 
 
 def rqm_factory(clip_norm: float, num_levels: int = 16, q: float = 0.42,
@@ -144,3 +132,44 @@ def clipped_mean_factory(clip_norm: float):
   validation.check_positive('clip_norm', clip_norm)
   return tff.aggregators.clipping_factory(
       clip_norm, tff.aggregators.UnweightedMeanFactory())
+
+
+class UniformlyWeighted(tff.aggregators.WeightedAggregationFactory):
+  """A weighted-algorithm form of an unweighted factory: every client counts once.
+
+  TFF's weighted algorithms (`build_weighted_fed_avg`, `build_fed_sgd`,
+  `build_weighted_fed_prox`, `build_weighted_mime_lite`, ...) pass client
+  weights (e.g. example counts). DP aggregation must not use them: a client's
+  influence on the sum is what the accountant bounds (ℓ2 clip, one client), and
+  a weight would scale it without bound. So the weights are dropped here, on
+  purpose and by name, and the result is the uniform mean of the clients.
+
+  Args:
+    factory: a `tff.aggregators.UnweightedAggregationFactory` (e.g. any factory
+      of this package).
+  """
+
+  def __init__(self, factory: tff.aggregators.UnweightedAggregationFactory):
+    if not isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
+      raise TypeError('`factory` must be a tff.aggregators.'
+                      f'UnweightedAggregationFactory, got {type(factory).__name__}.')
+    self.unweighted = factory
+
+  def create(self, value_type, weight_type):
+    inner = self.unweighted.create(value_type)
+
+    @tff.federated_computation(inner.state_type,
+                               tff.FederatedType(value_type, tff.CLIENTS),
+                               tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      del weight  # uniform weighting: see the class docstring
+      return inner.next(state, value)
+
+    return tff.templates.AggregationProcess(inner.initialize, next_fn)
+
+
+def weighted(factory) -> UniformlyWeighted:
+  """`factory` for TFF's weighted algorithms, client weights ignored (see
+  `UniformlyWeighted`): e.g. build_weighted_fed_avg(..., model_aggregator=
+  aggregators.weighted(aggregators.rqm_factory(0.03)))."""
+  return UniformlyWeighted(factory)

@@ -16,6 +16,7 @@ update could then predict the noise, so never use it in deployment.
 
 import collections
 import collections.abc
+import contextlib
 import math
 from typing import Callable, NamedTuple, Optional, Union
 
@@ -29,6 +30,9 @@ from tff_quant.mechanisms import base
 MechanismOrBuilder = Union[base.Mechanism, Callable[[float], base.Mechanism]]
 _INT32_MAX = 2**31 - 1
 _STATE_TYPE = tff.TensorType(np.int64)
+_RECORDERS = []   # open `recording()` blocks
+# A mechanism that needs δ >= this for any finite ε gives no privacy.
+NO_PRIVACY_MASS = 0.5
 
 
 class Created(NamedTuple):
@@ -68,6 +72,10 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       clients fails with an error instead of wrapping around.
     seed: None (default, client-side unpredictable seeds) or an int for the
       reproducible experiment mode described in the module docstring.
+    allow_no_privacy: False (default) refuses a mechanism that gives no
+      privacy: one whose output laws for some two inputs overlap so little that
+      no (ε, δ) with δ < 1/2 exists (`accounting.impossible_mass` >= 1/2; e.g.
+      PBM θ = 1/2, QMGeo as written). True admits it, for studying such samplers.
     sum_factory: the `tff.aggregators.UnweightedAggregationFactory` that sums the
       int32 level vectors, values in [0, L-1]; default
       `tff.aggregators.SecureSumFactory(L-1, 0)`. Its state lives in this
@@ -78,9 +86,13 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
 
   Measurements of `next` (an OrderedDict):
     quantization: num_clients (int32), bits_per_coordinate (int32, ⌈log2 L⌉),
-      bits_per_client (int64, ⌈log2 L⌉·d), secure_sum_bits (int32,
-      ⌈log2(n(L−1)+1)⌉), clipped_fraction (float32, coordinates clipped to c∞
-      over n·d), nonfinite_count (int32, coordinates that were NaN/inf).
+      bits_per_client (int64, ⌈log2 L⌉·d: the quantized message),
+      secure_sum_bits (int32, ⌈log2(n(L−1)+1)⌉: the field of the secure sum),
+      upload_bits_per_client (int64, secure_sum_bits·d: what a client uploads
+      through secure aggregation), clipped_fraction (float32, coordinates
+      clipped to c∞ over n·d), clipped_clients_fraction (float32, clients whose
+      update exceeded the ℓ2 clip_norm, over n), nonfinite_count (int32,
+      coordinates that were NaN/inf).
     secure_sum: the measurements of `sum_factory` on the levels.
 
   After `create`, `created` holds the mechanism and dimension that process uses
@@ -90,7 +102,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
   def __init__(self, mechanism: MechanismOrBuilder,
                clip_norm: Optional[float] = None,
                max_clients_per_round: Optional[int] = None,
-               seed: Optional[int] = None, sum_factory=None):
+               seed: Optional[int] = None, sum_factory=None,
+               allow_no_privacy: bool = False):
     if not (isinstance(mechanism, base.Mechanism) or callable(mechanism)):
       raise TypeError('`mechanism` must be a tff_quant Mechanism or a callable '
                       f'c_inf -> Mechanism, got {type(mechanism).__name__}.')
@@ -109,6 +122,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
                       'UnweightedAggregationFactory, got '
                       f'{type(sum_factory).__name__}.')
     self._sum_factory = sum_factory
+    self._allow_no_privacy = validation.check_bool('allow_no_privacy',
+                                                   allow_no_privacy)
     self.created: Optional[Created] = None
     self._mechanism = mechanism
     self._clip_norm = None if clip_norm is None else float(clip_norm)
@@ -116,6 +131,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     self._seed = seed
     if isinstance(mechanism, base.Mechanism):
       self._check_capacity(mechanism)
+      self._check_privacy(mechanism)
 
   @property
   def clip_norm(self):
@@ -135,6 +151,25 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       raise TypeError(f'The mechanism builder returned {type(mech).__name__}.')
     return mech
 
+  def check_mechanism(self, mech: base.Mechanism) -> None:
+    """The checks `create` runs on the mechanism it builds, run now."""
+    self._check_capacity(mech)
+    self._check_privacy(mech)
+
+  def _check_privacy(self, mech):
+    if self._allow_no_privacy:
+      return
+    from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+    mass, x, x_other = divergence.impossible_mass(mech)
+    if mass >= NO_PRIVACY_MASS:
+      where = (f' (inputs {x:.4g} and {x_other:.4g})'
+               if math.isfinite(x) and math.isfinite(x_other) else '')
+      raise ValueError(
+          f'{mech} gives no privacy: for two inputs{where}, probability '
+          f'{mass:.3g} of one\'s output is impossible for the other, so no '
+          f'(ε, δ) with δ < {mass:.3g} exists. Change its parameters, or pass '
+          'allow_no_privacy=True to study it.')
+
   def max_clients_for(self, mech: base.Mechanism) -> int:
     return self._max_clients or _INT32_MAX // (mech.num_levels - 1)
 
@@ -152,10 +187,17 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       raise TypeError(f'Expected a structure of float tensors, got {value_type}.')
     specs = tff.types.type_to_tf_tensor_specs(value_type)
     flat_specs = tf.nest.flatten(specs)
+    unknown = [s for s in flat_specs if not s.shape.is_fully_defined()]
+    if unknown:
+      raise TypeError('QuantizationFactory needs fully defined tensor shapes (it '
+                      f'encodes a fixed number of coordinates), got {value_type}.')
     dim = int(sum(s.shape.num_elements() for s in flat_specs))
     mech = self.mechanism_for_dimension(dim)
     self._check_capacity(mech)
+    self._check_privacy(mech)
     self.created = Created(mech, dim, value_type)
+    for found in _RECORDERS:
+      found.append(self.created)
     max_clients = self.max_clients_for(mech)
     num_levels = mech.num_levels
     clip_norm = self._clip_norm
@@ -169,8 +211,10 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       finite = tf.math.is_finite(flat)
       nonfinite = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
       flat = tf.where(finite, flat, tf.zeros_like(flat))
+      l2_clipped = tf.constant(0, tf.int32)
       if clip_norm is not None:
         norm = tf.norm(flat)
+        l2_clipped = tf.cast(norm > clip_norm, tf.int32)
         flat = flat * tf.minimum(1.0, clip_norm / tf.maximum(norm, 1e-30))
       clipped = tf.reduce_sum(tf.cast(tf.abs(flat) > c_inf, tf.int32))
       if global_seed is None:
@@ -185,7 +229,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
                                 fingerprint]),
             minval=None, maxval=None, dtype=tf.int64)
       levels = mech.encode(flat, seed)
-      counts = tf.stack([clipped, nonfinite, tf.constant(1, tf.int32)])
+      counts = tf.stack([clipped, nonfinite, tf.constant(1, tf.int32), l2_clipped])
       return levels, counts
 
     levels_type, counts_type = client_encode.type_signature.result
@@ -214,13 +258,17 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       field_bits = tf.math.ceil(
           tf.math.log(tf.cast(n64 * (num_levels - 1) + 1, tf.float64)) /
           math.log(2.0))
+      sum_bits = tf.cast(tf.maximum(field_bits, 1.0), tf.int32)
       measurements = collections.OrderedDict(
           num_clients=n,
           bits_per_coordinate=tf.constant(mech.bits_per_coordinate, tf.int32),
           bits_per_client=tf.constant(mech.bits_per_coordinate * dim, tf.int64),
-          secure_sum_bits=tf.cast(tf.maximum(field_bits, 1.0), tf.int32),
+          secure_sum_bits=sum_bits,
+          upload_bits_per_client=tf.cast(sum_bits, tf.int64) * dim,
           clipped_fraction=tf.cast(counts_total[0], tf.float32) /
           tf.cast(n * dim, tf.float32),
+          clipped_clients_fraction=tf.cast(counts_total[3], tf.float32) /
+          tf.cast(n, tf.float32),
           nonfinite_count=counts_total[1])
       return tf.nest.pack_sequence_as(specs, pieces), measurements
 
@@ -253,16 +301,43 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-def find_quantization_factory(factory) -> Optional[QuantizationFactory]:
-  """The QuantizationFactory inside `factory`: itself, or the inner factory of
-  the `RotatedFactory` this package builds for rotate=True; else None.
+@contextlib.contextmanager
+def recording():
+  """Collects a `Created` for every QuantizationFactory.create run inside the
+  block, however deeply the factory is wrapped (TFF's Hadamard, clipping,
+  concat, weighted forms, a user's own): no private attribute is read.
+
+  with aggregators.recording() as used:
+    process = tff.learning.algorithms.build_weighted_fed_avg(...)
+  used[0].mechanism, used[0].dim   # what the accountant needs
+  """
+  found = []
+  _RECORDERS.append(found)
+  try:
+    yield found
+  finally:
+    _RECORDERS.remove(found)
+
+
+def mechanisms_used(factory, value_type, weight_type=None):
+  """[Created] of every QuantizationFactory inside `factory` for `value_type`.
 
   Args:
-    factory: an aggregation factory.
+    factory: the (possibly wrapped) aggregation factory a user passes to TFF.
+    value_type: the TFF type it aggregates (e.g. the model's trainable weights).
+    weight_type: for a weighted factory, the weight type (default float32).
+
+  Returns:
+    A list of `Created(mechanism, dim, value_type)`, one per quantized part (a
+    factory that splits the value, e.g. per tensor, yields several: their
+    per-round privacy costs add up).
   """
-  while factory is not None and not isinstance(factory, QuantizationFactory):
-    factory = getattr(factory, 'quantization_factory', None)
-  return factory
+  with recording() as found:
+    if isinstance(factory, tff.aggregators.WeightedAggregationFactory):
+      factory.create(value_type, weight_type or tff.TensorType(np.float32))
+    else:
+      factory.create(value_type)
+  return found
 
 
 def find_measurements(measurements, key: str = 'quantization'):

@@ -5,12 +5,7 @@ import sys
 
 from tff_quant.common import validation
 from tff_quant.program import runtime
-
-
-from tff_quant.training import round_loop
-
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, round_loop.CorruptCheckpointError,
-               runtime.WorkerUnavailableError)
+from tff_quant.program.errors import USER_ERRORS
 
 
 @contextlib.contextmanager

@@ -9,10 +9,14 @@ keep a pipe open, so everything that starts them must end them (`stop_workers`).
 """
 
 import atexit
+import contextlib
 import os
+import re
 import signal
 import time
 from typing import List, Tuple
+
+from tff_quant.program.errors import RoundCheckError, WorkerUnavailableError  # pylint: disable=unused-import
 
 _REGISTERED = False
 
@@ -90,8 +94,24 @@ def _alive(pid: int) -> bool:
 # ----------------------------------------------------------------------------
 # Several machines: TFF's own executor services (worker_binary over gRPC).
 # ----------------------------------------------------------------------------
-class WorkerUnavailableError(RuntimeError):
-  """A remote TFF worker stopped answering during a computation."""
+_ASSERTION = re.compile(r'assertion failed: \[([^\]]+)\]')
+
+
+@contextlib.contextmanager
+def readable_round_errors():
+  """Turns a failed in-computation check, which TFF's C++ executor reports as a
+  gRPC INTERNAL error, into a RoundCheckError carrying the check's message.
+
+  with runtime.readable_round_errors():
+    state, metrics = process.next(state, client_data)
+  """
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    found = _ASSERTION.search(str(e))
+    if not found:
+      raise
+    raise RoundCheckError(found.group(1)) from e
 
 
 def worker_binary_path() -> str:

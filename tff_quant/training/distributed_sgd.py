@@ -25,6 +25,7 @@ import tensorflow_federated as tff
 from tff_quant import models
 from tff_quant.aggregators import quantization_factory
 from tff_quant.common import validation
+from tff_quant.program import runtime
 from tff_quant.training import round_loop
 
 CLIPS = ('per_example_linf', 'elementwise', 'none')
@@ -181,7 +182,8 @@ def train(process, keras_model_fn, client_arrays, test_arrays, rounds: int,
   def step(state, rnd):
     batches = sample_client_batches(client_arrays, batch_size,
                                     np.random.default_rng([seed, rnd]))
-    out = process.next(state, batches.datasets)
+    with runtime.readable_round_errors():
+      out = process.next(state, batches.datasets)
     row = dict(test_accuracy=float('nan'))
     if rnd % eval_every == 0 or rnd == rounds:
       row['test_accuracy'] = evaluate(keras_model_fn, process.get_model_weights(

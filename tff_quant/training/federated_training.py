@@ -4,10 +4,13 @@ Shared by experiments/fl_emnist.py, the notebooks and the demo. A run lives in
 `run_dir`: config.json (the hyper-parameters; a restart with different ones is an
 error, never a silent mix), checkpoints/ (tff.program.FileProgramStateManager,
 one per round), metrics.csv (tff.program.CSVFileReleaseManager keyed by round, so
-a resumed run ends with every round exactly once) and summary.json at the end;
+a resumed run ends with every round exactly once), tensorboard/ (the same
+per-round numbers through tff.program.TensorBoardReleaseManager: loss, accuracy,
+ε, bits, clipped fractions) and summary.json at the end;
 the rounds themselves run in `round_loop.run_rounds`, the one checkpointed loop.
 """
 
+import asyncio
 import collections
 import collections.abc
 import dataclasses
@@ -81,6 +84,26 @@ class TrainingConfig:
     return self.delta if self.delta is not None else 1.0 / self.total_clients
 
 
+def build_process(config: TrainingConfig, keras_fn, input_spec):
+  """(FedAvg process, [Created]) for `config`: its aggregator and what it uses.
+
+  With a private mechanism the whole `next` is secure-only: the model update
+  goes through the mechanism's secure sum and the training metrics through
+  `tff.learning.metrics.secure_sum_then_finalize` (TFF's default metrics
+  aggregator would add a plain federated_sum).
+  """
+  private = config.mechanism != NO_PRIVACY
+  with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        models.tff_model_fn(keras_fn, input_spec),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_lr),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_lr),
+        model_aggregator=build_aggregator(config),
+        metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
+                            if private else None))
+  return process, used
+
+
 def build_aggregator(config: TrainingConfig):
   """The model aggregator for `config` (a clipped plain mean for 'none')."""
   if config.mechanism == NO_PRIVACY:
@@ -101,7 +124,10 @@ def prepare_run_dir(run_dir: str, config: TrainingConfig, fresh: bool):
 def _next_round(process, state, datasets, remote, rnd):
   """process.next, naming the dead worker when a remote one stops answering."""
   try:
-    out = process.next(state, datasets)
+    with runtime.readable_round_errors():
+      out = process.next(state, datasets)
+  except runtime.RoundCheckError:
+    raise
   except Exception as e:  # pylint: disable=broad-except
     dead = remote.unreachable() if remote is not None else []
     if not dead:
@@ -133,15 +159,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   input_spec = (tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
                 tf.TensorSpec([None], tf.int32))
   keras_fn = lambda: models.get(config.model, data.input_shape, data.num_classes)
-  factory = build_aggregator(config)
-  process = tff.learning.algorithms.build_unweighted_fed_avg(
-      models.tff_model_fn(keras_fn, input_spec),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_lr),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_lr),
-      model_aggregator=factory)
-  # The mechanism and d the built process actually uses (padded if rotated).
-  quantizer = aggregators.find_quantization_factory(factory)
-  mech, dim = ((quantizer.created.mechanism, quantizer.created.dim) if quantizer
+  process, used = build_process(config, keras_fn, input_spec)
+  mech, dim = ((used[0].mechanism, used[0].dim) if used
                else (None, models.num_params(keras_fn())))
   delta = config.target_delta
   acct = coord_acct = None
@@ -183,6 +202,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
             .repeat(config.local_epochs).batch(config.batch_size)
             .map(lambda e: (e['x'], e['y'])))
 
+  tensorboard = tff.program.TensorBoardReleaseManager(
+      os.path.join(run_dir, 'tensorboard'))
   log(f'Data: {data.description}')
   log(f'Model: {config.model} ({dim} coordinates sent per client); '
       f'aggregator: {config.mechanism}' + (f' = {mech}' if mech else ''))
@@ -206,7 +227,9 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
       row['bits_per_client'] = int(quant['bits_per_client'])
       row['bits_per_coordinate'] = int(quant['bits_per_coordinate'])
       row['secure_sum_bits'] = int(quant['secure_sum_bits'])
+      row['upload_bits_per_client'] = int(quant['upload_bits_per_client'])
       row['clipped_fraction'] = float(quant['clipped_fraction'])
+      row['clipped_clients_fraction'] = float(quant['clipped_clients_fraction'])
       row['nonfinite_count'] = int(quant['nonfinite_count'])
       row['epsilon'], _ = acct.epsilon_rdp(rnd)
       row['epsilon_per_coordinate'], _ = coord_acct.epsilon_rdp(rnd)
@@ -214,6 +237,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
       row['bits_per_client'] = 32 * dim
       row['epsilon'] = row['epsilon_per_coordinate'] = math.inf
     row['delta'] = delta
+    asyncio.run(tensorboard.release(
+        {k: float(v) for k, v in row.items() if math.isfinite(v)}, key=rnd))
     times.append(time.time() - t0)
     eta = np.mean(times[-10:]) * (config.rounds - rnd)
     test = (f' test_acc={row["test_accuracy"]:.4f}'

@@ -18,10 +18,7 @@ import tensorflow_federated as tff
 
 from tff_quant.common import validation
 from tff_quant.program import results_io
-
-
-class CorruptCheckpointError(RuntimeError):
-  """The latest checkpoint cannot be read: refuse rather than restart from 0."""
+from tff_quant.program.errors import CorruptCheckpointError
 
 
 class Rounds(NamedTuple):
