@@ -91,7 +91,7 @@ def test_inner_sum_factory_state_is_carried_and_mechanism_is_exposed():
 @pytest.mark.parametrize('mech', [
     mechanisms.RQM(clip=0.5, delta=0.5, num_levels=16, q=0.42),
     mechanisms.PBM(clip=0.5, num_levels=16, theta=0.25),
-    mechanisms.BQ(clip=0.5, s=3, m=8),
+    mechanisms.BQ(clip=0.5, s=3, m=60),
     mechanisms.QuantizedGaussian(clip=1.0, num_levels=16, sigma=0.02)])
 def test_decoded_mean_is_unbiased(mech):
   """Clients hold known values; the mean over rounds and coordinates matches."""

@@ -9,15 +9,6 @@ PARAMS = [dict(clip=1.0, s=3, m=4), dict(clip=0.01, s=1, m=0),
           dict(clip=2.0, s=7, m=30)]
 
 
-@pytest.mark.parametrize('params', PARAMS)
-def test_pmf_valid_and_matches_sampler(params):
-  mech = bq.BQ(**params)
-  for x in checks.standard_inputs(mech):
-    checks.assert_pmf_valid(mech, x)
-    checks.assert_histogram_matches_pmf(mech, x)
-    checks.assert_pmf_mean_is_input(mech, x)
-
-
 def test_pmf_is_rounding_convolved_with_binomial():
   mech = bq.BQ(clip=1.0, s=4, m=10)
   x = -0.3  # x s / C = -1.2: -1 w.p. 0.8, -2 w.p. 0.2

@@ -1,11 +1,12 @@
 """The contract every registered mechanism meets, checked over `registry()`.
 
 A new mechanism module is covered here without any edit: pmf validity, the
-sampler against the exact pmf (Monte Carlo, 5σ per level), unbiasedness where
-declared, the exact D∞ against a fine-grid brute force, seeding, sanitizing,
+sampler against the exact pmf (Monte Carlo, 5σ per level; at the defaults and at
+the PARAMS its own test module lists), unbiasedness where declared, the exact D∞ against a fine-grid brute force, seeding, sanitizing,
 and its declared tunables rejecting bad values with their name and range.
 """
 
+import importlib
 import math
 
 import numpy as np
@@ -23,6 +24,20 @@ CASES = [pytest.param(name, c, params, id=f'{name}-c{c}-{params}')
          for name, params in mechanisms.variants() for c in C_INF]
 
 
+def specific_parameter_sets():
+  """(name, constructor kwargs) from each mechanism's own test module's PARAMS
+  (tests/mechanisms/<module>_test.py): the sets that exercise its special paths."""
+  out = []
+  for name, cls in REGISTRY.items():
+    module = f'tests.mechanisms.{cls.__module__.rsplit(".", 1)[-1]}_test'
+    try:
+      params = importlib.import_module(module).PARAMS
+    except (ImportError, AttributeError):
+      continue
+    out += [pytest.param(name, p, id=f'{name}-{p}') for p in params]
+  return out
+
+
 def test_registry_lists_every_paper_mechanism():
   assert {'rqm', 'pbm', 'bq', 'qmgeo', 'quantized_gaussian',
           'randomized_projection'} <= set(REGISTRY)
@@ -32,15 +47,24 @@ def test_registry_lists_every_paper_mechanism():
     assert cls.tunable(cls.CALIBRATED[-1]).more_private in ('higher', 'lower')
 
 
-@pytest.mark.parametrize('name, c, params', CASES)
-def test_pmf_valid_and_matches_sampler(name, c, params):
-  mech = mechanisms.build(name, c, **params)
-  assert math.isclose(mech.input_bound, c, rel_tol=1e-12) or mech.input_bound >= c
+def _check_pmf_against_sampler(mech):
   for x in checks.standard_inputs(mech):
     checks.assert_pmf_valid(mech, x)
     checks.assert_histogram_matches_pmf(mech, x)
     if mech.unbiased:
       checks.assert_pmf_mean_is_input(mech, x)
+
+
+@pytest.mark.parametrize('name, c, params', CASES)
+def test_pmf_valid_and_matches_sampler(name, c, params):
+  mech = mechanisms.build(name, c, **params)
+  assert math.isclose(mech.input_bound, c, rel_tol=1e-12) or mech.input_bound >= c
+  _check_pmf_against_sampler(mech)
+
+
+@pytest.mark.parametrize('name, params', specific_parameter_sets())
+def test_pmf_valid_and_matches_sampler_on_each_modules_parameter_sets(name, params):
+  _check_pmf_against_sampler(REGISTRY[name](**params))
 
 
 @pytest.mark.parametrize('name', sorted(REGISTRY))

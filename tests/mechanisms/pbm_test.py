@@ -10,15 +10,6 @@ PARAMS = [dict(clip=1.0, num_levels=16, theta=0.25),
           dict(clip=3.0, num_levels=256, theta=0.1)]
 
 
-@pytest.mark.parametrize('params', PARAMS)
-def test_pmf_valid_and_matches_sampler(params):
-  mech = pbm.PBM(**params)
-  for x in checks.standard_inputs(mech):
-    checks.assert_pmf_valid(mech, x)
-    checks.assert_histogram_matches_pmf(mech, x)
-    checks.assert_pmf_mean_is_input(mech, x)
-
-
 def test_pmf_is_binomial_and_tail_is_finite():
   mech = pbm.PBM(clip=1.0, num_levels=1000, theta=0.4)
   x = 0.3

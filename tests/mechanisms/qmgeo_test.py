@@ -12,14 +12,6 @@ PARAMS = [dict(clip=1.0, num_levels=8, p=0.5), dict(clip=0.05, num_levels=16, p=
           dict(clip=1.0, num_levels=2, p=0.3, full_support=True)]
 
 
-@pytest.mark.parametrize('params', PARAMS)
-def test_pmf_valid_and_matches_sampler(params):
-  mech = qmgeo.QMGeo(**params)
-  for x in checks.standard_inputs(mech):
-    checks.assert_pmf_valid(mech, x)
-    checks.assert_histogram_matches_pmf(mech, x)
-
-
 def test_pmf_matches_corrected_equations():
   """Eq. (9) with p_mix on the upward branch and normalisers matching supports."""
   big_r, p, w = 8, 0.5, 0.1

@@ -11,14 +11,6 @@ PARAMS = [dict(clip=1.0, num_levels=8, sigma=0.3), dict(clip=1.0, num_levels=2, 
           dict(clip=0.5, num_levels=64, sigma=0.05)]
 
 
-@pytest.mark.parametrize('params', PARAMS)
-def test_pmf_valid_and_matches_sampler(params):
-  mech = qg.QuantizedGaussian(**params)
-  for x in checks.standard_inputs(mech):
-    checks.assert_pmf_valid(mech, x)
-    checks.assert_histogram_matches_pmf(mech, x)
-
-
 def quad_pmf(mech, x):
   """Lemma 2 by adaptive quadrature (independent of the log-space integrator)."""
   b, d, s = mech.levels, mech.level_step, mech.sigma

@@ -10,14 +10,6 @@ PARAMS = [dict(bound=0.3, bits=4, q=0.5, sigma=0.05),
           dict(bound=1.0, bits=3, q=1 / 7, sigma=0.4, input_bound=1.2)]
 
 
-@pytest.mark.parametrize('params', PARAMS)
-def test_pmf_valid_and_matches_sampler(params):
-  mech = rp.RandomizedProjection(**params)
-  for x in checks.standard_inputs(mech):
-    checks.assert_pmf_valid(mech, x)
-    checks.assert_histogram_matches_pmf(mech, x)
-
-
 def test_end_cells_absorb_the_clipped_tails():
   mech = rp.RandomizedProjection(bound=0.3, bits=4, q=0.6, sigma=0.1, input_bound=0.4)
   a = mech.nearest_level_probs(0.4)

@@ -29,15 +29,6 @@ def brute_force_pmf(mech, x):
   return out
 
 
-@pytest.mark.parametrize('params', PARAMS)
-def test_pmf_valid_and_matches_sampler(params):
-  mech = rqm.RQM(**params)
-  for x in checks.standard_inputs(mech):
-    checks.assert_pmf_valid(mech, x)
-    checks.assert_histogram_matches_pmf(mech, x)
-    checks.assert_pmf_mean_is_input(mech, x)
-
-
 @pytest.mark.parametrize('x', [-1.0, -0.3, 0.0, 0.2, 0.5, 1.0])
 def test_pmf_matches_brute_force_enumeration(x):
   mech = rqm.RQM(clip=1.0, delta=0.7, num_levels=8, q=0.3)

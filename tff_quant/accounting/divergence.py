@@ -368,27 +368,33 @@ def epsilon_infinity(mech) -> float:
   return float(np.max(hi[possible] - lo[possible]))
 
 
+IMPOSSIBLE_MASS_MAX_INPUTS = 65
+
+
 def impossible_mass(mech) -> Tuple[float, float, float]:
-  """(δ₀, x, x'): the largest P_x(levels impossible under x') over inputs.
+  """(δ₀, x, x'): the largest P_x(levels impossible under x') found over inputs.
 
   No (ε, δ)-DP guarantee with δ < δ₀ exists for one client's coordinate; δ₀ = 1
-  means two inputs have disjoint output laws (no privacy at all). Evaluated on
-  the pmfs of `extreme_log_pmfs()` (the critical inputs), where each level's
-  probability attains its extremes, so its zero sets are among theirs.
+  means two inputs have disjoint output laws (no privacy at all). Evaluated at
+  the critical inputs (where each level's probability attains its extremes, so
+  its zero sets are among theirs), thinned to at most
+  IMPOSSIBLE_MASS_MAX_INPUTS evenly spaced ones (range ends kept) so that a
+  mechanism with 2^16 levels costs O(65 L), not O(L²) memory: the value is
+  exact for the pair it names, and a lower bound on the sup when thinned.
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism`.
   """
-  rows = np.exp(mech.extreme_log_pmfs())
-  inputs = list(mech.critical_inputs())
-  best = (0.0, math.nan, math.nan)
-  for i, p in enumerate(rows):
-    for j, q in enumerate(rows):
-      mass = float(p[q == 0].sum())
-      if mass > best[0]:
-        best = (min(mass, 1.0), inputs[i] if i < len(inputs) else math.nan,
-                inputs[j] if j < len(inputs) else math.nan)
-  return best
+  inputs = np.unique(mech.critical_inputs())
+  if len(inputs) > IMPOSSIBLE_MASS_MAX_INPUTS:
+    pick = np.linspace(0, len(inputs) - 1, IMPOSSIBLE_MASS_MAX_INPUTS)
+    inputs = inputs[np.unique(np.round(pick).astype(int))]
+  log_p = np.stack([mech.log_pmf(x) for x in inputs])   # [K, L]
+  probs = np.exp(log_p)
+  zero = (log_p == -np.inf).astype(np.float64)   # impossible, not underflowed
+  mass = probs @ zero.T           # mass[i, j] = P_{x_i}(levels impossible under x_j)
+  i, j = np.unravel_index(np.argmax(mass), mass.shape)
+  return min(float(mass[i, j]), 1.0), float(inputs[i]), float(inputs[j])
 
 
 def epsilon_infinity_local(mech, sensitivity: float, grid_size: int = 2001) -> float:

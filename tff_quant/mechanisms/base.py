@@ -82,6 +82,15 @@ class Tunable:
             f'{self.default!r}{direction}){": " + self.doc if self.doc else ""}')
 
 
+MAX_LEVELS = 2**24
+
+
+def levels_tunable(default: int, symbol: str = 'm') -> Tunable:
+  """The `num_levels` tunable most mechanisms share (an integer in [2, 2^24])."""
+  return Tunable('num_levels', default, 2, MAX_LEVELS, kind=int,
+                 doc=f'levels {symbol} per coordinate')
+
+
 def log_normalize(log_p: np.ndarray) -> np.ndarray:
   """Returns log_p minus its logsumexp (guards against rounding drift)."""
   from scipy import special  # pylint: disable=g-import-not-at-top

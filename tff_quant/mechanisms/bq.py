@@ -30,9 +30,11 @@ class BQ(base.Mechanism):
   name = 'bq'
   unbiased = True
   TUNABLES = (
-      base.Tunable('s', 3, 1, 2**20, kind=int, more_private='lower',
+      # Defaults: the paper's 8-bit row (Table II, b = 8: s = 2, m = 251); a small
+      # m leaves outputs impossible for some inputs with large probability.
+      base.Tunable('s', 2, 1, 2**20, kind=int, more_private='lower',
                    doc='quantization levels per sign'),
-      base.Tunable('m', 8, 0, 2**20, kind=int, more_private='higher',
+      base.Tunable('m', 251, 0, 2**20, kind=int, more_private='higher',
                    doc='Binomial(m, 1/2) noise trials'),
   )
   CALIBRATED = ('s', 'm')

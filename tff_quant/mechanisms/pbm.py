@@ -21,7 +21,7 @@ class PBM(base.Mechanism):
   name = 'pbm'
   unbiased = True
   TUNABLES = (
-      base.Tunable('num_levels', 16, 2, 2**24, kind=int, doc='levels m'),
+      base.levels_tunable(16, 'm'),
       base.Tunable('theta', 0.25, 0, 0.5, low_open=True, more_private='lower',
                    doc='success-probability spread θ'),
   )

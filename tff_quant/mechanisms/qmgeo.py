@@ -38,7 +38,7 @@ class QMGeo(base.Mechanism):
   name = 'qmgeo'
   unbiased = False
   TUNABLES = (
-      base.Tunable('num_levels', 8, 2, 2**24, kind=int, doc='levels R'),
+      base.levels_tunable(8, 'R'),
       base.Tunable('p', 0.5, 0, 1, low_open=True, high_open=True,
                    more_private='lower', doc='geometric parameter'),
       base.Tunable('full_support', True, kind=bool,

@@ -66,7 +66,7 @@ class QuantizedGaussian(base.Mechanism):
 
   name = 'quantized_gaussian'
   TUNABLES = (
-      base.Tunable('num_levels', 16, 2, 2**24, kind=int, doc='levels k'),
+      base.levels_tunable(16, 'k'),
       base.Tunable('noise_multiplier', 1.0, 0, None, low_open=True,
                    more_private='higher', doc='z = σ / Cq'),
   )

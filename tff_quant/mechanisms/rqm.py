@@ -32,7 +32,7 @@ class RQM(base.Mechanism):
   name = 'rqm'
   unbiased = True
   TUNABLES = (
-      base.Tunable('num_levels', 16, 2, 2**24, kind=int, doc='levels m'),
+      base.levels_tunable(16, 'm'),
       base.Tunable('q', 0.42, 0, 1, low_open=True, high_open=True,
                    more_private='lower', doc='keep probability of inner levels'),
       base.Tunable('delta_ratio', 1.0, 0, None, low_open=True,
