@@ -1,6 +1,7 @@
 """Exact privacy accounting of the secure sum (numpy/scipy + dp-accounting; no TF)."""
 
 from tff_quant.accounting import bounds
+from tff_quant.accounting import vector
 from tff_quant.accounting.calibration import calibrate
 from tff_quant.accounting.composition import (Guarantee, RoundAccountant,
                                               per_round_rdp,
@@ -11,3 +12,4 @@ from tff_quant.accounting.divergence import (SumDivergence, epsilon_infinity,
                                              impossible_mass,
                                              renyi_divergence,
                                              renyi_divergence_of_sum, sum_log_pmf)
+from tff_quant.accounting.vector import vector_rdp

@@ -7,6 +7,7 @@ privacy direction; any earlier ones (integers) are scanned within the bit budget
 and the feasible candidate with the smallest worst-case variance wins.
 """
 
+import math
 from typing import Optional, Sequence, Union
 
 from tff_quant import mechanisms
@@ -93,9 +94,11 @@ def _search_last(build, spec, target, schedule, bits, iters):
 
 def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
               clients_per_round: int, total_clients: int, dim: int = 1,
-              clip: float = 1.0, tune: Union[None, str, Sequence[str]] = None,
+              clip: Optional[float] = None,
+              tune: Union[None, str, Sequence[str]] = None,
               bits: Optional[int] = None, use_pld: bool = False, iters: int = 18,
-              **params):
+              l2_clip: Optional[float] = None,
+              coordinate_clip: Optional[float] = None, **params):
   """Returns the mechanism `mechanism` calibrated to (ε, δ) for a training run.
 
   Args:
@@ -106,7 +109,8 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
     clients_per_round: clients sampled (without replacement) per round.
     total_clients: population size.
     dim: coordinates each client sends (the accountant's d).
-    clip: the coordinate bound c∞ the mechanism is built for.
+    clip: the coordinate bound c∞ the mechanism is built for (alias of
+      `coordinate_clip`; default 1, or l2_clip/√dim when `l2_clip` is given).
     tune: the parameter(s) to search; default the class's `CALIBRATED`. The last
       is bisected along its `more_private` direction (ε is taken to be monotone
       in it); earlier ones must be integers and are scanned within `bits`.
@@ -114,6 +118,9 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
       required when an integer parameter is searched).
     use_pld: also use the PLD route (slower, tighter).
     iters: bisection steps for a real-valued parameter.
+    l2_clip: the ℓ2 bound of each update; with c∞ > l2_clip/√dim the ℓ2 route
+      accounts the run (`accounting.vector_rdp`).
+    coordinate_clip: c∞ (see `clip`).
     **params: the other parameters, fixed (defaults for the omitted ones).
 
   Returns:
@@ -126,6 +133,14 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
   """
   cls = mechanisms.get(mechanism)
   validation.check_positive('epsilon', epsilon)
+  validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
+  if clip is not None and coordinate_clip is not None and clip != coordinate_clip:
+    raise ValueError(f'`clip` ({clip}) and `coordinate_clip` ({coordinate_clip}) '
+                     'name the same bound; pass one.')
+  clip = coordinate_clip if coordinate_clip is not None else clip
+  if clip is None:
+    clip = 1.0 if l2_clip is None else l2_clip / math.sqrt(dim)
+  validation.check_positive('coordinate_clip', clip)
   validation.check_optional(validation.check_integer, 'bits', bits, 1, 64)
   if tune is None:
     tune = cls.CALIBRATED
@@ -148,7 +163,8 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
     params.pop(name, None)
   fixed = cls.complete_params(params)
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
-                  total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld)
+                  total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld,
+                  l2_clip=l2_clip)
 
   def candidates(prefix, outer):
     """Every grid point of the scanned (outer) integers that fits `bits`."""

@@ -2,11 +2,14 @@
 
 Neighbouring relation: one client's update replaced by any other (replace-one), the
 number of participants being public (the decoder needs it). One round releases the
-secure sum of every coordinate; the d coordinates are independent given the inputs,
-so per-round RDP is d × D_α(scalar sum) at the worst case where every coordinate
-moves from +c to -c (attainable: the l2 ball of radius clip_norm contains the box
-[-c, c]^d when c = clip_norm/√d). The n-1 others sit at ±c in the worst mix
-(the papers' assumption for the others; see divergence.renyi_divergence_of_sum).
+secure sum of every coordinate; the d coordinates are independent given the inputs.
+Coordinate route (no ℓ2 clip given, or c <= l2_clip/√d): per-round RDP is
+d × D_α(scalar sum) with every coordinate moving from +c to -c (attainable: the
+ℓ2 ball of radius clip_norm contains the box [-c, c]^d when c = clip_norm/√d).
+ℓ2 route (c > l2_clip/√d, e.g. c = k·l2_clip/√d after a random rotation):
+`vector.vector_rdp`, d·ĝ_α(S²/d) with S = 2·l2_clip. In both, the n-1 others sit
+at ±c in the worst mix (see `vector` for the search that backs this), and D∞ is
+the sup over all inputs (`divergence.epsilon_infinity`).
 
 Two routes, both valid for sampling `clients_per_round` of `total_clients`
 uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
@@ -30,6 +33,7 @@ from scipy import special
 
 from tff_quant.accounting import divergence
 from tff_quant.accounting import loss_pmf
+from tff_quant.accounting import vector
 from tff_quant.common import validation
 
 DEFAULT_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256)
@@ -117,9 +121,8 @@ def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
   all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j <= α
   res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
   rdp = {r.alpha: dim * r.value for r in res}
-  local_inf = divergence.renyi_divergence(
-      mech.log_pmf(mech.input_bound), mech.log_pmf(-mech.input_bound), math.inf)
-  rdp[math.inf] = dim * local_inf  # the sum's D∞ is at most the local one
+  # The sum's D∞ is at most the local D∞ (post-processing), sup over all inputs.
+  rdp[math.inf] = dim * divergence.epsilon_infinity(mech)
   return rdp
 
 
@@ -175,16 +178,29 @@ class RoundAccountant:
     delta: target δ in (0, 1).
     dim: coordinates each client sends.
     orders: integer Rényi orders >= 2 for the RDP route.
+    l2_clip: the ℓ2 norm bound of each client's update, or None (every
+      coordinate may move end to end). When the mechanism's coordinate bound c
+      exceeds l2_clip/√dim, the ℓ2 route (`vector.vector_rdp`) is used.
   """
 
   def __init__(self, mech, clients_per_round: int, total_clients: int,
                delta: float, dim: int = 1,
-               orders: Sequence[int] = DEFAULT_ORDERS):
+               orders: Sequence[int] = DEFAULT_ORDERS,
+               l2_clip: Optional[float] = None):
     _check_schedule(clients_per_round, total_clients, delta, dim)
+    validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
     self.mech, self.n, self.population = mech, clients_per_round, total_clients
     self.delta, self.dim, self.orders = delta, dim, list(orders)
     self.gamma = clients_per_round / total_clients
-    self.rdp = per_round_rdp(mech, clients_per_round, dim, orders)
+    self.l2_clip = l2_clip
+    self.l2_route = (l2_clip is not None and
+                     not vector.coordinate_route_applies(mech, dim, l2_clip))
+    if self.l2_route:
+      all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j
+      self.rdp = vector.vector_rdp(mech, all_orders + [math.inf],
+                                   clients_per_round, dim, 2 * l2_clip)
+    else:
+      self.rdp = per_round_rdp(mech, clients_per_round, dim, orders)
     self._sub = [subsampled_rdp_without_replacement(self.rdp, self.gamma, a)
                  for a in self.orders]
 
@@ -213,6 +229,10 @@ class RoundAccountant:
     eps_pld, note = None, ''
     if not use_pld:
       note = 'PLD route not requested (use_pld=False)'
+    elif self.l2_route:
+      note = ('PLD route not used: it composes d coordinates each moving end '
+              'to end, which ℓ2 clipping with c > l2_clip/√d rules out; the ℓ2 '
+              'RDP route is reported')
     else:  # also when every RDP order is infinite (BQ): δ can absorb that mass
       validation.check_positive('pld_interval', pld_interval)
       validation.check_integer('pld_max_points', pld_max_points, 2)
@@ -225,12 +245,20 @@ class RoundAccountant:
       eps, route = eps_pld, 'PLD'
     else:
       eps, route = eps_rdp, 'RDP'
+    if self.l2_route:
+      coords = (f'ℓ2 route: update norm <= {self.l2_clip:g}, {self.dim} '
+                f'coordinates in [-c, c], c = {self.mech.input_bound:.4g} = '
+                f'{self.mech.input_bound * math.sqrt(self.dim) / self.l2_clip:.3g}'
+                '·l2_clip/√d; target pairs over every critical input')
+    else:
+      coords = f'all {self.dim} coordinates move from +c to -c'
     assumptions = (
         f'replace-one neighbouring (participant count public); {self.n} of '
         f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '
         'without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target '
-        f'participation revealed, pessimistic); all {self.dim} coordinates at ±c; '
-        'others at ±c (worst mix over all such mixes).')
+        f'participation revealed, pessimistic); {coords}; others at ±c (worst '
+        'mix; exhaustive search over critical inputs finds none worse for '
+        'n <= 3); D∞ = sup over all inputs.')
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp, assumptions,
                      note)
@@ -241,7 +269,8 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
                        orders: Sequence[int] = DEFAULT_ORDERS,
                        use_pld: bool = True,
                        pld_interval: float = 1e-3,
-                       pld_max_points: int = None) -> Guarantee:
+                       pld_max_points: int = None,
+                       l2_clip: Optional[float] = None) -> Guarantee:
   """(ε, δ) after `rounds` rounds of `clients_per_round` sampled from `total_clients`.
 
   Args:
@@ -255,9 +284,11 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
     pld_interval: PLD loss discretisation (pessimistic rounding).
     pld_max_points: the largest loss grid the PLD route may allocate (default
       DEFAULT_PLD_MAX_POINTS); checked before allocating.
+    l2_clip: the ℓ2 bound of each update (None: coordinates move end to end);
+      see `RoundAccountant`.
   """
   validation.check_integer('rounds', rounds, 1)
   accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
-                               dim, orders)
+                               dim, orders, l2_clip)
   return accountant.guarantee(rounds, use_pld, pld_interval,
                               pld_max_points or DEFAULT_PLD_MAX_POINTS)

@@ -215,6 +215,10 @@ class Mechanism(abc.ABC):
   unbiased: bool = True
   #: Compile encode with XLA (off where XLA's special functions are slower).
   jit_encode: bool = True
+  #: True when the pmf is continuous in x and affine between consecutive
+  #: critical inputs (stochastic rounding followed by input-free noise); the ℓ2
+  #: accountant then evaluates target pairs exactly at the vertices.
+  piecewise_affine: bool = False
 
   @classmethod
   def tunable(cls, name: str) -> Tunable:

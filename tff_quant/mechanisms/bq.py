@@ -29,6 +29,7 @@ class BQ(base.Mechanism):
 
   name = 'bq'
   unbiased = True
+  piecewise_affine = True   # stochastic rounding, then input-free binomial noise
   TUNABLES = (
       # Defaults: the paper's 8-bit row (Table II, b = 8: s = 2, m = 251); a small
       # m leaves outputs impossible for some inputs with large probability.

@@ -52,6 +52,8 @@ class QMGeo(base.Mechanism):
     self.r_levels = self.tunable('num_levels').check(num_levels)
     self.p = float(self.tunable('p').check(p))
     self.full_support = self.tunable('full_support').check(full_support)
+    # Affine in the mixing weight within a bin; continuous only with full support.
+    self.piecewise_affine = self.full_support
 
   def params(self):
     return dict(clip=self.clip, num_levels=self.r_levels, p=self.p,

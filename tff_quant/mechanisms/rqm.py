@@ -31,6 +31,7 @@ class RQM(base.Mechanism):
 
   name = 'rqm'
   unbiased = True
+  piecewise_affine = True   # rounding between kept levels is affine in x
   TUNABLES = (
       base.levels_tunable(16, 'm'),
       base.Tunable('q', 0.42, 0, 1, low_open=True, high_open=True,

@@ -1,0 +1,192 @@
+"""Tests for the ℓ2 route (tff_quant/accounting/vector.py)."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from tff_quant import mechanisms
+from tff_quant.accounting import calibration
+from tff_quant.accounting import composition
+from tff_quant.accounting import divergence
+from tff_quant.accounting import vector
+
+ORDERS = (2.0, 8.0, math.inf)
+
+
+def _mech(name, c=1.0, **params):
+  return mechanisms.get(name).for_coordinate_bound(c, **params)
+
+
+def _exact(mech, x, x_prime, others, alpha):
+  """D_α of the secure sum, target at x vs x', the others at the given inputs."""
+  rest = [(mech.log_pmf(o), 1) for o in others]
+  p = divergence.sum_log_pmf([(mech.log_pmf(x), 1)] + rest)
+  q = divergence.sum_log_pmf([(mech.log_pmf(x_prime), 1)] + rest)
+  return divergence.renyi_divergence(p, q, alpha)
+
+
+@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'bq'])
+def test_piecewise_affine_declaration_holds(name):
+  mech = _mech(name, s=3, m=8) if name == 'bq' else _mech(name)
+  assert mech.piecewise_affine
+  b = np.unique(mech.critical_inputs())
+  for lo, hi in zip(b[:-1], b[1:]):
+    for s in (0.0, 0.25, 0.5, 0.9, 1.0):
+      mixed = (1 - s) * mech.pmf(lo) + s * mech.pmf(hi)
+      np.testing.assert_allclose(mech.pmf(lo + s * (hi - lo)), mixed, atol=1e-12)
+  assert not _mech('qmgeo', full_support=False).piecewise_affine
+
+
+def test_interior_targets_can_beat_the_ends():
+  """Why targets range over every critical input: RQM at n = 1, α = 8."""
+  mech = _mech('rqm')
+  curve = vector.divergence_curve(mech, [8.0], 1, t_points=8)
+  at_ends = divergence.renyi_divergence_of_sum(mech, 8.0, 1).value
+  assert curve.values[8.0][-1] == pytest.approx(5.344228585, abs=1e-8)
+  assert at_ends == pytest.approx(5.315642348, abs=1e-8)
+
+
+@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'pbm', 'quantized_gaussian'])
+@pytest.mark.parametrize('n', [1, 3])
+def test_full_flip_covers_the_coordinate_route(name, n):
+  mech = _mech(name)
+  curve = vector.divergence_curve(mech, ORDERS, n, t_points=8)
+  for alpha in (2.0, 8.0):
+    at_ends = divergence.renyi_divergence_of_sum(mech, alpha, n).value
+    assert curve.values[alpha][-1] >= at_ends * (1 - 1e-12)
+  assert curve.values[math.inf][-1] == pytest.approx(
+      divergence.epsilon_infinity(mech), rel=1e-9)
+
+
+@pytest.mark.parametrize('name', ['rqm', 'pbm', 'quantized_gaussian', 'qmgeo'])
+def test_curve_bounds_random_pairs(name):
+  """f̄(t_s) >= D_α at random target pairs within t_s, others in every ±c mix."""
+  mech, n = _mech(name), 3
+  curve = vector.divergence_curve(mech, ORDERS, n, t_points=8, cells=32)
+  rng = np.random.default_rng(0)
+  for s, t in enumerate(curve.t):
+    for _ in range(6):
+      x = rng.uniform(-1, 1)
+      x_prime = float(np.clip(x + rng.uniform(-t, t), -1, 1))
+      for plus in range(n):
+        others = [1.0] * plus + [-1.0] * (n - 1 - plus)
+        for alpha in ORDERS:
+          true = _exact(mech, x, x_prime, others, alpha)
+          assert true <= curve.values[alpha][s] * (1 + 1e-9) + 1e-12, (t, x, x_prime)
+
+
+@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'pbm'])
+@pytest.mark.parametrize('n', [2, 3])
+def test_others_at_extremes_are_the_worst_over_critical_inputs(name, n):
+  """Item 2's search: every multiset of critical inputs for the others, every
+  target pair of critical inputs; none beats the ±c mixes the accountant uses."""
+  mech = _mech(name)
+  crit = np.unique(mech.critical_inputs())
+  crit = crit[np.unique(np.linspace(0, len(crit) - 1, 7).round().astype(int))]
+  for alpha in (2.0, 8.0):
+    accounted = vector.divergence_curve(mech, [alpha], n, t_points=8).values[alpha][-1]
+    worst = max(_exact(mech, x, y, others, alpha)
+                for x in crit for y in crit
+                for others in itertools.combinations_with_replacement(crit, n - 1))
+    assert worst <= accounted * (1 + 1e-9)
+
+
+def test_majorant_is_concave_monotone_and_above_the_steps():
+  curve = vector.divergence_curve(_mech('rqm'), ORDERS, 2, t_points=16)
+  for alpha in ORDERS:
+    u = np.linspace(0, 4, 401)
+    g = np.array([curve.majorant(alpha, v) for v in u])
+    assert np.all(np.diff(g) >= -1e-12)
+    assert np.all(np.diff(g, 2) <= 1e-9)
+    step = np.searchsorted(curve.t**2, u, side='left').clip(0, len(curve.t) - 1)
+    assert np.all(g >= curve.values[alpha][step] - 1e-12)
+
+
+def test_order_ladder_rounds_up():
+  orders = list(range(2, 65)) + [math.inf]
+  rungs = vector.order_ladder(orders)
+  assert rungs[0] == 2 and rungs[-2] == 64 and rungs[-1] == math.inf
+  assert len(rungs) < 20
+  assert all(any(r >= a for r in rungs) for a in orders)
+
+
+def test_vector_rdp_reduces_to_the_coordinate_route():
+  dim, clip = 50, 1.0
+  mech = _mech('rqm', c=clip / math.sqrt(dim))
+  rdp = vector.vector_rdp(mech, [2, 8, math.inf], 4, dim, 2 * clip, t_points=8)
+  coord = composition.per_round_rdp(mech, 4, dim, orders=[8])
+  # Same d × full-flip value; targets over every critical input can only add.
+  assert coord[2] * (1 - 1e-12) <= rdp[2] <= coord[2] * 1.01
+  assert coord[8] * (1 - 1e-12) <= rdp[8] <= coord[8] * 1.01
+  assert rdp[math.inf] == pytest.approx(coord[math.inf], rel=1e-9)
+
+
+def test_l2_route_charges_a_fraction_of_the_range():
+  dim, clip, n = 400, 1.0, 5
+  wide = _mech('rqm', c=3 * clip / math.sqrt(dim))
+  l2 = vector.vector_rdp(wide, [2, 8], n, dim, 2 * clip, t_points=12)
+  full = composition.per_round_rdp(wide, n, dim, orders=[8])
+  assert l2[2] < 0.5 * full[2] and l2[8] < 0.5 * full[8]
+  # Never below the truth at one admissible input pair: S/√d on every coordinate.
+  t = 2 * clip / math.sqrt(dim)
+  c = wide.input_bound
+  for plus in range(n):
+    others = [c] * plus + [-c] * (n - 1 - plus)
+    assert dim * _exact(wide, c, c - t, others, 2.0) <= l2[2] * (1 + 1e-9)
+
+
+def test_accountant_takes_l2_clip():
+  dim, clip, schedule = 400, 1.0, dict(rounds=5, clients_per_round=5,
+                                       total_clients=100, delta=1e-5)
+  wide = _mech('rqm', c=3 * clip / math.sqrt(dim), q=0.1)
+  g_l2 = composition.training_guarantee(wide, dim=dim, l2_clip=clip,
+                                        orders=range(2, 17), **schedule)
+  g_box = composition.training_guarantee(wide, dim=dim, orders=range(2, 17),
+                                         use_pld=False, **schedule)
+  assert g_l2.epsilon < g_box.epsilon
+  assert 'ℓ2 route' in g_l2.assumptions and 'PLD route not used' in g_l2.pld_note
+  narrow = _mech('rqm', c=clip / math.sqrt(dim), q=0.1)
+  same = composition.RoundAccountant(narrow, 5, 100, 1e-5, dim, range(2, 9),
+                                     l2_clip=clip)
+  assert not same.l2_route
+
+
+def test_calibrate_with_l2_clip_meets_the_target():
+  dim, clip = 200, 1.0
+  schedule = dict(delta=1e-5, rounds=3, clients_per_round=4, total_clients=100,
+                  dim=dim)
+  mech = calibration.calibrate('rqm', 50.0, **schedule, l2_clip=clip,
+                               coordinate_clip=3 * clip / math.sqrt(dim))
+  assert mech.input_bound == pytest.approx(3 * clip / math.sqrt(dim))
+  eps = composition.training_guarantee(mech, l2_clip=clip, use_pld=False,
+                                       orders=calibration._FAST_ORDERS,
+                                       **schedule).epsilon
+  assert eps <= 50.0
+  with pytest.raises(ValueError, match='coordinate_clip'):
+    calibration.calibrate('rqm', 50.0, **schedule, clip=1.0, coordinate_clip=2.0)
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(l2_sensitivity=0.0), 'l2_sensitivity'),
+    (dict(l2_sensitivity=float('nan')), 'l2_sensitivity'),
+    (dict(orders=[1.0]), 'orders'),
+    (dict(dim=0), 'dim'),
+])
+def test_bad_input(kwargs, match):
+  args = dict(mech=_mech('rqm'), orders=[2], clients_per_round=2, dim=4,
+              l2_sensitivity=1.0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    vector.vector_rdp(**args)
+  with pytest.raises(ValueError, match='t_grid'):
+    vector.divergence_curve(_mech('rqm'), [2], 2, t_grid=np.array([0.5, 1.0]))
+  with pytest.raises(ValueError, match='l2_clip'):
+    composition.RoundAccountant(_mech('rqm'), 2, 10, 1e-5, 4, l2_clip=-1.0)
+
+
+def test_refuses_a_too_costly_evaluation_before_starting(monkeypatch):
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1e3)
+  with pytest.raises(ValueError, match='operations'):
+    vector.divergence_curve(_mech('rqm'), [2], 40)

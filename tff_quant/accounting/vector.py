@@ -1,0 +1,379 @@
+"""The ℓ2 route: round RDP of a d-coordinate update bounded in ℓ2 norm, not per coordinate.
+
+A client's update x lies in [-c, c]^d (c = the mechanism's input bound) and its
+ℓ2 norm is at most l2_clip; replacing the client moves it by at most
+S = 2·l2_clip in ℓ2 (coordinate clipping is 1-Lipschitz, so it never widens a
+difference). The d coordinates go through the secure sum independently, so
+round RDP = Σ_j D_α(coordinate j) <= Σ_j f_α(t_j), where t_j = |x_j - x'_j|
+<= 2c, Σ t_j² <= S², and
+
+  f_α(t) = sup over target pairs |x - x'| <= t in [-c, c], and the n-1 other
+           clients' inputs, of D_α(secure sum | x || secure sum | x').
+
+With ĝ_α the least concave majorant of u ↦ f_α(√u) on [0, 4c²] (non-decreasing
+because f is), Jensen gives Σ_j f_α(t_j) <= d·ĝ_α(min(S²/d, 4c²)). When
+c <= l2_clip/√d this is d·f_α(2c), the coordinate route; with c = k·l2_clip/√d
+(random rotation, k ≈ 2-4) it charges each coordinate a fraction of the range.
+α = ∞ composes the same way (D∞ adds over independent coordinates).
+
+f_α is evaluated so the result is an upper bound, never interpolated below it:
+* t on a grid t_1 < ... < t_G = 2c; f is non-decreasing, so on (t_{s-1}, t_s]
+  it is at most f̄(t_s) = the sup over pairs at distance <= t_s; the majorant is
+  taken of that step function (left ends included).
+* Targets, when the mechanism's pmf is affine in x between consecutive critical
+  inputs and continuous (`piecewise_affine`: RQM, BQ, QMGeo with full support):
+  exp((α-1)D_α) is jointly convex in the pair of laws and the sum's law is
+  affine in the target's pmf, so over the polygon {|x - x'| <= t} ∩ (segment ×
+  segment) the sup sits at a vertex: a pair of critical inputs, or (b, b ± t),
+  (b ± t, b) for a critical input b. Exact at every grid t.
+* Targets otherwise (PBM, quantized Gaussian, randomized projection): the range
+  is cut into cells whose ends include every critical input; each level's
+  probability is unimodal in x with its peak at a critical input, so on a cell
+  it is at most the larger and at least the smaller end value. Replacing P by
+  that upper envelope and Q by the lower one only increases Σ P^α Q^(1-α)
+  (α > 1), before and after convolving with the others' law.
+* Others: every mix of the n-1 others at ±c, the same family as the coordinate
+  route (`divergence.renyi_divergence_of_sum`); an exhaustive search over every
+  multiset of critical inputs for the others and every target pair (tested for
+  n <= 3) finds no worse case for RQM, PBM and QMGeo at finite orders.
+  D∞ uses n = 1 (the sum's D∞ is at most the target's local D∞ by data
+  processing), so it needs no assumption on the others.
+"""
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+from scipy import special
+
+from tff_quant.accounting import divergence
+from tff_quant.common import validation
+
+DEFAULT_T_POINTS = 48      # distance grid: half geometric from 2c·1e-3, half linear
+DEFAULT_CELLS = 64         # cells per [-c, c] for the envelope bound
+# Refuse (before allocating) evaluations above this many elementary log-domain
+# operations (~1 minute of numpy on one core).
+MAX_OPERATIONS = 3e10
+
+
+def distance_grid(c: float, t_points: int) -> np.ndarray:
+  """t_1 < ... < t_G = 2c: geometric near 0 (where ĝ's step error matters), then linear."""
+  validation.check_integer('t_points', t_points, 4)
+  half = t_points // 2
+  geo = 2 * c * np.geomspace(1e-3, 1.0, half, endpoint=False)
+  lin = np.linspace(2 * c / (t_points - half), 2 * c, t_points - half)
+  return np.unique(np.concatenate([geo, lin]))
+
+
+@dataclasses.dataclass
+class TargetPairs:
+  """Candidate target pairs and the laws (or envelopes) they stand for.
+
+  Row r of the upper (lower) laws is log Σ_i weights[r, i] exp(basis[i]): the
+  sum's law is linear in the target's pmf, so only the basis rows are
+  convolved with the others' law.
+
+  Args:
+    basis: [K, L] log-pmfs (or log envelopes).
+    upper_weights, lower_weights: [R, K] non-negative mixing weights.
+    pairs: [M, 2] indices (into upper rows, into lower rows).
+    distance: [M] the least |x - x'| a pair stands for.
+    method: 'vertices' (exact) or 'envelopes' (cell bounds).
+    symmetric: the candidate set is closed under x -> -x and the mechanism
+      mirrors its levels there, so mixes k and n-1-k give the same sup.
+  """
+  basis: np.ndarray
+  upper_weights: np.ndarray
+  lower_weights: np.ndarray
+  pairs: np.ndarray
+  distance: np.ndarray
+  method: str
+  symmetric: bool
+
+
+def _mirrored(mech, xs: np.ndarray, rows: np.ndarray) -> bool:
+  """xs == -xs as a set and log_pmf(-x) is log_pmf(x) with the levels reversed."""
+  if not np.array_equal(np.sort(-xs), xs):
+    return False
+  flipped = rows[::-1, ::-1]
+  same_zero = np.array_equal(np.isinf(rows), np.isinf(flipped))
+  finite = np.isfinite(rows)
+  return same_zero and np.allclose(rows[finite], flipped[finite], rtol=0, atol=1e-12)
+
+
+def target_pairs(mech, t_grid: np.ndarray, cells: int = DEFAULT_CELLS) -> TargetPairs:
+  """The finite set of target pairs whose sup bounds f_α at every grid distance."""
+  c = mech.input_bound
+  crit = np.unique(np.clip(mech.critical_inputs(), -c, c))
+  crit = np.union1d(crit, -crit)   # extra breakpoints are harmless, symmetry helps
+  if getattr(mech, 'piecewise_affine', False):
+    shifted = [b + sign * t for t in t_grid for b in crit for sign in (-1, 1)]
+    xs = np.union1d(crit, [v for v in shifted if -c <= v <= c])
+    index = {float(x): i for i, x in enumerate(xs)}
+    basis = np.stack([mech.log_pmf(x) for x in crit])
+    seg = np.clip(np.searchsorted(crit, xs, side='right') - 1, 0, len(crit) - 2)
+    frac = np.clip((xs - crit[seg]) / (crit[seg + 1] - crit[seg]), 0.0, 1.0)
+    weights = np.zeros((len(xs), len(crit)))
+    weights[np.arange(len(xs)), seg] = 1 - frac
+    weights[np.arange(len(xs)), seg + 1] += frac
+    pairs = [(index[float(a)], index[float(b)]) for a in crit for b in crit]
+    for t in t_grid:
+      for b in crit:
+        for v in (b - t, b + t):
+          if -c <= v <= c:
+            pairs += [(index[float(b)], index[float(v)]),
+                      (index[float(v)], index[float(b)])]
+    pairs = np.unique(np.asarray(pairs), axis=0)
+    dist = np.abs(xs[pairs[:, 0]] - xs[pairs[:, 1]])
+    return TargetPairs(basis, weights, weights, pairs, dist, 'vertices',
+                       _mirrored(mech, crit, basis))
+  validation.check_integer('cells', cells, 2)
+  line = np.linspace(-c, c, cells + 1)
+  grid = np.union1d(np.union1d(line, -line), crit)
+  at = np.stack([mech.log_pmf(x) for x in grid])
+  k = len(grid) - 1
+  basis = np.concatenate([np.maximum(at[:-1], at[1:]), np.minimum(at[:-1], at[1:])])
+  eye = np.eye(k)
+  upper_w = np.concatenate([eye, np.zeros((k, k))], 1)
+  lower_w = np.concatenate([np.zeros((k, k)), eye], 1)
+  i, j = np.meshgrid(np.arange(k), np.arange(k), indexing='ij')
+  pairs = np.stack([i.ravel(), j.ravel()], 1)
+  gap = np.maximum.reduce([np.zeros(k * k), grid[j.ravel()] - grid[i.ravel() + 1],
+                           grid[i.ravel()] - grid[j.ravel() + 1]])
+  return TargetPairs(basis, upper_w, lower_w, pairs, gap, 'envelopes',
+                     _mirrored(mech, grid, at))
+
+
+def _mix_rows(weights: np.ndarray, log_basis: np.ndarray) -> np.ndarray:
+  """log(weights @ exp(log_basis)) row by row, exact in the log domain."""
+  out = np.full((weights.shape[0], log_basis.shape[1]), -np.inf)
+  with np.errstate(divide='ignore', invalid='ignore'):
+    log_w = np.log(weights)
+  for i in range(weights.shape[1]):
+    used = weights[:, i] > 0
+    if used.any():
+      out[used] = np.logaddexp(out[used], log_w[used, i:i + 1] + log_basis[i])
+  return out
+
+
+def _log_convolve_rows(rows: np.ndarray, log_r: np.ndarray) -> np.ndarray:
+  """log(exp(rows[t]) * exp(log_r)) for every row, in the log domain (full precision)."""
+  t, length = rows.shape
+  out = np.full((t, length + log_r.size - 1), -np.inf)
+  with np.errstate(invalid='ignore'):
+    for i in range(length):   # L shifted copies; logaddexp keeps tails exact
+      out[:, i:i + log_r.size] = np.logaddexp(out[:, i:i + log_r.size],
+                                              rows[:, i:i + 1] + log_r[None, :])
+  return out
+
+
+def _log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray) -> np.ndarray:
+  """[orders, M] log Σ_k exp(α a[m,k] + (1-α) b[m,k]); +inf where a > -inf = b."""
+  bad = np.any(np.isfinite(a) & ~np.isfinite(b), axis=1)
+  ok = np.isfinite(a) & np.isfinite(b)
+  a0 = np.where(ok, a, 0.0)
+  b0 = np.where(ok, b, 0.0)
+  out = np.empty((orders.size, a.shape[0]))
+  for n, alpha in enumerate(orders):
+    terms = np.where(ok, alpha * a0 + (1 - alpha) * b0, -np.inf)
+    out[n] = special.logsumexp(terms, axis=1)
+  out[:, bad] = np.inf
+  return out
+
+
+@dataclasses.dataclass
+class DivergenceCurve:
+  """Upper bounds f̄_α(t_s) on the worst D_α of the secure sum at target distance <= t_s.
+
+  Args:
+    t: [G] increasing distances, t[-1] = 2c.
+    values: {order: [G] f̄_α(t_s)}; f_α(t) <= f̄_α(t_s) for t in (t_{s-1}, t_s].
+    method: how targets were bounded ('vertices' exact, 'envelopes' cell bounds).
+    num_clients: n, clients in the secure sum.
+  """
+  t: np.ndarray
+  values: Dict[float, np.ndarray]
+  method: str
+  num_clients: int
+
+  def majorant(self, order: float, u: float) -> float:
+    """ĝ_α(u): the least concave majorant of the step bound on u ↦ f_α(√u), u in [0, 4c²]."""
+    f = self.values[order]
+    us = np.concatenate([[0.0], self.t[:-1]**2, [self.t[-1]**2]])
+    ys = np.concatenate([f, [f[-1]]])   # (t_{s-1}², f̄(t_s)) and the right end
+    if not np.all(np.isfinite(ys)):
+      return math.inf
+    hull = _upper_hull(us, ys)
+    u = min(max(u, 0.0), us[-1])
+    return float(np.interp(u, us[hull], ys[hull]))
+
+
+def _upper_hull(x: np.ndarray, y: np.ndarray) -> List[int]:
+  """Indices of the upper concave hull of points sorted by x (monotone chain)."""
+  hull: List[int] = []
+  for i in range(len(x)):
+    while len(hull) >= 2:
+      o, a = hull[-2], hull[-1]
+      cross = (x[a] - x[o]) * (y[i] - y[o]) - (y[a] - y[o]) * (x[i] - x[o])
+      if cross >= 0:   # a lies on or below the chord o-i: not on the upper hull
+        hull.pop()
+      else:
+        break
+    hull.append(i)
+  return hull
+
+
+def estimated_operations(mech, num_clients: int, num_orders: int,
+                         t_points: int = DEFAULT_T_POINTS,
+                         cells: int = DEFAULT_CELLS) -> float:
+  """Elementary operations `divergence_curve` will do, counted before it starts."""
+  levels = mech.num_levels
+  crit = len(np.unique(mech.critical_inputs()))
+  if getattr(mech, 'piecewise_affine', False):
+    rows, pairs = crit, crit * crit + 4 * crit * t_points
+  else:
+    rows, pairs = 2 * (cells + crit), (cells + crit)**2
+  length = num_clients * (levels - 1) + 1
+  return num_clients * length * (rows * levels + pairs * num_orders)
+
+
+def divergence_curve(mech, orders: Sequence[float], num_clients: int,
+                     t_points: int = DEFAULT_T_POINTS,
+                     cells: int = DEFAULT_CELLS,
+                     t_grid: Optional[np.ndarray] = None) -> DivergenceCurve:
+  """f̄_α on a distance grid: see the module docstring for why each value is an upper bound.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism`.
+    orders: Rényi orders > 1 (math.inf allowed).
+    num_clients: n >= 1, clients in the secure sum.
+    t_points: distance grid size (>= 4), when `t_grid` is not given.
+    cells: cells over [-c, c] for mechanisms bounded by envelopes.
+    t_grid: increasing distances in (0, 2c] ending at 2c (default
+      `distance_grid(c, t_points)`).
+
+  Raises:
+    ValueError: an order <= 1, or an evaluation estimated above MAX_OPERATIONS
+      (the message gives the estimate and what to lower).
+  """
+  validation.check_integer('num_clients', num_clients, 1)
+  orders = sorted(set(float(a) for a in orders))
+  for a in orders:
+    if not a > 1:
+      raise ValueError(f'`orders` must be > 1 (math.inf allowed), got {a!r}.')
+  finite = np.asarray([a for a in orders if math.isfinite(a)])
+  c = mech.input_bound
+  if t_grid is None:
+    t_grid = distance_grid(c, t_points)
+  t_grid = np.asarray(t_grid, np.float64)
+  if not (t_grid[0] > 0 and np.all(np.diff(t_grid) > 0)
+          and abs(t_grid[-1] - 2 * c) <= 1e-12 * c):
+    raise ValueError('`t_grid` must increase within (0, 2c] and end at 2c = '
+                     f'{2 * c!r}.')
+  cost = estimated_operations(mech, num_clients, finite.size, len(t_grid), cells)
+  if cost > MAX_OPERATIONS:
+    raise ValueError(
+        f'The ℓ2 route for {mech!r} with {num_clients} clients and {finite.size} '
+        f'orders needs ~{cost:.2g} operations (limit {MAX_OPERATIONS:.2g}, about a '
+        'minute): lower `t_points`/`cells`, the number of orders, or the levels.')
+  targets = target_pairs(mech, t_grid, cells)
+  up, lo = targets.pairs[:, 0], targets.pairs[:, 1]
+  worst = np.full((finite.size, len(targets.pairs)), 0.0)
+  first = (num_clients - 1) // 2 if targets.symmetric else 0
+  for k in range(first, num_clients):   # k of the n-1 others at +c, the rest at -c
+    if num_clients > 1:
+      others = divergence.sum_log_pmf_at_extremes(mech, k, num_clients - 1 - k)[0]
+    else:
+      others = np.zeros(1)
+    conv = _log_convolve_rows(targets.basis, others)
+    conv_up = _mix_rows(targets.upper_weights, conv)
+    conv_lo = (conv_up if targets.lower_weights is targets.upper_weights
+               else _mix_rows(targets.lower_weights, conv))
+    log_e = _log_power_sums(conv_up[up], conv_lo[lo], finite)
+    worst = np.maximum(worst, log_e / (finite[:, None] - 1))
+  local_up = _mix_rows(targets.upper_weights, targets.basis)
+  local_lo = _mix_rows(targets.lower_weights, targets.basis)
+  with np.errstate(invalid='ignore'):
+    ratio = local_up[up] - local_lo[lo]
+  ratio = np.where(np.isfinite(local_up[up]), ratio, -np.inf)
+  d_inf = np.max(ratio, axis=1)
+  values = {}
+  for a in orders:
+    per_pair = d_inf if math.isinf(a) else worst[list(finite).index(a)]
+    per_pair = np.maximum(per_pair, 0.0)
+    values[a] = np.asarray([per_pair[targets.distance <= t * (1 + 1e-12)].max()
+                            for t in t_grid])
+  return DivergenceCurve(t_grid, values, targets.method, num_clients)
+
+
+def order_ladder(orders: Sequence[float]) -> List[float]:
+  """A sparse set of orders covering `orders`: every one up to 8, then ~25% apart.
+
+  Rényi divergence is non-decreasing in the order, so an order's value is
+  bounded by the next rung's; evaluating ~15 orders instead of 63 is what makes
+  the ℓ2 route affordable inside calibration.
+  """
+  finite = sorted(set(float(a) for a in orders if math.isfinite(a)))
+  rungs, a = [], 2.0
+  top = finite[-1] if finite else 2.0
+  while a < top:
+    rungs.append(a)
+    a = a + 1 if a < 8 else math.ceil(a * 1.25)
+  rungs.append(top)
+  rungs = sorted(set(r for r in rungs if r >= finite[0]) | {top}) if finite else []
+  return rungs + ([math.inf] if any(math.isinf(a) for a in orders) else [])
+
+
+def focused_grid(c: float, t_star: float, t_points: int) -> np.ndarray:
+  """Distances for bounding ĝ at u* = t*²: t*, and t*(1 + 1e-3) just above it (the
+  step bound's next value), geometric from 2c·1e-3 below, linear above to 2c."""
+  validation.check_integer('t_points', t_points, 8)
+  below = t_points // 2
+  lo = min(2 * c * 1e-3, t_star / 2)
+  grid = [np.geomspace(lo, t_star, below), [t_star * (1 + 1e-3)],
+          np.linspace(t_star, 2 * c, t_points - below)]
+  return np.unique(np.clip(np.concatenate(grid), lo, 2 * c))
+
+
+def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
+               l2_sensitivity: float, t_points: int = 24,
+               cells: int = DEFAULT_CELLS) -> Dict[float, float]:
+  """Round RDP of the d-coordinate secure sum when updates differ by <= l2_sensitivity in ℓ2.
+
+  d·ĝ_α(min(S²/d, 4c²)) for each order (see the module docstring), with f̄
+  evaluated on a distance grid focused at √u* and at the orders of
+  `order_ladder(orders)`; each requested order gets the next rung's value.
+
+  Args:
+    mech: the mechanism each coordinate goes through (input bound c).
+    orders: Rényi orders > 1 (math.inf allowed).
+    clients_per_round: n, clients in the secure sum.
+    dim: d, coordinates per client.
+    l2_sensitivity: S, the most two neighbouring updates differ by in ℓ2
+      (2·l2_clip under replace-one).
+    t_points: distance grid size (>= 8).
+    cells: cells over [-c, c] for mechanisms bounded by envelopes.
+
+  Returns:
+    {order: RDP of one round, before subsampling}.
+  """
+  validation.check_integer('dim', dim, 1)
+  validation.check_positive('l2_sensitivity', l2_sensitivity)
+  c = mech.input_bound
+  u = min(l2_sensitivity**2 / dim, 4 * c**2)
+  rungs = order_ladder(orders)
+  grid = focused_grid(c, math.sqrt(u), t_points)
+  curve = divergence_curve(mech, rungs, clients_per_round, t_grid=grid,
+                           cells=cells)
+  per_rung = {a: dim * curve.majorant(a, u) for a in rungs}
+  out = {}
+  for a in orders:
+    rung = min(r for r in rungs if r >= a)
+    out[a] = per_rung[rung]
+  return out
+
+
+def coordinate_route_applies(mech, dim: int, l2_clip: float) -> bool:
+  """True when c <= l2_clip/√d: every coordinate can move end to end (d × scalar)."""
+  return mech.input_bound <= l2_clip / math.sqrt(dim) * (1 + 1e-12)
