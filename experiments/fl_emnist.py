@@ -40,7 +40,14 @@ flags.DEFINE_string('mechanism_params', '', 'The mechanism\'s parameters as '
                     'key=value,... (e.g. q=0.42,num_levels=16); omitted ones take '
                     'their defaults. See each class\'s TUNABLES.')
 flags.DEFINE_float('clip_norm', _D.clip_norm, 'l2 clip of each client update; '
-                   'c_inf = clip_norm / sqrt(d).')
+                   'c_inf = k * clip_norm / sqrt(d), k = --coordinate_clip_multiple.')
+flags.DEFINE_float('coordinate_clip_multiple', _D.coordinate_clip_multiple,
+                   'k > 0: per-coordinate bound c_inf = k * clip_norm / sqrt(d) '
+                   '(k > 1 with --rotate; accounted by the l2 route).')
+flags.DEFINE_float('target_epsilon', None, 'Calibrate the mechanism\'s free '
+                   'parameters at start so that the whole model update meets '
+                   '(target_epsilon, delta) over all --rounds; default: use '
+                   '--mechanism_params as given.')
 # Aliases kept from before the registry: each sets one entry of --mechanism_params.
 ALIASES = {
     'num_levels': (None, 'num_levels', 'Levels m (RQM, PBM, QMGeo, QG).'),

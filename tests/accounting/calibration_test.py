@@ -26,3 +26,59 @@ def test_unknown_mechanism_and_unreachable_target_raise():
     calibration.calibrate('laplace', 1.0, **SCHEDULE)
   with pytest.raises(ValueError, match='not reachable'):
     calibration.calibrate('rqm', 1e-6, **SCHEDULE)
+
+
+def test_rqm_searches_delta_and_q_jointly_and_reaches_what_q_alone_cannot():
+  # The case: the coordinate route at d = 61,706, ε = 10. With Δ fixed
+  # at c only q is free and the target is out of reach; scanning Δ reaches it.
+  schedule = dict(delta=1 / 3400, rounds=2000, clients_per_round=40,
+                  total_clients=3400, dim=61706)
+  with pytest.raises(ValueError, match='not reachable') as err:
+    calibration.calibrate('rqm', 10.0, **schedule, tune='q', bits=4)
+  assert 'gives ε=' in str(err.value)
+  report = calibration.calibration_report('rqm', 10.0, **schedule, bits=4)
+  mech = report.mechanism
+  assert mech.m == 16 and mech.delta > mech.clip   # levels from bits; Δ moved
+  assert report.epsilon <= 10.0
+  eps = composition.training_guarantee(mech, use_pld=False, **schedule,
+                                       orders=calibration._FAST_ORDERS).epsilon
+  assert eps == pytest.approx(report.epsilon, rel=1e-12)
+  assert report.mse == pytest.approx(mech.worst_case_variance() / 40)
+  gauss = report.gaussian
+  assert composition.training_guarantee(
+      gauss, use_pld=False, **schedule,
+      orders=calibration._FAST_ORDERS).epsilon <= 10.0
+  assert report.ratio_to_gaussian == pytest.approx(
+      report.mse / (gauss.sigma**2 / 40))
+
+
+@pytest.mark.parametrize('name, bits, levels', [('pbm', 4, 16), ('skellam', 6, 64),
+                                                ('gaussian', None, None)])
+def test_calibration_takes_levels_from_bits_and_compares_with_the_gaussian(
+    name, bits, levels):
+  report = calibration.calibration_report(name, 2.0, **SCHEDULE, bits=bits)
+  assert report.epsilon <= 2.0
+  if levels:
+    assert report.mechanism.num_levels == levels
+  assert report.gaussian_mse > 0 and report.ratio_to_gaussian > 0
+  if name == 'gaussian':
+    assert report.ratio_to_gaussian == pytest.approx(1.0, rel=1e-9)
+
+
+def test_bits_below_what_a_mechanism_needs_is_one_clear_error():
+  with pytest.raises(ValueError, match='below what bq needs'):
+    calibration.calibrate('bq', 2.0, **SCHEDULE, bits=2)
+  with pytest.raises(ValueError, match='use_pld=True'):
+    calibration.calibrate('bq', 2.0, **SCHEDULE, bits=8)
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(epsilon=-1.0), 'epsilon'), (dict(epsilon=float('nan')), 'epsilon'),
+    (dict(l2_clip=-1.0), 'l2_clip'), (dict(coordinate_clip=float('nan')),
+                                      'coordinate_clip'),
+    (dict(bits=0), 'bits'), (dict(rtol=0.0), 'rtol')])
+def test_bad_numbers_name_the_parameter(kwargs, match):
+  args = dict(mechanism='pbm', epsilon=1.0, **SCHEDULE)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    calibration.calibrate(**args)

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import dp_accounting
@@ -11,10 +12,10 @@ def test_gaussian_equivalent_matches_dp_accounting():
   """A finely quantized Gaussian without sampling ~ dp-accounting's Gaussian event.
 
   Quantization and saturation are post-processing, so ours must not exceed the
-  Gaussian's ε, and with 1024 levels it should be close to it.
+  Gaussian's ε, and with 256 levels it should be close to it.
   """
   clip, z, rounds, delta = 1.0, 0.5, 10, 1e-5
-  mech = mechanisms.QuantizedGaussian(clip=clip, num_levels=1024, sigma=z * clip)
+  mech = mechanisms.QuantizedGaussian(clip=clip, num_levels=256, sigma=z * clip)
   ours = C.training_guarantee(mech, rounds, 1, 1, delta, use_pld=True,
                               pld_interval=1e-3)
   acc = dp_accounting.rdp.RdpAccountant(list(C.DEFAULT_ORDERS))
@@ -66,3 +67,33 @@ def test_invalid_arguments_raise(kwargs, name):
   args.update(kwargs)
   with pytest.raises(ValueError, match=name):
     C.training_guarantee(mechanisms.PBM(1.0, 16, 0.25), **args)
+
+
+def test_coordinate_route_takes_the_worst_vertex_pair_not_only_the_ends():
+  # RQM defaults at n = 1, α = 8: the pair at ±c gives 5.315642, an interior
+  # pair of critical inputs 5.344229 (tests/accounting/vector_test.py).
+  mech = mechanisms.get('rqm').for_coordinate_bound(1.0)
+  rdp = C.per_round_rdp(mech, 1, 3, orders=range(2, 17))
+  assert rdp[8] == pytest.approx(3 * 5.344228585, abs=1e-7)
+  for a in range(2, 17):   # between ladder rungs: convexity, never below a rung's
+    assert rdp[a] >= 3 * C.divergence.renyi_divergence_of_sum(mech, a, 1).value
+  guarantee = C.training_guarantee(mech, 5, 1, 10, 1e-5, use_pld=True)
+  assert guarantee.epsilon_pld is None and 'interior pair' in guarantee.pld_note
+
+
+@pytest.mark.parametrize('name', ['pbm', 'quantized_gaussian'])
+@pytest.mark.parametrize('n', [1, 2])
+def test_end_pair_is_the_worst_target_pair_for_the_smooth_mechanisms(name, n):
+  # PBM and the quantized Gaussian keep targets at ±c: a fine grid of target
+  # pairs (and the other client at ±c or 0) finds nothing worse.
+  mech = mechanisms.get(name).for_coordinate_bound(1.0, num_levels=8)
+  grid = [-1.0, -0.6, -0.2, 0.0, 0.3, 0.7, 1.0]
+  for alpha in (2.0, 8.0):
+    ends = C.divergence.renyi_divergence_of_sum(mech, alpha, n).value
+    for x, x2 in itertools.combinations(grid, 2):
+      for other in ([] if n == 1 else [[-1.0], [0.0], [1.0]]) or [[]]:
+        parts = [(mech.log_pmf(o), 1) for o in other]
+        p = C.divergence.sum_log_pmf([(mech.log_pmf(x), 1)] + parts)
+        q = C.divergence.sum_log_pmf([(mech.log_pmf(x2), 1)] + parts)
+        for a, b in ((p, q), (q, p)):
+          assert C.divergence.renyi_divergence(a, b, alpha) <= ends * (1 + 1e-9)

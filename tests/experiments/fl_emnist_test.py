@@ -15,19 +15,29 @@ def run_binary(args, timeout=600):
                         cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def test_smoke_two_rounds_prints_accuracy_epsilon_bits(tmp_path):
+def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
   before = set(runtime.worker_pids(only_children=False))
-  res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
+  res = run_binary(['--dataset=mnist', '--mechanism=qmgeo', '--model=logreg',
                     '--rounds=2', '--clients_per_round=3', '--total_clients=10',
-                    '--clip_norm=1.0', '--eval_every=1',
+                    '--clip_norm=1.0', '--eval_every=1', '--target_epsilon=8',
+                    '--rotate', '--coordinate_clip_multiple=3',
                     f'--root_output_dir={tmp_path}', '--experiment_name=s'])
   assert res.returncode == 0, res.stderr[-2000:]
   out = res.stdout
   assert 'Final test accuracy' in out and 'ε=' in out and 'Bits per client' in out
   assert 'MNIST' in out and 'SIMULATED' in out
   assert 'round 2/2' in out and 'ETA' in out
+  assert 'Calibrated qmgeo to whole-model ε <= 8' in out
+  lines = out.splitlines()
+  whole = [i for i, l in enumerate(lines) if l.startswith('Privacy of the whole model')]
+  coord = [i for i, l in enumerate(lines) if l.startswith('Per-coordinate ε')]
+  assert whole and coord and whole[0] < coord[0]   # whole model first
   with open(tmp_path / 's' / 'summary.json') as f:
-    assert json.load(f)['rounds_completed'] == 2
+    summary = json.load(f)
+  assert summary['rounds_completed'] == 2
+  assert summary['epsilon'] <= 8.0 and summary['epsilon_route'] == 'RDP'
+  assert 'ℓ2 route' in summary['privacy_assumptions']
+  assert summary['config']['mechanism_params']['p'] != 0.5   # calibrated
   leftover = set(runtime.worker_pids(only_children=False)) - before
   assert not leftover, f'worker_binary left behind: {leftover}'
 
@@ -39,8 +49,14 @@ def test_smoke_two_rounds_prints_accuracy_epsilon_bits(tmp_path):
     (['--dataset=emnist', '--emnist_cache_dir=/nonexistent'], 'emnist_all.sqlite'),
     (['--mechanism=qmgeo', '--noqmgeo_full_support', '--dataset=mnist',
       '--model=logreg', '--total_clients=10', '--clients_per_round=2'], 'no privacy'),
+    (['--target_epsilon=-3'], 'target_epsilon'),   # the rest: federated_training_test
+    (['--mechanism=bq', '--target_epsilon=5', '--dataset=mnist',
+      '--model=logreg', '--total_clients=10', '--clients_per_round=2',
+      '--rounds=2'], 'not reachable'),
 ])
 def test_bad_input_is_a_clear_error(args, message, tmp_path):
   res = run_binary(args + [f'--root_output_dir={tmp_path}'], timeout=300)
   assert res.returncode != 0
   assert message in (res.stderr + res.stdout)
+  assert len((res.stderr + res.stdout).strip().splitlines()) <= 3
+  assert not os.listdir(tmp_path)   # nothing written

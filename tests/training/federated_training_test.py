@@ -83,7 +83,12 @@ def test_no_privacy_parameters_fail_before_training(mnist, tmp_path):
     (dict(mechanism='laplace'), 'mechanism'), (dict(rounds=0), 'rounds'),
     (dict(client_lr=-1.0), 'client_lr'), (dict(clients_per_round=30),
                                           'clients_per_round'),
-    (dict(model='vgg'), 'model'), (dict(delta=2.0), 'delta')])
+    (dict(model='vgg'), 'model'), (dict(delta=2.0), 'delta'),
+    (dict(target_epsilon=0.0), 'target_epsilon'),
+    (dict(target_epsilon=-3.0), 'target_epsilon'),
+    (dict(target_epsilon=float('nan')), 'target_epsilon'),
+    (dict(mechanism='none', target_epsilon=1.0), 'target_epsilon'),
+    (dict(coordinate_clip_multiple=0.0), 'coordinate_clip_multiple')])
 def test_bad_config_raises(kw, name):
   with pytest.raises(ValueError, match=name):
     small_config(**kw).validate()

@@ -2,7 +2,8 @@
 
 from tff_quant.accounting import bounds
 from tff_quant.accounting import vector
-from tff_quant.accounting.calibration import calibrate
+from tff_quant.accounting.calibration import (Calibration, calibrate,
+                                              calibration_report)
 from tff_quant.accounting.composition import (Guarantee, RoundAccountant,
                                               per_round_rdp,
                                               subsampled_rdp_without_replacement,

@@ -10,6 +10,9 @@ of the exact divergence of the mechanism as implemented:
   (R, p) in {(8, .5), (8, .9), (16, .9)} at α = 2: not a bound.
 * Quantized Gaussian (Thm 1 post-processing): α Cq²/(2σ²) bounds the exact D_α.
 * RQP-SGD Thm 1's per-step ε_t: reported as printed (see rqp_epsilon_t).
+* Distributed discrete Gaussian (KLS21, Prop. 14 / Thm 1) and Skellam (AKL21,
+  Thm 3.5): closed-form RDP of the scalar sum at an integer shift; the exact
+  values of `ddgauss` and `skellam` are below them (tested).
 * BQ Lemma 1 / Remark 1: a (ε, δ)-style bound built on a De Moivre-Laplace
   approximation of the binomial mode; reported, not used.
 """
@@ -57,6 +60,27 @@ def qmgeo_eq27(mech, alpha: float, dim: int, kappa: float = 1.0) -> float:
 def gaussian_rdp(mech, alpha: float) -> float:
   """α Δ²/(2σ²) with Δ = Cq: the unquantized Gaussian's RDP (paper 000, Thm 1)."""
   return alpha * mech.clip**2 / (2 * mech.sigma**2)
+
+
+def ddgauss_rdp(alpha: float, mech, num_clients: int) -> float:
+  """KLS21's RDP of n summed discrete Gaussians N_Z(0, σ²) for one coordinate moving
+  end to end (integer shift Δ = 2r, d = 1): min of Prop. 14's three terms, with
+  τ = 10 Σ_{k=1}^{n-1} exp(-2π²σ² k/(k+1))."""
+  sigma, shift = mech.noise_std, 2 * mech.steps
+  tau = 10 * sum(math.exp(-2 * math.pi**2 * sigma**2 * k / (k + 1))
+                 for k in range(1, num_clients))
+  scale = shift / (math.sqrt(num_clients) * sigma)   # l1 = l2 for one coordinate
+  return min(alpha / 2 * scale**2 + tau,
+             alpha / 2 * (scale**2 + 2 * scale * tau + tau**2),
+             alpha / 2 * (scale + tau)**2)
+
+
+def skellam_rdp(alpha: float, mech, num_clients: int) -> float:
+  """AKL21 Thm 3.5: RDP of Skellam noise of variance μ = nσ² at integer shift Δ = 2r
+  (Δ1 = Δ2 = Δ for one coordinate), integer α."""
+  mu, shift = num_clients * mech.noise_std**2, 2 * mech.steps
+  return alpha * shift**2 / (2 * mu) + min(
+      ((2 * alpha - 1) * shift**2 + 6 * shift) / (4 * mu**2), 3 * shift / (2 * mu))
 
 
 def binomial_mode_prob(m: int) -> float:

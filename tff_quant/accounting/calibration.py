@@ -2,26 +2,37 @@
 
 Generic over `tff_quant.mechanisms.registry()`: the class declares its tunables
 (range, default, which direction is more private) and which ones calibration
-searches (`CALIBRATED`). The last searched parameter is bisected along its
-privacy direction; any earlier ones (integers) are scanned within the bit budget,
-and the feasible candidate with the smallest worst-case variance wins.
+searches (`CALIBRATED`: every parameter that trades privacy for accuracy). The
+last is bisected along its privacy direction; earlier ones are scanned over
+their declared grid (or the integers within the bit budget), and the feasible
+candidate with the smallest worst-case mean squared error of the decoded mean
+wins. `calibration_report`
+also calibrates the continuous Gaussian to the same target, for the ratio.
 """
 
+import dataclasses
 import math
-from typing import Optional, Sequence, Union
+from typing import Dict, Optional, Sequence, Union
 
 from tff_quant import mechanisms
+from tff_quant.mechanisms import modular
 from tff_quant.accounting import composition
 from tff_quant.common import validation
 
 _FAST_ORDERS = tuple(range(2, 33)) + (48, 64)
 _OPEN_END_MARGIN = 1e-4   # distance kept from an open end of a bounded range
 _UNBOUNDED_SPAN = 1e3     # an unbounded float range is searched up to default · this
+_RTOL = 2e-3              # bisection stops at this relative width
+_MAX_BISECTIONS = 60
 
 
 def _epsilon(mech, schedule) -> float:
-  return composition.training_guarantee(mech, orders=_FAST_ORDERS,
-                                        **schedule).epsilon
+  """ε of the run; inf where the mechanism's exact law is out of reach (never chosen)."""
+  try:
+    return composition.training_guarantee(mech, orders=_FAST_ORDERS,
+                                          **schedule).epsilon
+  except modular.UnresolvableError:
+    return math.inf
 
 
 def _float_interval(spec):
@@ -55,54 +66,107 @@ def _largest_int_within_bits(build, spec, bits: int) -> int:
   return lo
 
 
-def _search_last(build, spec, target, schedule, bits, iters):
-  """The least private value of `spec` with ε <= target (bisection), or None."""
+def _search_last(build, spec, target, schedule, bits, rtol):
+  """(least private value of `spec` with ε <= target, ε at the most private
+  value tried): bisection (geometric for a scale parameter) to relative
+  width `rtol`; the value is None when even the most private one misses."""
   higher_private = spec.more_private == 'higher'
   eps_at = lambda v: _epsilon(build(v), dict(schedule))
   if spec.kind is int:
     lo, hi = int(spec.low), _largest_int_within_bits(build, spec, bits)
     if hi < lo:
-      return None
+      return None, math.nan   # nothing fits the bits
     safe, unsafe = (hi, lo) if higher_private else (lo, hi)
-    if eps_at(safe) > target:
-      return None
+    best = eps_at(safe)
+    if best > target:
+      return None, best
     if eps_at(unsafe) <= target:
-      return unsafe
+      return unsafe, best
     while abs(safe - unsafe) > 1:
       mid = (safe + unsafe) // 2
       if eps_at(mid) <= target:
         safe = mid
       else:
         unsafe = mid
-    return safe
+    return safe, best
   lo, hi = _float_interval(spec)
   safe, unsafe = (hi, lo) if higher_private else (lo, hi)
   if bits is not None and build(safe).bits_per_coordinate > bits:
-    return None
-  if eps_at(safe) > target:
-    return None
+    return None, math.nan
+  best = eps_at(safe)
+  if best > target:
+    return None, best
   if eps_at(unsafe) <= target:
-    return unsafe
-  for _ in range(iters):
-    mid = 0.5 * (safe + unsafe)
+    return unsafe, best
+  geometric = lo > 0 and hi / lo > 100
+  for _ in range(_MAX_BISECTIONS):
+    if abs(safe - unsafe) <= rtol * max(abs(safe), abs(unsafe)):
+      break
+    mid = math.sqrt(safe * unsafe) if geometric else 0.5 * (safe + unsafe)
     if eps_at(mid) <= target:
       safe = mid
     else:
       unsafe = mid
-  return safe
+  return safe, best
 
 
-def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
-              clients_per_round: int, total_clients: int, dim: int = 1,
-              clip: Optional[float] = None,
-              tune: Union[None, str, Sequence[str]] = None,
-              bits: Optional[int] = None, use_pld: bool = False, iters: int = 18,
-              l2_clip: Optional[float] = None,
-              coordinate_clip: Optional[float] = None, **params):
-  """Returns the mechanism `mechanism` calibrated to (ε, δ) for a training run.
+@dataclasses.dataclass
+class Calibration:
+  """A calibrated mechanism and what it costs in accuracy next to the Gaussian.
 
   Args:
-    mechanism: a name in `tff_quant.mechanisms.registry()`.
+    mechanism: the registry mechanism meeting the target with the smallest
+      decoded-mean MSE among the candidates searched.
+    params: its tunables (`for_coordinate_bound(c, **params)` rebuilds it).
+    epsilon: its whole-run ε (RDP route) at `delta`; <= target_epsilon.
+    target_epsilon, delta: the target.
+    mse: worst-case mean squared error per coordinate of the decoded mean of
+      clients_per_round clients (`Mechanism.decoded_mean_mse`; the variance
+      for unbiased mechanisms).
+    gaussian: the continuous Gaussian calibrated to the same target and
+      schedule (None when not asked for); gaussian_mse its MSE.
+    ratio_to_gaussian: mse / gaussian_mse (the cost of quantizing).
+    candidates: parameter settings evaluated (grid points × bisection ends).
+  """
+  mechanism: object
+  params: Dict[str, object]
+  epsilon: float
+  target_epsilon: float
+  delta: float
+  mse: float
+  gaussian: Optional[object] = None
+  gaussian_mse: Optional[float] = None
+  ratio_to_gaussian: Optional[float] = None
+  candidates: int = 0
+
+
+def _levels_from_bits(cls, params, tune, bits):
+  """num_levels = 2^bits (or `bits` itself) unless given or searched."""
+  if bits is None:
+    return params
+  params = dict(params)
+  for t in cls.TUNABLES:
+    if t.name in params or t.name in tune:
+      continue
+    if t.name == 'num_levels':
+      params['num_levels'] = int(min(2**bits, t.high))
+    elif t.name == 'bits' and t.kind is int:
+      params['bits'] = int(min(bits, t.high))
+  return params
+
+
+def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
+  """Returns the mechanism `mechanism` calibrated to (ε, δ) for a training run.
+
+  calibrate(mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
+  dim=1, clip=None, tune=None, bits=None, use_pld=False, rtol=2e-3,
+  l2_clip=None, coordinate_clip=None, **params).
+
+  `calibration_report` with the same arguments gives the MSE and the
+  comparison with the continuous Gaussian too.
+
+  Args:
+    mechanism: a name in `tff_quant.mechanisms.registry(include_central=True)`.
     epsilon: target ε of the whole run, > 0.
     delta: target δ in (0, 1).
     rounds: training rounds.
@@ -111,29 +175,44 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
     dim: coordinates each client sends (the accountant's d).
     clip: the coordinate bound c∞ the mechanism is built for (alias of
       `coordinate_clip`; default 1, or l2_clip/√dim when `l2_clip` is given).
-    tune: the parameter(s) to search; default the class's `CALIBRATED`. The last
-      is bisected along its `more_private` direction (ε is taken to be monotone
-      in it); earlier ones must be integers and are scanned within `bits`.
-    bits: the most bits per coordinate a candidate may use (None: no limit;
-      required when an integer parameter is searched).
+    tune: the parameter(s) to search; default the class's `CALIBRATED` (every
+      free parameter that trades privacy for accuracy). The last is bisected
+      along its `more_private` direction (ε monotone in it); earlier ones are
+      scanned over their declared `grid` (or the integers within `bits`).
+    bits: bits per coordinate: a mechanism with a level count gets 2^bits
+      levels (unless `num_levels` is given), and scanned integers stay within.
     use_pld: also use the PLD route (slower, tighter).
-    iters: bisection steps for a real-valued parameter.
+    rtol: relative width at which the bisection stops.
     l2_clip: the ℓ2 bound of each update; with c∞ > l2_clip/√dim the ℓ2 route
       accounts the run (`accounting.vector_rdp`).
     coordinate_clip: c∞ (see `clip`).
     **params: the other parameters, fixed (defaults for the omitted ones).
 
-  Returns:
-    The calibrated mechanism: among feasible candidates, the one with the
-    smallest `worst_case_variance()`.
-
   Raises:
     ValueError: unknown mechanism or parameter, a parameter without a privacy
-      direction, or a target no candidate reaches ("not reachable").
+      direction, bad numbers, or a target no candidate reaches (the message
+      names the smallest ε reached and where).
   """
+  return calibration_report(mechanism, epsilon, *args, compare_gaussian=False,
+                            **kwargs).mechanism
+
+
+def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int,
+                       clients_per_round: int, total_clients: int, dim: int = 1,
+                       clip: Optional[float] = None,
+                       tune: Union[None, str, Sequence[str]] = None,
+                       bits: Optional[int] = None, use_pld: bool = False,
+                       rtol: float = _RTOL,
+                       l2_clip: Optional[float] = None,
+                       coordinate_clip: Optional[float] = None,
+                       compare_gaussian: bool = True, **params) -> Calibration:
+  """`calibrate`, returning a `Calibration`: the mechanism, its ε and decoded-mean
+  decoded-mean MSE, and (with `compare_gaussian`) the continuous Gaussian
+  calibrated to the same target and the MSE ratio. Arguments as for `calibrate`."""
   cls = mechanisms.get(mechanism)
   validation.check_positive('epsilon', epsilon)
   validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
+  validation.check_number('rtol', rtol, 0, 0.5, low_open=True)
   if clip is not None and coordinate_clip is not None and clip != coordinate_clip:
     raise ValueError(f'`clip` ({clip}) and `coordinate_clip` ({coordinate_clip}) '
                      'name the same bound; pass one.')
@@ -148,53 +227,97 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
   if not tune:
     raise ValueError(f'{mechanism} declares no calibrated parameter; pass `tune`.')
   specs = [cls.tunable(name) for name in tune]
+  last = specs[-1]
+  if last.more_private is None:
+    raise ValueError(f'`tune`: {last.name} of {mechanism} has no privacy direction; '
+                     'choose one of '
+                     f'{[t.name for t in cls.TUNABLES if t.more_private]}.')
   for spec in specs:
-    if spec.more_private is None and spec is specs[-1]:
-      raise ValueError(f'`tune`: {spec.name} of {mechanism} has no privacy direction; '
-                       'choose one of '
-                       f'{[t.name for t in cls.TUNABLES if t.more_private]}.')
-    if spec.kind is int and bits is None:
+    if spec.kind is int and not spec.grid and bits is None:
       raise ValueError(f'`bits` is required to search the integer parameter '
                        f'{spec.name} of {mechanism}.')
-    if spec is not specs[-1] and spec.kind is not int:
-      raise ValueError(f'`tune`: only the last parameter may be real-valued; '
-                       f'{spec.name} of {mechanism} is {spec.kind.__name__}.')
+    if spec is not last and spec.kind is not int and not spec.grid:
+      raise ValueError(f'`tune`: {spec.name} of {mechanism} is real-valued and '
+                       'declares no grid to scan; only the last parameter is '
+                       'bisected.')
   for name in tune:
     params.pop(name, None)
-  fixed = cls.complete_params(params)
+  fixed = cls.complete_params(_levels_from_bits(cls, params, tune, bits))
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
                   total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld,
                   l2_clip=l2_clip)
 
+  def outer_values(spec):
+    if spec.grid:
+      return list(spec.grid)
+    return range(int(spec.low), int(spec.high) + 1)
+
   def candidates(prefix, outer):
-    """Every grid point of the scanned (outer) integers that fits `bits`."""
+    """Every point of the scanned (outer) parameters that builds and fits `bits`."""
     if not outer:
       yield dict(prefix)
       return
     spec = outer[0]
-    for value in range(int(spec.low), int(spec.high) + 1):
+    for value in outer_values(spec):
       trial = dict(prefix, **{spec.name: value})
-      probe = cls.for_coordinate_bound(clip, **dict(fixed, **trial))
-      if probe.bits_per_coordinate > bits:
+      try:
+        probe = cls.for_coordinate_bound(clip, **dict(fixed, **trial))
+      except ValueError:   # e.g. more rounding steps than the modulus holds
+        continue
+      if bits is not None and probe.bits_per_coordinate > bits:
+        if spec.grid:
+          continue
         break
       yield from candidates(trial, outer[1:])
 
-  best = None
+  best, closest, evaluated, rising, fits = None, (math.inf, None), 0, 0, False
   for grid_point in candidates({}, specs[:-1]):
     base_params = dict(fixed, **grid_point)
     build = lambda v, b=base_params: cls.for_coordinate_bound(
-        clip, **dict(b, **{specs[-1].name: v}))
-    value = _search_last(build, specs[-1], epsilon, schedule, bits, iters)
+        clip, **dict(b, **{last.name: v}))
+    value, most_private_eps = _search_last(build, last, epsilon, schedule, bits,
+                                           rtol)
+    evaluated += 1
+    if math.isnan(most_private_eps):
+      continue
+    fits = True
+    if most_private_eps <= closest[0]:
+      closest = (most_private_eps, grid_point)
     if value is None:
       continue
     mech = build(value)
-    var = mech.worst_case_variance()
+    var = mech.decoded_mean_mse(clients_per_round)
     if best is None or var < best[0]:
-      best = (var, mech)
+      best, rising = (var, mech, dict(base_params, **{last.name: value})), 0
+    else:
+      rising += 1
+      # One scanned parameter: the MSE at the calibrated inner value is
+      # taken to be unimodal along its grid; two rises in a row end the scan.
+      if len(specs) == 2 and rising >= 2:
+        break
+  if not fits and bits is not None:
+    raise ValueError(f'`bits`={bits} is below what {mechanism} needs: no setting '
+                     f'of {", ".join(tune)} with {fixed} fits in {bits} bits per '
+                     'coordinate.')
   if best is None:
     budget = f' within {bits} bits' if bits is not None else ''
     others = {k: v for k, v in fixed.items() if k not in tune}
-    raise ValueError(f'Target ε={epsilon} is not reachable for {mechanism}{budget} '
-                     f'even at the most private value of {", ".join(tune)} '
-                     f'(other parameters {others}).')
-  return best[1]
+    where = f' at {closest[1]}' if closest[1] else ''
+    raise ValueError(
+        f'Target ε={epsilon} is not reachable for {mechanism}{budget}: the most '
+        f'private value of {", ".join(tune)} gives ε={closest[0]:.4g}{where} '
+        f'(other parameters {others}); raise the target or change the schedule'
+        + ('; every RDP order is infinite for it: try use_pld=True'
+           if math.isinf(closest[0]) and not use_pld else '') + '.')
+  mech = best[1]
+  report = Calibration(mech, best[2], _epsilon(mech, schedule), epsilon, delta,
+                       best[0], candidates=evaluated)
+  if compare_gaussian:
+    gauss = calibration_report('gaussian', epsilon, delta, rounds,
+                               clients_per_round, total_clients, dim, clip,
+                               use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
+                               compare_gaussian=False)
+    report.gaussian = gauss.mechanism
+    report.gaussian_mse = gauss.mse
+    report.ratio_to_gaussian = best[0] / gauss.mse
+  return report

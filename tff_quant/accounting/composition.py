@@ -110,7 +110,10 @@ class Guarantee:
 
 def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
                   orders: Sequence[int] = DEFAULT_ORDERS) -> Dict[float, float]:
-  """Per-round RDP ε(α) = dim × max-over-mixes D_α of the secure sum (α = inf too).
+  """Per-round RDP ε(α) = dim × the worst D_α of the secure sum (α = inf too).
+
+  Targets: ±c, and for piecewise-affine mechanisms every vertex pair too
+  (`vector.divergence_curve` at t = 2c); others: every mix at ±c.
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
@@ -121,6 +124,15 @@ def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
   all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j <= α
   res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
   rdp = {r.alpha: dim * r.value for r in res}
+  if mech.piecewise_affine and not mech.has_exact_divergences:
+    # Targets at every vertex pair, not only ±c (at n = 1 an interior pair is
+    # worse): the sup at the ladder's rungs, between them by convexity.
+    rungs = vector.order_ladder(all_orders)
+    curve = vector.divergence_curve(mech, rungs, clients_per_round,
+                                    t_grid=[2 * mech.input_bound])
+    sup = vector.between_rungs({a: curve.values[a][0] for a in rungs},
+                               all_orders)
+    rdp = {a: max(v, dim * sup[a]) for a, v in rdp.items()}
   # The sum's D∞ is at most the local D∞ (post-processing), sup over all inputs.
   rdp[math.inf] = dim * divergence.epsilon_infinity(mech)
   return rdp
@@ -203,6 +215,12 @@ class RoundAccountant:
       self.rdp = per_round_rdp(mech, clients_per_round, dim, orders)
     self._sub = [subsampled_rdp_without_replacement(self.rdp, self.gamma, a)
                  for a in self.orders]
+    sensitivity = (2 * l2_clip if self.l2_route
+                   else 2 * mech.input_bound * math.sqrt(dim))
+    own = (mech.subsampled_rdp(self.orders, clients_per_round, total_clients,
+                               sensitivity) if self.gamma < 1 else None)
+    if own is not None:   # both are upper bounds: keep the smaller
+      self._sub = [min(a, float(b)) for a, b in zip(self._sub, own)]
 
   @property
   def gives_privacy(self) -> bool:
@@ -229,6 +247,14 @@ class RoundAccountant:
     eps_pld, note = None, ''
     if not use_pld:
       note = 'PLD route not requested (use_pld=False)'
+    elif self.mech.has_exact_divergences:
+      note = (f'PLD route not implemented for {type(self.mech).__name__} (its '
+              'divergences are exact in closed form / by translation invariance); '
+              'the RDP route is reported')
+    elif not vector.end_pair_is_worst(self.mech, self.n):
+      note = ('PLD route not used: it composes the ±c target pair, and an '
+              'interior pair of critical inputs is worse here; the RDP route '
+              '(every vertex pair) is reported')
     elif self.l2_route:
       note = ('PLD route not used: it composes d coordinates each moving end '
               'to end, which ℓ2 clipping with c > l2_clip/√d rules out; the ℓ2 '
@@ -249,16 +275,27 @@ class RoundAccountant:
       coords = (f'ℓ2 route: update norm <= {self.l2_clip:g}, {self.dim} '
                 f'coordinates in [-c, c], c = {self.mech.input_bound:.4g} = '
                 f'{self.mech.input_bound * math.sqrt(self.dim) / self.l2_clip:.3g}'
-                '·l2_clip/√d; target pairs over every critical input')
+                '·l2_clip/√d')
     else:
       coords = f'all {self.dim} coordinates move from +c to -c'
+    if self.mech.has_exact_divergences:
+      others = ('exact for any inputs of the others (closed form or translation '
+                'invariance of the modular sum)')
+    else:
+      if self.mech.piecewise_affine:
+        others = 'targets at every vertex pair of critical inputs'
+      elif self.l2_route:
+        others = 'targets bounded by cell envelopes'
+      else:
+        others = 'targets at ±c (grid search finds none worse for n <= 2)'
+      others += ('; others at ±c (worst mix; exhaustive search over critical '
+                 'inputs finds none worse for n <= 3)')
     assumptions = (
         f'replace-one neighbouring (participant count public); {self.n} of '
         f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '
         'without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target '
-        f'participation revealed, pessimistic); {coords}; others at ±c (worst '
-        'mix; exhaustive search over critical inputs finds none worse for '
-        'n <= 3); D∞ = sup over all inputs.')
+        f'participation revealed, pessimistic); {coords}; {others}; D∞ = sup '
+        'over all inputs.')
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp, assumptions,
                      note)

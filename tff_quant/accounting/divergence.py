@@ -311,6 +311,11 @@ def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
   for a in alphas:
     if not (a >= 1):
       raise ValueError(f'`alpha` must be in [1, inf], got {a!r}.')
+  own = mech.sum_divergences(alphas, num_clients, [2 * mech.input_bound])
+  if own is not None:   # exact for any others (closed form / translation invariance)
+    results = [SumDivergence(float(a), num_clients, float(own[a][0]), 0,
+                             {0: float(own[a][0])}) for a in alphas]
+    return results[0] if np.isscalar(alpha) else results
   mixes = _mixes(others, num_clients - 1)
   per = {a: {} for a in alphas}
   # Where the sum at +clip can take values the sum at -clip cannot, D_α = inf
@@ -360,6 +365,9 @@ def epsilon_infinity(mech) -> float:
     mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted). Its `extreme_log_pmfs()`
       must attain every level's sup and inf over the input range.
   """
+  own = mech.sum_divergences([math.inf], 1, [2 * mech.input_bound])
+  if own is not None:
+    return float(own[math.inf][0])
   rows = mech.extreme_log_pmfs()
   hi, lo = rows.max(axis=0), rows.min(axis=0)
   possible = np.isfinite(hi)

@@ -271,6 +271,10 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
           and abs(t_grid[-1] - 2 * c) <= 1e-12 * c):
     raise ValueError('`t_grid` must increase within (0, 2c] and end at 2c = '
                      f'{2 * c!r}.')
+  own = mech.sum_divergences(orders, num_clients, t_grid)
+  if own is not None:   # exact at every t (closed form / translation invariance)
+    return DivergenceCurve(t_grid, {a: np.maximum(np.asarray(own[a]), 0.0)
+                                    for a in orders}, 'exact', num_clients)
   cost = estimated_operations(mech, num_clients, finite.size, len(t_grid), cells)
   if cost > MAX_OPERATIONS:
     raise ValueError(
@@ -343,7 +347,7 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
 
   d·ĝ_α(min(S²/d, 4c²)) for each order (see the module docstring), with f̄
   evaluated on a distance grid focused at √u* and at the orders of
-  `order_ladder(orders)`; each requested order gets the next rung's value.
+  `order_ladder(orders)`; orders between rungs by convexity (`between_rungs`).
 
   Args:
     mech: the mechanism each coordinate goes through (input bound c).
@@ -362,16 +366,55 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
   validation.check_positive('l2_sensitivity', l2_sensitivity)
   c = mech.input_bound
   u = min(l2_sensitivity**2 / dim, 4 * c**2)
-  rungs = order_ladder(orders)
+  # Mechanisms with exact divergences are cheap at every order: no ladder.
+  rungs = (sorted(set(float(a) for a in orders)) if mech.has_exact_divergences
+           else order_ladder(orders))
   grid = focused_grid(c, math.sqrt(u), t_points)
   curve = divergence_curve(mech, rungs, clients_per_round, t_grid=grid,
                            cells=cells)
   per_rung = {a: dim * curve.majorant(a, u) for a in rungs}
+  return between_rungs(per_rung, orders)
+
+
+def between_rungs(per_rung: Dict[float, float], orders: Sequence[float]
+                  ) -> Dict[float, float]:
+  """Upper bounds at `orders` from upper bounds at the rungs of `order_ladder`.
+
+  (α-1)·D_α is convex in α (a log-sum-exp of functions linear in α), for every
+  pair of laws and so for the sup of the bounds: between rungs a < α < b,
+  (α-1)·D_α <= ((b-α)(a-1)·D_a + (α-a)(b-1)·D_b) / (b-a). Orders below the
+  first rung take it (D_α is non-decreasing in α).
+  """
+  rungs = sorted(per_rung)
+  finite_rungs = [r for r in rungs if math.isfinite(r)]
   out = {}
   for a in orders:
-    rung = min(r for r in rungs if r >= a)
-    out[a] = per_rung[rung]
+    if a in per_rung:
+      out[a] = per_rung[a]
+      continue
+    above = min(r for r in rungs if r >= a)
+    below = [r for r in finite_rungs if r < a]
+    if not below or not math.isfinite(above) or not math.isfinite(
+        per_rung[above]) or not math.isfinite(per_rung[below[-1]]):
+      out[a] = per_rung[above]
+      continue
+    lo, hi = below[-1], above
+    mixed = ((hi - a) * (lo - 1) * per_rung[lo] +
+             (a - lo) * (hi - 1) * per_rung[hi]) / (hi - lo)
+    out[a] = min(per_rung[hi], mixed / (a - 1))
   return out
+
+
+def end_pair_is_worst(mech, num_clients: int, orders=(2, 8, 32)) -> bool:
+  """True when no vertex target pair beats x = ±c at `orders` (to 1e-9): the
+  condition under which routes that compose the ±c pair (PLD) are used."""
+  if not mech.piecewise_affine or mech.has_exact_divergences:
+    return True
+  c = mech.input_bound
+  curve = divergence_curve(mech, orders, num_clients, t_grid=[2 * c])
+  ends = divergence.renyi_divergence_of_sum(mech, list(orders), num_clients)
+  return all(curve.values[r.alpha][0] <= r.value * (1 + 1e-9) + 1e-12
+             for r in ends)
 
 
 def coordinate_route_applies(mech, dim: int, l2_clip: float) -> bool:

@@ -20,7 +20,8 @@ from tff_quant.common import validation
 
 def mechanism_factory(name: str, clip_norm: float,
                       params: Optional[Dict[str, object]] = None, *,
-                      coordinate_clip: Optional[float] = None, rotate: bool = False,
+                      coordinate_clip: Optional[float] = None,
+                      coordinate_clip_multiple: float = 1.0, rotate: bool = False,
                       seed: Optional[int] = None,
                       max_clients_per_round: Optional[int] = None,
                       sum_factory=None, allow_no_privacy: bool = False):
@@ -31,7 +32,10 @@ def mechanism_factory(name: str, clip_norm: float,
     clip_norm: ℓ2 clip of each client's whole update, > 0.
     params: the mechanism's tunables (`registry()[name].TUNABLES`); omitted ones
       take their defaults. Validated now, not at `create`.
-    coordinate_clip: a fixed c∞ > 0; default clip_norm / √d.
+    coordinate_clip: a fixed c∞ > 0; default k·clip_norm / √d.
+    coordinate_clip_multiple: k > 0 in that default (k > 1 with `rotate`: few
+      coordinates of a rotated update exceed k·clip_norm/√d; the accountant's
+      ℓ2 route charges each coordinate what the ℓ2 budget allows).
     rotate: wrap in TFF's `HadamardTransformFactory`.
     seed: None (unpredictable client seeds) or an int (reproducible experiments).
     max_clients_per_round: see `QuantizationFactory`.
@@ -46,11 +50,13 @@ def mechanism_factory(name: str, clip_norm: float,
   full = cls.complete_params(params)
   validation.check_positive('clip_norm', clip_norm)
   validation.check_bool('rotate', rotate)
+  k = validation.check_positive('coordinate_clip_multiple',
+                                coordinate_clip_multiple)
   if coordinate_clip is not None:
     mechanism = cls.for_coordinate_bound(
         validation.check_positive('coordinate_clip', coordinate_clip), **full)
   else:
-    mechanism = lambda c: cls.for_coordinate_bound(c, **full)
+    mechanism = lambda c: cls.for_coordinate_bound(k * c, **full)
   factory = quantization_factory.QuantizationFactory(
       mechanism, clip_norm=clip_norm, seed=seed,
       max_clients_per_round=max_clients_per_round, sum_factory=sum_factory,

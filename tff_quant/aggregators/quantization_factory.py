@@ -3,7 +3,8 @@
 client: flatten + concat -> non-finite to 0 (counted) -> l2 clip to `clip_norm`
         -> per-coordinate clip to the mechanism's range (counted) -> mechanism.encode
         -> integer levels in [0, L-1]
-secure: `sum_factory` (default tff.aggregators.SecureSumFactory(L-1, 0)): the
+secure: `sum_factory` (default tff.aggregators.SecureSumFactory(L-1, 0), or
+        SecureModularSumFactory(M) for mechanisms with a `modulus`): the
         server only sees the sum; its state is carried across rounds
 server: mechanism.decode(level_sum, n) / n -> the original structure (a mean)
 
@@ -174,6 +175,11 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._max_clients or _INT32_MAX // (mech.num_levels - 1)
 
   def _check_capacity(self, mech):
+    if mech.central:
+      raise ValueError(f'{mech} does not go through the secure sum (central); '
+                       'use tff.aggregators.DifferentiallyPrivateFactory for it.')
+    if mech.modulus is not None:   # a modular sum cannot overflow
+      return
     n = self.max_clients_for(mech)
     if n * (mech.num_levels - 1) > _INT32_MAX:
       raise ValueError(
@@ -233,8 +239,11 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       return levels, counts
 
     levels_type, counts_type = client_encode.type_signature.result
-    level_sum = (self._sum_factory or tff.aggregators.SecureSumFactory(
-        num_levels - 1, 0)).create(levels_type)
+    default_sum = (tff.aggregators.SecureModularSumFactory(mech.modulus)
+                   if mech.modulus is not None else
+                   tff.aggregators.SecureSumFactory(num_levels - 1, 0))
+    level_sum = (self._sum_factory or default_sum).create(levels_type)
+    modulus = mech.modulus
     count_sum = tff.aggregators.SecureSumFactory(dim, 0).create(counts_type)
 
     @tff.tensorflow.computation(levels_type, counts_type)
@@ -255,9 +264,9 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
                               spec.dtype))
         start += size
       n64 = tf.cast(n, tf.int64)
-      field_bits = tf.math.ceil(
-          tf.math.log(tf.cast(n64 * (num_levels - 1) + 1, tf.float64)) /
-          math.log(2.0))
+      field_size = (tf.constant(modulus, tf.float64) if modulus is not None
+                    else tf.cast(n64 * (num_levels - 1) + 1, tf.float64))
+      field_bits = tf.math.ceil(tf.math.log(field_size) / math.log(2.0))
       sum_bits = tf.cast(tf.maximum(field_bits, 1.0), tf.int32)
       measurements = collections.OrderedDict(
           num_clients=n,

@@ -45,6 +45,9 @@ class Tunable:
   kind: type = float
   more_private: Optional[str] = None
   doc: str = ''
+  #: Values `accounting.calibrate` scans when this parameter is searched but not
+  #: bisected (a real-valued or wide integer parameter); () scans the integers.
+  grid: Tuple[float, ...] = ()
 
   def check(self, value):
     """`value` validated (TypeError for a wrong type, ValueError out of range)."""
@@ -219,6 +222,12 @@ class Mechanism(abc.ABC):
   #: critical inputs (stochastic rounding followed by input-free noise); the ℓ2
   #: accountant then evaluates target pairs exactly at the vertices.
   piecewise_affine: bool = False
+  #: True for a reference mechanism that does not go through the secure sum
+  #: (the continuous Gaussian): accounted and calibrated, never encoded.
+  central: bool = False
+  #: M when the server sees the sum of levels modulo M (SecureModularSumFactory:
+  #: the distributed discrete Gaussian and Skellam); None: the integer sum.
+  modulus: Optional[int] = None
 
   @classmethod
   def tunable(cls, name: str) -> Tunable:
@@ -346,6 +355,46 @@ class Mechanism(abc.ABC):
       mean = float(np.dot(p, v))
       worst = max(worst, float(np.dot(p, (v - mean)**2)))
     return worst
+
+  def decoded_mean_mse(self, num_clients: int) -> float:
+    """Worst-case mean squared error per coordinate of the decoded mean of n
+    clients sharing one input x: max_x Var(x)/n + bias(x)², over the critical
+    inputs and the midpoints between them (clients are independent; for an
+    unbiased mechanism this is worst_case_variance()/n)."""
+    if self.unbiased:
+      return self.worst_case_variance() / num_clients
+    pts = np.unique(self.critical_inputs())
+    pts = np.concatenate([pts, 0.5 * (pts[1:] + pts[:-1])])
+    v = self.levels
+    worst = 0.0
+    for x in pts:
+      p = self.pmf(x)
+      mean = float(np.dot(p, v))
+      var = float(np.dot(p, (v - mean)**2))
+      worst = max(worst, var / num_clients + (mean - x)**2)
+    return worst
+
+  @property
+  def has_exact_divergences(self) -> bool:
+    """True when the class overrides `sum_divergences` (no search needed)."""
+    return type(self).sum_divergences is not Mechanism.sum_divergences
+
+  def sum_divergences(self, orders, num_clients: int, distances
+                      ) -> Optional[Dict[float, np.ndarray]]:
+    """{order: [len(distances)] sup of D_α of the n-client secure sum over target
+    pairs |x - x'| <= t and every input of the others}, when the mechanism knows it
+    exactly without the accountant's search over critical inputs (closed form or
+    translation invariance); None (the default): the accountant searches."""
+    del orders, num_clients, distances
+    return None
+
+  def subsampled_rdp(self, orders, num_clients: int, total_clients: int,
+                     l2_sensitivity: float) -> Optional[np.ndarray]:
+    """RDP of one round with `num_clients` of `total_clients` sampled without
+    replacement, by a mechanism-specific analysis tighter than the generic
+    WBK19 bound (the accountant takes the smaller); None: none known."""
+    del orders, num_clients, total_clients, l2_sensitivity
+    return None
 
   # --- sampling and decoding (TensorFlow) -----------------------------------
   def sanitize(self, x):

@@ -27,11 +27,13 @@ def _subclasses(cls):
     yield from _subclasses(sub)
 
 
-def registry() -> Dict[str, Type[base.Mechanism]]:
+def registry(include_central: bool = False) -> Dict[str, Type[base.Mechanism]]:
   """{name: class} of every concrete mechanism in the package, sorted by name.
 
   Re-scans the package on every call (a module added at run time is found).
-  Raises ValueError if two classes claim one name.
+  Raises ValueError if two classes claim one name. Reference mechanisms that do
+  not go through the secure sum (`central`, the continuous Gaussian) are listed
+  only with `include_central`: they are accounted and calibrated, not encoded.
   """
   _import_all_modules()
   out = {}
@@ -44,12 +46,14 @@ def registry() -> Dict[str, Type[base.Mechanism]]:
                        f'{out[name].__module__}.{out[name].__name__} and '
                        f'{cls.__module__}.{cls.__name__}.')
     out[name] = cls
-  return dict(sorted(out.items()))
+  return {name: cls for name, cls in sorted(out.items())
+          if include_central or not cls.central}
 
 
 def get(name: str) -> Type[base.Mechanism]:
-  """The mechanism class registered as `name`; ValueError listing the names."""
-  mechanisms = registry()
+  """The mechanism class registered as `name` (central ones included);
+  ValueError listing the names."""
+  mechanisms = registry(include_central=True)
   validation.check_one_of('mechanism', name, mechanisms)
   return mechanisms[name]
 

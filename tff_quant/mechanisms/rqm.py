@@ -37,9 +37,10 @@ class RQM(base.Mechanism):
       base.Tunable('q', 0.42, 0, 1, low_open=True, high_open=True,
                    more_private='lower', doc='keep probability of inner levels'),
       base.Tunable('delta_ratio', 1.0, 0, None, low_open=True,
-                   more_private='higher', doc='Δ / c∞ (levels span ±(c∞ + Δ))'),
+                   more_private='higher', doc='Δ / c∞ (levels span ±(c∞ + Δ))',
+                   grid=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)),
   )
-  CALIBRATED = ('q',)
+  CALIBRATED = ('delta_ratio', 'q')
 
   def __init__(self, clip: float, delta: float, num_levels: int, q: float):
     self.clip = float(validation.check_positive('clip', clip))

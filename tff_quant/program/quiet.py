@@ -5,11 +5,21 @@ TF_CPP_MIN_LOG_LEVEL=2 keeps them) and CUDA/TensorRT notices from C++ static
 initialisers on every import, on a machine with no GPU. They carry no
 information for a CPU run and bury a binary's own one-line errors, so stderr is
 silenced for the import only; anything raised is re-raised after it is restored.
+TF's "Object was never used" reports (graph-mode asserts inside TFF's Hadamard
+rotation, harmless) are filtered from its logger.
 """
 
+
 import contextlib
+import logging
 import os
 import sys
+
+
+class _DropUnusedObjectReports(logging.Filter):
+
+  def filter(self, record):
+    return 'Object was never used' not in record.getMessage()
 
 
 @contextlib.contextmanager
@@ -32,6 +42,7 @@ def import_tensorflow(federated: bool = True) -> None:
   if 'tensorflow' in sys.modules and (not federated or
                                       'tensorflow_federated' in sys.modules):
     return
+  logging.getLogger('tensorflow').addFilter(_DropUnusedObjectReports())
   with _stderr_silenced():
     import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
     if federated:

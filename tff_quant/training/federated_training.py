@@ -36,11 +36,16 @@ class TrainingConfig:
   """Hyper-parameters of one federated run (defaults: the RQM paper's EMNIST setup).
 
   `mechanism` is a name in `tff_quant.mechanisms.registry()` (or 'none');
-  `mechanism_params` its tunables (omitted ones at their defaults).
+  `mechanism_params` its tunables (omitted ones at their defaults). With
+  `target_epsilon`, the class's calibrated parameters are set at start so the
+  whole run meets (target_epsilon, δ) for the whole model (ℓ2 route when
+  coordinate_clip_multiple > 1); the others stay as given.
   """
   mechanism: str = 'rqm'
   mechanism_params: Dict[str, object] = dataclasses.field(default_factory=dict)
   clip_norm: float = 0.03
+  coordinate_clip_multiple: float = 1.0   # c∞ = k·clip_norm/√d
+  target_epsilon: Optional[float] = None  # calibrate the mechanism to it at start
   rotate: bool = False
   rounds: int = 2000
   clients_per_round: int = 40
@@ -66,7 +71,12 @@ class TrainingConfig:
       raise ValueError('`mechanism_params` must be empty for mechanism '
                        f'{NO_PRIVACY!r}, got {self.mechanism_params}.')
     validation.check_one_of('model', self.model, models.MODELS)
-    for name in ('clip_norm', 'client_lr', 'server_lr'):
+    validation.check_optional(validation.check_positive, 'target_epsilon',
+                              self.target_epsilon)
+    if self.target_epsilon is not None and self.mechanism == NO_PRIVACY:
+      raise ValueError('`target_epsilon` needs a private mechanism, not '
+                       f'{NO_PRIVACY!r}.')
+    for name in ('clip_norm', 'client_lr', 'server_lr', 'coordinate_clip_multiple'):
       validation.check_positive(name, getattr(self, name))
     for name in ('rounds', 'clients_per_round', 'total_clients', 'batch_size',
                  'local_epochs', 'eval_every'):
@@ -110,7 +120,39 @@ def build_aggregator(config: TrainingConfig):
     return aggregators.clipped_mean_factory(config.clip_norm)
   return aggregators.mechanism_factory(
       config.mechanism, config.clip_norm, config.mechanism_params,
+      coordinate_clip_multiple=config.coordinate_clip_multiple,
       rotate=config.rotate, seed=config.noise_seed)
+
+
+def calibrate_config(config: TrainingConfig, dim: int, log=print):
+  """Sets config.mechanism_params to the calibration for config.target_epsilon.
+
+  The whole run (rounds, clients_per_round of total_clients, δ) at model size
+  `dim` meets the target with the smallest decoded-mean MSE over the class's
+  calibrated parameters, within the bits per coordinate the given parameters
+  use; the given ones stay fixed. ValueError (nothing written)
+  when the target is out of reach.
+  """
+  cls = mechanisms.get(config.mechanism)
+  fixed = {k: v for k, v in config.mechanism_params.items()
+           if k not in cls.CALIBRATED}
+  # The bit budget the given (or default) parameters use.
+  bits = cls.for_coordinate_bound(
+      1.0, **cls.complete_params(config.mechanism_params)).bits_per_coordinate
+  t0 = time.time()
+  report = accounting.calibration_report(
+      config.mechanism, config.target_epsilon, config.target_delta,
+      config.rounds, config.clients_per_round, config.total_clients, dim,
+      l2_clip=config.clip_norm,
+      coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
+      math.sqrt(dim), bits=bits, **fixed)
+  config.mechanism_params = cls.complete_params(report.params)
+  log(f'Calibrated {config.mechanism} to whole-model ε <= {config.target_epsilon:g} '
+      f'(δ={config.target_delta:.3g}, {config.rounds} rounds): {report.mechanism}; '
+      f'decoded-mean MSE {report.mse:.3g} per coordinate = '
+      f'{report.ratio_to_gaussian:.3g}× the Gaussian\'s at the same ε '
+      f'({time.time() - t0:.0f} s)')
+  return report
 
 
 CorruptCheckpointError = round_loop.CorruptCheckpointError
@@ -160,13 +202,17 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                 tf.TensorSpec([None], tf.int32))
   keras_fn = lambda: models.get(config.model, data.input_shape, data.num_classes)
   process, used = build_process(config, keras_fn, input_spec)
+  if config.target_epsilon is not None and used:
+    calibrate_config(config, used[0].dim, log)
+    process, used = build_process(config, keras_fn, input_spec)
   mech, dim = ((used[0].mechanism, used[0].dim) if used
                else (None, models.num_params(keras_fn())))
   delta = config.target_delta
   acct = coord_acct = None
   if mech is not None:
     acct = accounting.RoundAccountant(mech, config.clients_per_round,
-                                      config.total_clients, delta, dim)
+                                      config.total_clients, delta, dim,
+                                      l2_clip=config.clip_norm)
     if not acct.gives_privacy:
       raise ValueError(f'{mech} gives no privacy: its per-round Rényi divergence is '
                        'infinite at every order (ε = inf). Change its parameters.')

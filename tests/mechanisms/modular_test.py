@@ -1,0 +1,70 @@
+import itertools
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy import special
+
+from tff_quant.accounting import divergence
+from tff_quant.mechanisms import ddgauss
+from tff_quant.mechanisms import modular
+from tff_quant.mechanisms import skellam
+
+CLASSES = [ddgauss.DistributedDiscreteGaussian, skellam.DistributedSkellam]
+
+
+def _sum_mod(mech, inputs):
+  """Exact log-law of the modular secure sum by direct circular convolution."""
+  out = np.full(mech.m, -np.inf)
+  out[0] = 0.0
+  k = np.arange(mech.m)
+  for x in inputs:
+    lp = mech.log_pmf(x)
+    out = special.logsumexp(out[None, :] + lp[(k[:, None] - k[None, :]) % mech.m],
+                            axis=1)
+  return out
+
+
+@pytest.mark.parametrize('cls', CLASSES)
+def test_divergences_hold_for_every_input_of_the_others(cls):
+  # Brute force over targets and the other client's inputs on a grid: never
+  # above the translation-invariant value, and equal at the vertex pairs.
+  mech = cls(clip=1.0, num_levels=64, steps=2, noise_std=1.2)
+  grid = np.linspace(-1, 1, 9)
+  t = 0.75
+  own = mech.sum_divergences([2, 8], 2, [t, 2.0])
+  worst = {2: 0.0, 8: 0.0}
+  for x, other in itertools.product(grid, grid):
+    for x2 in (x - t, x + t):
+      if abs(x2) > 1:
+        continue
+      lp, lq = _sum_mod(mech, [x, other]), _sum_mod(mech, [x2, other])
+      for a in (2, 8):
+        worst[a] = max(worst[a], divergence.renyi_divergence(lp, lq, a))
+  for a in (2, 8):
+    assert worst[a] <= own[a][0] * (1 + 1e-6)
+    assert worst[a] >= own[a][0] * (1 - 1e-6)   # attained at a vertex
+    ends = divergence.renyi_divergence(_sum_mod(mech, [1.0, 0.5]),
+                                       _sum_mod(mech, [-1.0, 0.5]), a)
+    assert ends == pytest.approx(own[a][1], rel=1e-6)
+
+
+def test_decode_centres_the_residue():
+  mech = skellam.DistributedSkellam(clip=1.0, num_levels=256, steps=8, noise_std=2.0)
+  got = mech.decode(tf.constant([3, 253, 128, 256 + 5]), 4).numpy()
+  np.testing.assert_allclose(got, np.array([3, -3, -128, 5]) / 8.0)
+
+
+def test_wrap_sums_aliases():
+  log_p = np.log(np.array([0.1, 0.2, 0.3, 0.4]))
+  # values -1, 0, 1, 2 mod 3 -> residues 2, 0, 1, 2
+  np.testing.assert_allclose(np.exp(modular.wrap(log_p, -1, 3)), [0.2, 0.3, 0.5])
+
+
+@pytest.mark.parametrize('cls', CLASSES)
+def test_bad_parameters_name_the_range(cls):
+  with pytest.raises(ValueError, match='steps'):
+    cls(clip=1.0, num_levels=64, steps=16, noise_std=1.0)
+  with pytest.raises(ValueError, match='noise_std'):
+    cls(clip=1.0, num_levels=64, steps=2, noise_std=9.0)
+  with pytest.raises(ValueError, match='clip'):
+    cls(clip=-1.0, num_levels=64, steps=2, noise_std=1.0)

@@ -1,0 +1,285 @@
+"""Distributed-DP mechanisms behind a modular secure sum: TFF's `DistributedDpSumFactory`, per coordinate.
+
+A client scales x in [-c, c] to y = x·r/c in [-r, r] (γ = c/r is the rounding
+granularity), rounds y stochastically to an integer j, adds integer noise Z
+(symmetric, input-free) and sends (j + Z) mod M. The server sees only the sum
+mod M (tff.aggregators.SecureModularSumFactory) and decodes γ·centre(sum mod M),
+centre() mapping [0, M) to [-M/2, M/2); exact unless the true sum leaves that
+range. Subclasses give the noise law (discrete Gaussian, Skellam).
+
+Exact accounting without any assumption on the other clients: the sum of n
+clients is (Σ j_i + Σ Z_i) mod M, and the law of Σ Z_i mod M (W_n) is
+translation invariant on Z_M. The others' rounded inputs only shift it, so by
+joint convexity of exp((α-1)D_α) their randomness cannot raise the divergence
+above its worst shift, and the divergence between targets x, x' depends only on
+x - x'. The target's law is affine in x between integers, so (as in
+`accounting.vector`) the sup over |x - x'| <= t sits at a vertex: integer
+shifts j <= t/γ, or a shift of exactly t/γ (mixing ⌊t/γ⌋ and ⌈t/γ⌉), in either
+order; W_n is symmetric, so the sign of the shift does not matter.
+"""
+
+import abc
+import math
+
+import numpy as np
+from scipy import special
+
+from tff_quant.common import validation
+from tff_quant.mechanisms import base
+
+tf = base.tf
+
+# Noise window of the exact pmf: |z| <= WINDOW_MODULI·M covers the aliases of
+# Z_M that matter (noise std <= M/8, so the next alias is e^-120 smaller).
+WINDOW_MODULI = 2.5
+# The sampler's table stops where both tails are below this (float64 uniforms
+# cannot resolve smaller probabilities).
+SAMPLER_TAIL = 1e-19
+# Largest n·M for which the exact law of the n-client noise sum is computed by
+# convolution (about 10 s); beyond, the call is refused before it starts.
+MAX_SUM_SUPPORT = 2**23
+# Largest -log of one client's smallest wrapped noise probability the tilted
+# convolution is asked to resolve (tilts needed grow with it).
+MAX_LOG_SPAN = 3e4
+
+
+class UnresolvableError(ValueError):
+  """The exact noise-sum law is out of reach at these parameters (checked first)."""
+
+
+def _divergence():
+  """tff_quant.accounting.divergence, imported late (accounting imports mechanisms)."""
+  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+  return divergence
+
+
+class ModularNoiseMechanism(base.Mechanism):
+  """Stochastic rounding to c/r steps, integer noise, mod M (see the module docstring)."""
+
+  piecewise_affine = True
+  jit_encode = False
+  TUNABLES = (
+      base.levels_tunable(2**12, 'M (the modulus)'),
+      base.Tunable('steps', 16, 1, 2**22, kind=int,
+                   doc='r: the coordinate bound c maps to r integer steps',
+                   grid=tuple(2**i for i in range(15))),
+      base.Tunable('noise_fraction', 1 / 128, 0, 0.125, low_open=True,
+                   more_private='higher',
+                   doc='per-client noise std in integer units / M'),
+  )
+  CALIBRATED = ('steps', 'noise_fraction')
+
+  def __init__(self, clip: float, num_levels: int, steps: int, noise_std: float):
+    self.clip = float(validation.check_positive('clip', clip))
+    self.m = self.tunable('num_levels').check(num_levels)
+    self.steps = self.tunable('steps').check(steps)
+    if 4 * self.steps >= self.m:
+      raise ValueError(f'`steps` must be < num_levels/4 = {self.m / 4:g} (the '
+                       f'rounded input range [-r, r] inside the modulus), got {steps}.')
+    self.noise_std = float(validation.check_number('noise_std', noise_std, 0,
+                                                   self.m / 8, low_open=True))
+    self.gamma = self.clip / self.steps
+
+  @classmethod
+  def for_coordinate_bound(cls, c_inf, **params):
+    p = cls.complete_params(params)
+    return cls(c_inf, p['num_levels'], p['steps'],
+               p['noise_fraction'] * p['num_levels'])
+
+  def params(self):
+    return dict(clip=self.clip, num_levels=self.m, steps=self.steps,
+                noise_std=self.noise_std)
+
+  # --- the noise (subclasses) ------------------------------------------------
+  @abc.abstractmethod
+  def noise_log_pmf(self, z: np.ndarray) -> np.ndarray:
+    """log P(Z = z) of one client's noise at integers z, exact (relative precision)."""
+
+  def noise_sum_log_pmf(self, num_clients: int) -> np.ndarray:
+    """W_n: log P(Σ of n clients' noise ≡ k mod M), k = 0..M-1.
+
+    Default: convolution of n wrapped laws (`divergence.sum_log_pmf`, full
+    relative precision), refused above MAX_SUM_SUPPORT before it starts.
+    """
+    if num_clients == 1:
+      return self._wrapped_noise()
+    cache = self.__dict__.setdefault('_sum_cache', {})
+    if num_clients not in cache:
+      cache[num_clients] = self._noise_sum_by_convolution(num_clients)
+    return cache[num_clients]
+
+  def _noise_sum_by_convolution(self, num_clients: int) -> np.ndarray:
+    support = num_clients * self.m
+    if support > MAX_SUM_SUPPORT:
+      raise UnresolvableError(
+          f'The exact noise sum of {num_clients} clients at num_levels={self.m} '
+          f'has {support:.3g} points (limit {MAX_SUM_SUPPORT:.3g}, about 10 s): '
+          'lower num_levels or clients_per_round.')
+    span = -float(np.min(self._wrapped_noise()))
+    if span > MAX_LOG_SPAN:
+      raise UnresolvableError(
+          f'The exact law of {num_clients} clients\' noise sum is not resolvable '
+          f'at noise_std={self.noise_std:g} with num_levels={self.m}: one '
+          f'client\'s probabilities span e^-{span:.3g} (limit e^-{MAX_LOG_SPAN:.0g}); '
+          'raise noise_std or lower num_levels.')
+    centred = np.roll(self._wrapped_noise(), self.m // 2)   # index i: z = i - M/2
+    try:
+      total = _divergence().sum_log_pmf([(centred, num_clients)])
+    except RuntimeError:
+      raise UnresolvableError(
+          f'The exact law of {num_clients} clients\' noise sum is not resolvable '
+          f'at noise_std={self.noise_std:g} with num_levels={self.m} (tails span '
+          'too many orders of magnitude): raise noise_std or lower num_levels.'
+      ) from None
+    return wrap(total, -num_clients * (self.m // 2), self.m)
+
+  def _wrapped_noise(self) -> np.ndarray:
+    cached = self.__dict__.get('_wrapped')
+    if cached is None:
+      half = int(math.ceil(WINDOW_MODULI * self.m))
+      z = np.arange(-half, half + 1)
+      cached = wrap(self.noise_log_pmf(z), -half, self.m)
+      self.__dict__['_wrapped'] = cached
+    return cached
+
+  def noise_variance(self) -> float:
+    z = np.arange(-self.m // 2, self.m // 2)
+    p = np.exp(np.roll(self._wrapped_noise(), self.m // 2))
+    return float(np.dot(p, z.astype(np.float64)**2))
+
+  # --- levels and the exact pmf ----------------------------------------------
+  @property
+  def num_levels(self):
+    return self.m
+
+  @property
+  def modulus(self):
+    return self.m
+
+  @property
+  def input_bound(self):
+    return self.clip
+
+  @property
+  def level_offset(self):
+    return 0.0
+
+  @property
+  def level_step(self):
+    return self.gamma
+
+  @property
+  def levels(self):
+    """γ·centre(i): the value level i stands for (i and i - M are one residue)."""
+    i = np.arange(self.m)
+    return self.gamma * np.where(i < self.m // 2, i, i - self.m).astype(np.float64)
+
+  def critical_inputs(self):
+    return self.gamma * np.arange(-self.steps, self.steps + 1, dtype=np.float64)
+
+  def _rounding(self, x: float):
+    """(j, f): stochastic rounding of x/γ gives j + 1 w.p. f, else j."""
+    y = self.clip_input(x) / self.gamma
+    j = min(math.floor(y), self.steps - 1)
+    return j, y - j
+
+  def log_pmf(self, x):
+    j, f = self._rounding(x)
+    w = self._wrapped_noise()
+    with np.errstate(divide='ignore'):
+      return np.logaddexp(math.log1p(-f) + np.roll(w, j) if f < 1 else -np.inf,
+                          math.log(f) + np.roll(w, j + 1) if f > 0 else -np.inf)
+
+  def worst_case_variance(self):
+    """γ²(Var Z + 1/4): one client's noise plus rounding at a half-integer."""
+    return self.gamma**2 * (self.noise_variance() + 0.25)
+
+  def decoded_mean_mse(self, num_clients):
+    """Worst mean squared error per coordinate of the decoded mean, wraparound
+    included: exact for n clients sharing one input x, maximised over x at every
+    integer and half-integer step (where the wrap and each client's rounding
+    variance peak)."""
+    from scipy import stats  # pylint: disable=g-import-not-at-top
+    w = np.exp(self.noise_sum_log_pmf(num_clients))
+    centre = np.arange(self.m)
+    centre = np.where(centre < self.m // 2, centre, centre - self.m)
+    worst = 0.0
+    for y in np.arange(-2 * self.steps, 2 * self.steps + 1) / 2.0:
+      j = min(math.floor(y), self.steps - 1)
+      ups = stats.binom.pmf(np.arange(num_clients + 1), num_clients, y - j)
+      law = np.zeros(self.m)
+      for k, pk in enumerate(ups):
+        if pk > 0:
+          law += pk * np.roll(w, num_clients * j + k)
+      err = self.gamma * centre - num_clients * self.gamma * y
+      worst = max(worst, float(np.dot(law, err**2)))
+    return worst / num_clients**2
+
+  def sum_divergences(self, orders, num_clients, distances):
+    """Exact, by translation invariance on Z_M (module docstring)."""
+    divergence = _divergence()
+    w = self.noise_sum_log_pmf(num_clients)
+    u = np.asarray(distances, np.float64) / self.gamma
+    top = int(math.ceil(u.max() - 1e-9))
+    out = {}
+    for a in orders:
+      by_shift = np.maximum.accumulate(
+          [divergence.renyi_divergence(w, np.roll(w, j), a) for j in range(top + 1)])
+      vals = []
+      for ui in u:
+        j = int(math.floor(ui + 1e-9))
+        f = ui - j
+        best = by_shift[min(j, top)]
+        if f > 1e-9:
+          mix = np.logaddexp(math.log1p(-f) + np.roll(w, j),
+                             math.log(f) + np.roll(w, j + 1))
+          best = max(best, divergence.renyi_divergence(w, mix, a),
+                     divergence.renyi_divergence(mix, w, a))
+        vals.append(best)
+      out[a] = np.asarray(vals)
+    return out
+
+  # --- sampling and decoding (TensorFlow) -------------------------------------
+  def _noise_table(self):
+    """(cdf as float64 [1, K], lowest value): inverse-CDF table of the noise."""
+    cached = self.__dict__.get('_table')
+    if cached is None:
+      half = int(math.ceil(WINDOW_MODULI * self.m))
+      z = np.arange(-half, half + 1)
+      p = np.exp(self.noise_log_pmf(z))
+      cdf = np.cumsum(p)
+      lo = int(np.searchsorted(cdf, SAMPLER_TAIL))
+      hi = int(np.searchsorted(cdf, 1.0 - SAMPLER_TAIL))
+      hi = min(max(hi, 2 * half - lo), z.size - 1)   # symmetric noise
+      table = cdf[lo:hi + 1] / cdf[hi]
+      cached = (table[None, :], int(z[lo]))
+      self.__dict__['_table'] = cached
+    return cached
+
+  def _encode(self, x, seed):
+    s_round, s_noise = tf.unstack(base.split_seed(seed, 2))
+    y = tf.cast(x, tf.float64) / self.gamma
+    j = tf.cast(base.stochastic_round(y, s_round), tf.int64)
+    table, lowest = self._noise_table()
+    u = base.uniform(tf.stack([1, tf.size(x)]), s_noise, tf.float64)
+    idx = tf.searchsorted(tf.constant(table), u, side='right', out_type=tf.int64)
+    idx = tf.minimum(idx, table.shape[1] - 1)
+    noise = tf.reshape(idx, tf.shape(x)) + lowest
+    return tf.math.floormod(j + noise, self.m)
+
+  def decode(self, level_sum, num_clients):
+    """γ·centre(sum mod M): the sum of the clients' inputs plus the noise."""
+    del num_clients
+    s = tf.math.floormod(tf.cast(level_sum, tf.int64), self.m)
+    s = tf.where(s >= self.m // 2, s - self.m, s)
+    return self.gamma * tf.cast(s, tf.float32)
+
+
+def wrap(log_p: np.ndarray, first_value: int, modulus: int) -> np.ndarray:
+  """log P(V ≡ k mod M), k = 0..M-1, from log P(V = first_value + i), i = 0, 1, ..."""
+  start = first_value % modulus
+  rows = -(-(start + log_p.size) // modulus)
+  padded = np.full(rows * modulus, -np.inf)
+  padded[start:start + log_p.size] = log_p
+  with np.errstate(divide='ignore'):
+    return special.logsumexp(padded.reshape(rows, modulus), axis=0)
