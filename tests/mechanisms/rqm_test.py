@@ -74,3 +74,12 @@ def test_invalid_params_raise(kwargs, name, error):
   args = dict(PARAMS[0], **kwargs)
   with pytest.raises(error, match=f'`{name}`'):
     rqm.RQM(**args)
+
+
+def test_pmf_in_blocks_equals_one_table_and_memory_stays_bounded(monkeypatch):
+  mech = rqm.RQM(clip=1.0, delta=1.0, num_levels=1024, q=0.42)
+  x = 0.137
+  whole = mech.log_pmf(x)                    # 512 x 512 pairs: one block
+  monkeypatch.setattr(rqm, '_BLOCK', 4096)   # 64 blocks of 8 rows
+  np.testing.assert_allclose(mech.log_pmf(x), whole, rtol=0, atol=1e-12)
+  assert abs(float(np.dot(np.exp(whole), mech.levels)) - x) < 1e-12

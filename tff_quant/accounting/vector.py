@@ -278,7 +278,8 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
   cost = estimated_operations(mech, num_clients, finite.size, len(t_grid), cells)
   if cost > MAX_OPERATIONS:
     raise ValueError(
-        f'The ℓ2 route for {mech!r} with {num_clients} clients and {finite.size} '
+        f'The search over target pairs (ℓ2 route, or the coordinate route\'s '
+        f'vertex pairs) for {mech!r} with {num_clients} clients and {finite.size} '
         f'orders needs ~{cost:.2g} operations (limit {MAX_OPERATIONS:.2g}, about a '
         'minute): lower `t_points`/`cells`, the number of orders, or the levels.')
   targets = target_pairs(mech, t_grid, cells)

@@ -25,6 +25,8 @@ from tff_quant.mechanisms import base
 
 tf = base.tf
 
+_BLOCK = 2**21   # entries per block of the (lower, upper) level pair table
+
 
 class RQM(base.Mechanism):
   """RQM(clip=c, delta=Δ, num_levels=m, q=q)."""
@@ -95,15 +97,21 @@ class RQM(base.Mechanism):
     log_up[j + 1:] = lq + (up - j - 1) * l1q
     log_up[m - 1] = (m - 2 - j) * l1q
     b = self.levels
-    lo_i, up_k = np.meshgrid(idx[:j + 1], idx[j + 1:], indexing='ij')
-    width = b[up_k] - b[lo_i]
-    with np.errstate(divide='ignore'):
-      log_w_down = np.log(np.maximum(b[up_k] - x, 0.0) / width)
-      log_w_up = np.log(np.maximum(x - b[lo_i], 0.0) / width)
-    log_pair = log_low[lo_i] + log_up[up_k]
     out = np.full(m, -np.inf)
-    out[:j + 1] = special.logsumexp(log_pair + log_w_down, axis=1)
-    out[j + 1:] = special.logsumexp(log_pair + log_w_up, axis=0)
+    up_k = idx[j + 1:]
+    col = np.full(up_k.size, -np.inf)
+    # Blocks of lower levels: O(m²) time but O(_BLOCK) memory at any m.
+    step = max(1, _BLOCK // max(1, up_k.size))
+    for start in range(0, j + 1, step):
+      lo_i = idx[start:min(j + 1, start + step)][:, None]
+      width = b[up_k][None, :] - b[lo_i]
+      with np.errstate(divide='ignore'):
+        log_w_down = np.log(np.maximum(b[up_k][None, :] - x, 0.0) / width)
+        log_w_up = np.log(np.maximum(x - b[lo_i], 0.0) / width)
+      log_pair = log_low[lo_i] + log_up[up_k][None, :]
+      out[lo_i[:, 0]] = special.logsumexp(log_pair + log_w_down, axis=1)
+      col = np.logaddexp(col, special.logsumexp(log_pair + log_w_up, axis=0))
+    out[j + 1:] = col
     return out
 
   def _encode(self, x, seed):
