@@ -339,22 +339,25 @@ class Mechanism(abc.ABC):
     inside = b[(b > -c) & (b < c)]
     return np.concatenate([[-c], inside, [c]])
 
-  def worst_case_variance(self) -> float:
-    """max over inputs of Var[value(level)]: the per-client noise calibration ranks.
-
-    Evaluated at the critical inputs and the midpoints between consecutive ones
-    (where stochastic rounding's variance peaks), exact where the variance is
-    maximal at one of those points (BQ, PBM, RQM's rounding between kept levels).
-    """
+  def _moments_at_extremes(self):
+    """(x, E[value], Var[value]) at the critical inputs and the midpoints between
+    consecutive ones (where stochastic rounding's variance peaks)."""
     pts = np.unique(self.critical_inputs())
     pts = np.concatenate([pts, 0.5 * (pts[1:] + pts[:-1])])
     v = self.levels
-    worst = 0.0
     for x in pts:
       p = self.pmf(x)
       mean = float(np.dot(p, v))
-      worst = max(worst, float(np.dot(p, (v - mean)**2)))
-    return worst
+      yield float(x), mean, float(np.dot(p, (v - mean)**2))
+
+  def worst_case_variance(self) -> float:
+    """max over inputs of Var[value(level)]: the per-client noise calibration ranks.
+
+    Evaluated at the critical inputs and the midpoints between consecutive ones,
+    exact where the variance is maximal at one of those points (BQ, PBM, RQM's
+    rounding between kept levels).
+    """
+    return max(var for _, _, var in self._moments_at_extremes())
 
   def decoded_mean_mse(self, num_clients: int) -> float:
     """Worst-case mean squared error per coordinate of the decoded mean of n
@@ -363,16 +366,8 @@ class Mechanism(abc.ABC):
     unbiased mechanism this is worst_case_variance()/n)."""
     if self.unbiased:
       return self.worst_case_variance() / num_clients
-    pts = np.unique(self.critical_inputs())
-    pts = np.concatenate([pts, 0.5 * (pts[1:] + pts[:-1])])
-    v = self.levels
-    worst = 0.0
-    for x in pts:
-      p = self.pmf(x)
-      mean = float(np.dot(p, v))
-      var = float(np.dot(p, (v - mean)**2))
-      worst = max(worst, var / num_clients + (mean - x)**2)
-    return worst
+    return max(var / num_clients + (mean - x)**2
+               for x, mean, var in self._moments_at_extremes())
 
   @property
   def has_exact_divergences(self) -> bool:
