@@ -13,13 +13,20 @@ On several machines: start `worker_binary --port=N` on each (path:
 tff_quant.runtime.worker_binary_path()) and add --workers=host1:N,host2:N.
 """
 
+import os
+import sys
+
+# TFF's DistributedDpSumFactory inside FedAvg nests deeper than the upb protobuf
+# parser accepts (DecodeError); tff_* peers run on the pure-Python protobuf
+# (set before anything imports protobuf; the first round then takes minutes).
+if any(a.startswith(('--mechanism=tff_', '-mechanism=tff_')) for a in sys.argv):
+  os.environ.setdefault('PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION', 'python')
+
 # TensorFlow first and without its CUDA start-up noise (no GPU here).
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order,g-import-not-at-top
 quiet.import_tensorflow()
 
-import os
-import signal
-import sys
+import signal  # pylint: disable=g-import-not-at-top
 
 from absl import app
 from absl import flags
@@ -35,7 +42,11 @@ _D = ft.TrainingConfig()
 FLAGS = flags.FLAGS
 flags.DEFINE_string('mechanism', _D.mechanism, 'Aggregation mechanism: a name in '
                     'tff_quant.mechanisms.registry() (' +
-                    ', '.join(mechanisms.registry()) + f') or {ft.NO_PRIVACY!r}.')
+                    ', '.join(mechanisms.registry()) + f'), {ft.NO_PRIVACY!r}, or '
+                    'one of TFF\'s own DP aggregators run through the same loop '
+                    'and accountant: gaussian (DifferentiallyPrivateFactory.'
+                    'gaussian_fixed, central), tff_skellam, tff_dgauss '
+                    '(DistributedDpSumFactory; --mechanism_params=bits=16).')
 flags.DEFINE_string('mechanism_params', '', 'The mechanism\'s parameters as '
                     'key=value,... (e.g. q=0.42,num_levels=16); omitted ones take '
                     'their defaults. See each class\'s TUNABLES.')
@@ -105,6 +116,21 @@ def mechanism_params_from_flags(name: str):
   """--mechanism_params plus any alias flag given for this mechanism."""
   if name == ft.NO_PRIVACY:
     return {}
+  if name in ft.peers.PEERS:
+    params = {}
+    for item in filter(None, (p.strip() for p in FLAGS.mechanism_params.split(','))):
+      key, sep, value = item.partition('=')
+      if not sep:
+        raise ValueError(f'--mechanism_params: entries are key=value, got {item!r}.')
+      try:
+        params[key.strip()] = (int if key.strip() == 'bits' else float)(value)
+      except ValueError:
+        raise ValueError(f'--mechanism_params: {key.strip()}={value!r} is not a '
+                         'number.') from None
+    for flag, (owner, _, _) in ALIASES.items():
+      if FLAGS[flag].value is not None:
+        raise ValueError(f'--{flag} does not apply to --mechanism={name}.')
+    return params
   cls = mechanisms.get(name)
   params = cls.parse_params(FLAGS.mechanism_params)
   for flag, (owner, param, _) in ALIASES.items():
@@ -125,7 +151,8 @@ def config_from_flags() -> ft.TrainingConfig:
            if f.name != 'mechanism_params']
   config = ft.TrainingConfig(**{n: FLAGS[n].value for n in names})
   validation.check_one_of('--mechanism', config.mechanism,
-                          (ft.NO_PRIVACY,) + tuple(mechanisms.registry()))
+                          (ft.NO_PRIVACY,) + tuple(mechanisms.registry()) +
+                          ft.peers.PEERS)
   config.mechanism_params = mechanism_params_from_flags(config.mechanism)
   return config
 
@@ -171,8 +198,11 @@ def main(argv):
           f'[{summary["epsilon_route"]}]')
     if summary['pld_note']:
       print(f'  ({summary["pld_note"]})')
-    print(f'Per-coordinate ε (the papers\' scalar figure): '
-          f'{summary["epsilon_per_coordinate"]:.4g} at δ={summary["delta"]:.3g}')
+    if summary['epsilon_per_coordinate'] == summary['epsilon_per_coordinate']:
+      print(f'Per-coordinate ε (the papers\' scalar figure): '
+            f'{summary["epsilon_per_coordinate"]:.4g} at δ={summary["delta"]:.3g}')
+    else:
+      print('Per-coordinate ε: n/a (an ℓ2 mechanism of TFF; no scalar figure)')
     print(f'Assumptions: {summary["privacy_assumptions"]}')
   else:
     print('Privacy: none (noise-free clipped baseline)')

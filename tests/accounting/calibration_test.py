@@ -11,14 +11,14 @@ def test_calibrated_parameter_meets_target_and_is_tight(name, attr):
   target = 1.5
   mech = calibration.calibrate(name, target, **SCHEDULE, num_levels=8)
   eps = composition.training_guarantee(mech, use_pld=False, **SCHEDULE,
-                                       orders=calibration._FAST_ORDERS).epsilon
+                                       orders=calibration.FAST_ORDERS).epsilon
   assert eps <= target
   params = mech.params()
   params[attr] = min(getattr(mech, attr) * 1.05, 0.5 if name == 'pbm' else 0.9999)
   looser = type(mech)(**params)
   assert composition.training_guarantee(
       looser, use_pld=False, **SCHEDULE,
-      orders=calibration._FAST_ORDERS).epsilon > target * 0.999
+      orders=calibration.FAST_ORDERS).epsilon > target * 0.999
 
 
 def test_unknown_mechanism_and_unreachable_target_raise():
@@ -41,13 +41,13 @@ def test_rqm_searches_delta_and_q_jointly_and_reaches_what_q_alone_cannot():
   assert mech.m == 16 and mech.delta > mech.clip   # levels from bits; Δ moved
   assert report.epsilon <= 10.0
   eps = composition.training_guarantee(mech, use_pld=False, **schedule,
-                                       orders=calibration._FAST_ORDERS).epsilon
+                                       orders=calibration.FAST_ORDERS).epsilon
   assert eps == pytest.approx(report.epsilon, rel=1e-12)
   assert report.mse == pytest.approx(mech.worst_case_variance() / 40)
   gauss = report.gaussian
   assert composition.training_guarantee(
       gauss, use_pld=False, **schedule,
-      orders=calibration._FAST_ORDERS).epsilon <= 10.0
+      orders=calibration.FAST_ORDERS).epsilon <= 10.0
   assert report.ratio_to_gaussian == pytest.approx(
       report.mse / (gauss.sigma**2 / 40))
 

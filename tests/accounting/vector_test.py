@@ -161,7 +161,7 @@ def test_calibrate_with_l2_clip_meets_the_target():
                                coordinate_clip=3 * clip / math.sqrt(dim))
   assert mech.input_bound == pytest.approx(3 * clip / math.sqrt(dim))
   eps = composition.training_guarantee(mech, l2_clip=clip, use_pld=False,
-                                       orders=calibration._FAST_ORDERS,
+                                       orders=calibration.FAST_ORDERS,
                                        **schedule).epsilon
   assert eps <= 50.0
   with pytest.raises(ValueError, match='coordinate_clip'):

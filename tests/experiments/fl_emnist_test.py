@@ -42,6 +42,20 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
   assert not leftover, f'worker_binary left behind: {leftover}'
 
 
+def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
+  res = run_binary(['--dataset=mnist', '--mechanism=gaussian', '--model=logreg',
+                    '--rounds=2', '--clients_per_round=3', '--total_clients=10',
+                    '--clip_norm=1.0', '--eval_every=2', '--target_epsilon=8',
+                    f'--root_output_dir={tmp_path}', '--experiment_name=g'])
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert 'Calibrated gaussian(noise_multiplier=' in res.stdout
+  assert 'Per-coordinate ε: n/a' in res.stdout
+  with open(tmp_path / 'g' / 'summary.json') as f:
+    summary = json.load(f)
+  assert summary['epsilon'] <= 8.0 and summary['bits_per_coordinate'] == 32
+  assert summary['config']['mechanism_params']['noise_multiplier'] > 0
+
+
 @pytest.mark.parametrize('args, message', [
     (['--mechanism=foo'], 'mechanism'),
     (['--clients_per_round=50', '--total_clients=10'], 'clients_per_round'),
@@ -53,6 +67,11 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
     (['--mechanism=bq', '--target_epsilon=5', '--dataset=mnist',
       '--model=logreg', '--total_clients=10', '--clients_per_round=2',
       '--rounds=2'], 'not reachable'),
+    (['--mechanism=tff_skellam', '--dataset=mnist', '--model=logreg',
+      '--total_clients=10', '--clients_per_round=2'], 'noise_multiplier'),
+    (['--mechanism=gaussian', '--mechanism_params=bits=8', '--target_epsilon=5',
+      '--dataset=mnist', '--model=logreg', '--total_clients=10',
+      '--clients_per_round=2'], 'bits'),
 ])
 def test_bad_input_is_a_clear_error(args, message, tmp_path):
   res = run_binary(args + [f'--root_output_dir={tmp_path}'], timeout=300)

@@ -43,7 +43,7 @@ def test_a_new_module_is_listed_calibrated_and_trained(toy_module, tmp_path):
   mech = calibration.calibrate('toy', 2.0, **SCHEDULE, dim=3)
   assert type(mech).__name__ == 'Toy'
   eps = composition.training_guarantee(mech, use_pld=False, dim=3, **SCHEDULE,
-                                       orders=calibration._FAST_ORDERS).epsilon
+                                       orders=calibration.FAST_ORDERS).epsilon
   assert eps <= 2.0
   res = subprocess.run(
       [sys.executable, '-m', 'experiments.fl_emnist', '--mechanism=toy',

@@ -62,25 +62,41 @@ def gaussian_rdp(mech, alpha: float) -> float:
   return alpha * mech.clip**2 / (2 * mech.sigma**2)
 
 
-def ddgauss_rdp(alpha: float, mech, num_clients: int) -> float:
-  """KLS21's RDP of n summed discrete Gaussians N_Z(0, σ²) for one coordinate moving
-  end to end (integer shift Δ = 2r, d = 1): min of Prop. 14's three terms, with
-  τ = 10 Σ_{k=1}^{n-1} exp(-2π²σ² k/(k+1))."""
-  sigma, shift = mech.noise_std, 2 * mech.steps
-  tau = 10 * sum(math.exp(-2 * math.pi**2 * sigma**2 * k / (k + 1))
+def ddgauss_vector_rdp(alpha: float, l2_sensitivity: float, local_std: float,
+                       num_clients: int, dim: int) -> float:
+  """KLS21 (Prop. 14 / Thm 1): RDP of the sum of n discrete Gaussians N_Z(0, σ²)^d
+  at an integer shift of ℓ2 norm Δ2: α/2·(Δ2/(√n σ) + τ√d)², or α/2·Δ2²/(nσ²)
+  plus the larger of τd and ατd/4 (Prop. 14's and Thm 1's forms of that term),
+  τ = 10 Σ_{k=1}^{n-1} exp(-2π²σ² k/(k+1)) (negligible once σ >= 2)."""
+  tau = 10 * sum(math.exp(-2 * math.pi**2 * local_std**2 * k / (k + 1))
                  for k in range(1, num_clients))
-  scale = shift / (math.sqrt(num_clients) * sigma)   # l1 = l2 for one coordinate
-  return min(alpha / 2 * scale**2 + tau,
-             alpha / 2 * (scale**2 + 2 * scale * tau + tau**2),
-             alpha / 2 * (scale + tau)**2)
+  scale = l2_sensitivity / (math.sqrt(num_clients) * local_std)
+  return min(alpha / 2 * scale**2 + max(tau * dim, alpha * tau * dim / 4),
+             alpha / 2 * (scale + tau * math.sqrt(dim))**2)
+
+
+def ddgauss_rdp(alpha: float, mech, num_clients: int) -> float:
+  """`ddgauss_vector_rdp` for one coordinate of `mech` moving end to end
+  (integer shift Δ = 2r, d = 1)."""
+  return ddgauss_vector_rdp(alpha, 2 * mech.steps, mech.noise_std, num_clients, 1)
+
+
+def skellam_vector_rdp(alpha: float, l2_sensitivity: float, l1_sensitivity: float,
+                       local_std: float, num_clients: int) -> float:
+  """AKL21 Thm 3.5: RDP of Skellam noise of variance μ = nσ² per coordinate at an
+  integer shift with norms Δ2, Δ1: αΔ2²/(2μ) + min(((2α-1)Δ2² + 6Δ1)/(4μ²),
+  3Δ1/(2μ)); integer α."""
+  mu = num_clients * local_std**2
+  return alpha * l2_sensitivity**2 / (2 * mu) + min(
+      ((2 * alpha - 1) * l2_sensitivity**2 + 6 * l1_sensitivity) / (4 * mu**2),
+      3 * l1_sensitivity / (2 * mu))
 
 
 def skellam_rdp(alpha: float, mech, num_clients: int) -> float:
-  """AKL21 Thm 3.5: RDP of Skellam noise of variance μ = nσ² at integer shift Δ = 2r
-  (Δ1 = Δ2 = Δ for one coordinate), integer α."""
-  mu, shift = num_clients * mech.noise_std**2, 2 * mech.steps
-  return alpha * shift**2 / (2 * mu) + min(
-      ((2 * alpha - 1) * shift**2 + 6 * shift) / (4 * mu**2), 3 * shift / (2 * mu))
+  """`skellam_vector_rdp` for one coordinate of `mech` moving end to end
+  (Δ1 = Δ2 = 2r)."""
+  shift = 2 * mech.steps
+  return skellam_vector_rdp(alpha, shift, shift, mech.noise_std, num_clients)
 
 
 def binomial_mode_prob(m: int) -> float:

@@ -19,7 +19,7 @@ from tff_quant.mechanisms import modular
 from tff_quant.accounting import composition
 from tff_quant.common import validation
 
-_FAST_ORDERS = tuple(range(2, 33)) + (48, 64)
+FAST_ORDERS = tuple(range(2, 33)) + (48, 64)   # orders calibration evaluates
 _OPEN_END_MARGIN = 1e-4   # distance kept from an open end of a bounded range
 _UNBOUNDED_SPAN = 1e3     # an unbounded float range is searched up to default · this
 _RTOL = 2e-3              # bisection stops at this relative width
@@ -29,7 +29,7 @@ _MAX_BISECTIONS = 60
 def _epsilon(mech, schedule) -> float:
   """ε of the run; inf where the mechanism's exact law is out of reach (never chosen)."""
   try:
-    return composition.training_guarantee(mech, orders=_FAST_ORDERS,
+    return composition.training_guarantee(mech, orders=FAST_ORDERS,
                                           **schedule).epsilon
   except modular.UnresolvableError:
     return math.inf
@@ -153,6 +153,15 @@ def _levels_from_bits(cls, params, tune, bits):
     elif t.name == 'bits' and t.kind is int:
       params['bits'] = int(min(bits, t.high))
   return params
+
+
+def mechanism_for_bits(mechanism: str, clip: float, bits: Optional[int],
+                       **params):
+  """The registry mechanism at its default parameters (num_levels from `bits`),
+  the starting point calibration searches from."""
+  cls = mechanisms.get(mechanism)
+  return cls.for_coordinate_bound(
+      clip, **cls.complete_params(_levels_from_bits(cls, params, (), bits)))
 
 
 def calibrate(mechanism: str, epsilon: float, *args, **kwargs):

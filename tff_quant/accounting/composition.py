@@ -222,6 +222,26 @@ class RoundAccountant:
     if own is not None:   # both are upper bounds: keep the smaller
       self._sub = [min(a, float(b)) for a, b in zip(self._sub, own)]
 
+  @classmethod
+  def from_round_rdp(cls, rdp: Dict[float, float], clients_per_round: int,
+                     total_clients: int, delta: float, dim: int,
+                     assumptions: str,
+                     orders: Sequence[int] = DEFAULT_ORDERS) -> 'RoundAccountant':
+    """An accountant for a mechanism outside the registry (TFF's own
+    aggregators) from its per-round RDP {order: ε} (every integer order up to
+    max(orders), and math.inf): subsampled (WBK19 Thm 9) and composed as for
+    the registry's; `assumptions` is reported with each guarantee."""
+    _check_schedule(clients_per_round, total_clients, delta, dim)
+    self = cls.__new__(cls)
+    self.mech, self.n, self.population = None, clients_per_round, total_clients
+    self.delta, self.dim, self.orders = delta, dim, list(orders)
+    self.gamma = clients_per_round / total_clients
+    self.l2_clip, self.l2_route, self.rdp = None, True, dict(rdp)
+    self._sub = [subsampled_rdp_without_replacement(self.rdp, self.gamma, a)
+                 for a in self.orders]
+    self._assumptions = assumptions
+    return self
+
   @property
   def gives_privacy(self) -> bool:
     """False when every order's per-round RDP is infinite (ε = inf for any δ)."""
@@ -245,6 +265,11 @@ class RoundAccountant:
     `use_pld` and its grid fits `pld_max_points` (else `pld_note` says why)."""
     eps_rdp, order = self.epsilon_rdp(rounds)
     eps_pld, note = None, ''
+    if self.mech is None:
+      return Guarantee(eps_rdp, self.delta, 'RDP', eps_rdp, order, None, rounds,
+                       self.n, self.population, self.dim, self.rdp,
+                       self._assumptions, 'PLD route not available: the '
+                       'per-round RDP was given in closed form')
     if not use_pld:
       note = 'PLD route not requested (use_pld=False)'
     elif self.mech.has_exact_divergences:

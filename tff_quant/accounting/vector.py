@@ -367,8 +367,8 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
   validation.check_positive('l2_sensitivity', l2_sensitivity)
   c = mech.input_bound
   u = min(l2_sensitivity**2 / dim, 4 * c**2)
-  # Mechanisms with exact divergences are cheap at every order: no ladder.
-  rungs = (sorted(set(float(a) for a in orders)) if mech.has_exact_divergences
+  # Closed-form (central) divergences are cheap at every order: no ladder.
+  rungs = (sorted(set(float(a) for a in orders)) if mech.central
            else order_ladder(orders))
   grid = focused_grid(c, math.sqrt(u), t_points)
   curve = divergence_curve(mech, rungs, clients_per_round, t_grid=grid,

@@ -53,6 +53,35 @@ def _divergence():
   return divergence
 
 
+_SHIFT_BLOCK_ENTRIES = 2**22   # shifts x M entries evaluated at once (32 MiB)
+
+
+def _shift_divergences(log_w: np.ndarray, top: int, orders):
+  """{α: [top + 1] D_α(W || W shifted by j on Z_M)} for j = 0..top, in blocks of
+  shifts (one row per shift), all orders from one gather."""
+  m = log_w.size
+  if not np.all(np.isfinite(log_w)):
+    divergence = _divergence()
+    return {a: np.asarray([divergence.renyi_divergence(log_w, np.roll(log_w, j), a)
+                           for j in range(top + 1)]) for a in orders}
+  out = {a: np.empty(top + 1) for a in orders}
+  block = max(1, _SHIFT_BLOCK_ENTRIES // m)
+  idx = np.arange(m)
+  for start in range(0, top + 1, block):
+    js = np.arange(start, min(top + 1, start + block))
+    rolled = log_w[(idx[None, :] - js[:, None]) % m]   # row j: np.roll(log_w, j)
+    diff = log_w[None, :] - rolled
+    for a in orders:
+      if math.isinf(a):
+        out[a][js] = diff.max(axis=1)
+      elif a == 1:
+        out[a][js] = np.sum(np.exp(log_w)[None, :] * diff, axis=1)
+      else:
+        out[a][js] = special.logsumexp(log_w[None, :] + (a - 1) * diff,
+                                       axis=1) / (a - 1)
+  return {a: np.maximum(v, 0.0) for a, v in out.items()}
+
+
 class ModularNoiseMechanism(base.Mechanism):
   """Stochastic rounding to c/r steps, integer noise, mod M (see the module docstring)."""
 
@@ -222,9 +251,9 @@ class ModularNoiseMechanism(base.Mechanism):
     u = np.asarray(distances, np.float64) / self.gamma
     top = int(math.ceil(u.max() - 1e-9))
     out = {}
+    shifted = _shift_divergences(w, top, orders)
     for a in orders:
-      by_shift = np.maximum.accumulate(
-          [divergence.renyi_divergence(w, np.roll(w, j), a) for j in range(top + 1)])
+      by_shift = np.maximum.accumulate(shifted[a])
       vals = []
       for ui in u:
         j = int(math.floor(ui + 1e-9))

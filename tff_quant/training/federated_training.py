@@ -24,18 +24,22 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_quant import accounting, aggregators, mechanisms, models
+from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import results_io, runtime
 from tff_quant.training import round_loop
 
 NO_PRIVACY = 'none'   # the clipped plain mean (noise-free baseline)
+PEER_PARAMS = ('noise_multiplier', 'bits')   # mechanism_params of a TFF peer
 
 
 @dataclasses.dataclass
 class TrainingConfig:
   """Hyper-parameters of one federated run (defaults: the RQM paper's EMNIST setup).
 
-  `mechanism` is a name in `tff_quant.mechanisms.registry()` (or 'none');
+  `mechanism` is a name in `tff_quant.mechanisms.registry()`, 'none', or one
+  of TFF's own DP aggregators (`aggregators.peers.PEERS`: 'gaussian',
+  'tff_skellam', 'tff_dgauss'; their params noise_multiplier and bits);
   `mechanism_params` its tunables (omitted ones at their defaults). With
   `target_epsilon`, the class's calibrated parameters are set at start so the
   whole run meets (target_epsilon, δ) for the whole model (ℓ2 route when
@@ -62,9 +66,12 @@ class TrainingConfig:
 
   def validate(self):
     """TypeError for a wrong type, ValueError naming the parameter and its range."""
-    names = (NO_PRIVACY,) + tuple(mechanisms.registry())
+    names = (NO_PRIVACY,) + tuple(mechanisms.registry()) + peers.PEERS
     validation.check_one_of('mechanism', self.mechanism, names)
-    if self.mechanism != NO_PRIVACY:
+    if self.is_peer:
+      self.mechanism_params = peer_params(self.mechanism, self.mechanism_params,
+                                          self.target_epsilon is not None)
+    elif self.mechanism != NO_PRIVACY:
       self.mechanism_params = mechanisms.get(self.mechanism).complete_params(
           self.mechanism_params)
     elif self.mechanism_params:
@@ -90,25 +97,72 @@ class TrainingConfig:
     validation.check_optional(validation.check_probability, 'delta', self.delta)
 
   @property
+  def is_peer(self) -> bool:
+    """True for one of TFF's own DP aggregators (`aggregators.peers`)."""
+    return self.mechanism in peers.PEERS
+
+  @property
   def target_delta(self) -> float:
     return self.delta if self.delta is not None else 1.0 / self.total_clients
 
 
-def build_process(config: TrainingConfig, keras_fn, input_spec):
+def peer_params(name: str, params, calibrated: bool) -> Dict[str, object]:
+  """A TFF peer's noise_multiplier (> 0; set by calibration when `calibrated`)
+  and bits (tff_* only, default 16), checked."""
+  params = dict(params or {})
+  unknown = set(params) - set(PEER_PARAMS)
+  if unknown:
+    raise ValueError(f'{name} takes parameters {PEER_PARAMS}, got {sorted(unknown)}.')
+  if name == 'gaussian':
+    if 'bits' in params:
+      raise ValueError('`bits` does not apply to the central Gaussian (floats).')
+  else:
+    params['bits'] = validation.check_integer('bits', params.get('bits', 16), 1, 32)
+  if 'noise_multiplier' in params:
+    params['noise_multiplier'] = float(validation.check_positive(
+        'noise_multiplier', params['noise_multiplier']))
+  elif not calibrated:
+    raise ValueError(f'{name} needs noise_multiplier=... in `mechanism_params` '
+                     'or a `target_epsilon` to calibrate it.')
+  return params
+
+
+def build_peer(config: TrainingConfig, dim: int, log=print) -> peers.Peer:
+  """The TFF peer of `config` (calibrated to config.target_epsilon, ℓ2 route,
+  when given; config.mechanism_params then records its noise multiplier)."""
+  bits = config.mechanism_params.get('bits')
+  if config.target_epsilon is not None:
+    t0 = time.time()
+    peer = peers.calibrate(config.mechanism, config.target_epsilon,
+                           config.target_delta, config.rounds,
+                           config.clients_per_round, config.total_clients, dim,
+                           config.clip_norm, bits)
+    config.mechanism_params['noise_multiplier'] = peer.noise_multiplier
+    log(f'Calibrated {peer} to whole-model ε <= {config.target_epsilon:g} '
+        f'(δ={config.target_delta:.3g}, {config.rounds} rounds; '
+        f'{time.time() - t0:.0f} s)')
+    return peer
+  return peers.Peer(config.mechanism, config.mechanism_params['noise_multiplier'],
+                    config.clip_norm, config.clients_per_round, dim, bits)
+
+
+def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None):
   """(FedAvg process, [Created]) for `config`: its aggregator and what it uses.
 
-  With a private mechanism the whole `next` is secure-only: the model update
+  With a registry mechanism the whole `next` is secure-only: the model update
   goes through the mechanism's secure sum and the training metrics through
   `tff.learning.metrics.secure_sum_then_finalize` (TFF's default metrics
-  aggregator would add a plain federated_sum).
+  aggregator would add a plain federated_sum). A TFF peer (`peer`) runs as TFF
+  builds it, with TFF's default metrics aggregator.
   """
-  private = config.mechanism != NO_PRIVACY
+  private = config.mechanism != NO_PRIVACY and peer is None
   with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
     process = tff.learning.algorithms.build_unweighted_fed_avg(
         models.tff_model_fn(keras_fn, input_spec),
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_lr),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_lr),
-        model_aggregator=build_aggregator(config),
+        model_aggregator=(peer.factory() if peer is not None
+                          else build_aggregator(config)),
         metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
                             if private else None))
   return process, used
@@ -153,6 +207,41 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print):
       f'{report.ratio_to_gaussian:.3g}× the Gaussian\'s at the same ε '
       f'({time.time() - t0:.0f} s)')
   return report
+
+
+def check_protobuf_for_peer(name: str) -> None:
+  """ValueError before any work when a tff_* peer would hit the upb protobuf
+  parser's nesting limit (TFF's DistributedDpSumFactory inside FedAvg)."""
+  from google.protobuf.internal import api_implementation  # pylint: disable=g-import-not-at-top
+  if name.startswith('tff_') and api_implementation.Type() == 'upb':
+    raise ValueError(f'{name} needs PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python '
+                     'set before Python starts (TFF\'s DistributedDpSumFactory '
+                     'inside FedAvg nests deeper than the upb parser accepts); '
+                     'experiments.fl_emnist sets it for you.')
+
+
+def peer_bits_per_client(peer: peers.Peer) -> int:
+  """Bits a client uploads per round: 32-bit floats (central Gaussian) or
+  `bits` per coordinate of the rotated, padded vector (tff_*)."""
+  if peer.name == 'gaussian':
+    return 32 * peer.dim
+  return peer.bits * peer.padded_dim
+
+
+def check_peer_measurements(peer: peers.Peer, measurements) -> None:
+  """RoundCheckError unless TFF's DistributedDpSumFactory reports the scale,
+  sensitivity and noise the accountant used (to 1e-4 relative)."""
+  if peer.name == 'gaussian':
+    return
+  ours = peer.ddp_parameters()
+  for key, theirs in (('scale', 'scale_factor'),
+                      ('scaled_inflated_l2', 'scaled_inflated_l2'),
+                      ('scaled_local_std', 'scaled_local_stddev')):
+    value = aggregators.find_measurements(measurements, theirs)
+    if value is None or not math.isclose(float(value), ours[key], rel_tol=1e-4):
+      raise runtime.RoundCheckError(
+          f'TFF {peer.name} reports {theirs}={value}, the accountant used '
+          f'{ours[key]}: the privacy figure would not describe the run.')
 
 
 CorruptCheckpointError = round_loop.CorruptCheckpointError
@@ -201,7 +290,11 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   input_spec = (tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
                 tf.TensorSpec([None], tf.int32))
   keras_fn = lambda: models.get(config.model, data.input_shape, data.num_classes)
-  process, used = build_process(config, keras_fn, input_spec)
+  peer = None
+  if config.is_peer:
+    check_protobuf_for_peer(config.mechanism)
+    peer = build_peer(config, models.num_params(keras_fn()), log)
+  process, used = build_process(config, keras_fn, input_spec, peer)
   if config.target_epsilon is not None and used:
     calibrate_config(config, used[0].dim, log)
     process, used = build_process(config, keras_fn, input_spec)
@@ -209,6 +302,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                else (None, models.num_params(keras_fn())))
   delta = config.target_delta
   acct = coord_acct = None
+  if peer is not None:
+    acct = peer.accountant(config.total_clients, delta)
   if mech is not None:
     acct = accounting.RoundAccountant(mech, config.clients_per_round,
                                       config.total_clients, delta, dim,
@@ -252,7 +347,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
       os.path.join(run_dir, 'tensorboard'))
   log(f'Data: {data.description}')
   log(f'Model: {config.model} ({dim} coordinates sent per client); '
-      f'aggregator: {config.mechanism}' + (f' = {mech}' if mech else ''))
+      f'aggregator: {config.mechanism}' + (f' = {mech or peer}' if mech or peer
+                                           else ''))
   times = []
 
   def step(state, rnd):
@@ -279,6 +375,11 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
       row['nonfinite_count'] = int(quant['nonfinite_count'])
       row['epsilon'], _ = acct.epsilon_rdp(rnd)
       row['epsilon_per_coordinate'], _ = coord_acct.epsilon_rdp(rnd)
+    elif peer is not None:
+      check_peer_measurements(peer, metrics['aggregator'])
+      row['bits_per_client'] = peer_bits_per_client(peer)
+      row['epsilon'], _ = acct.epsilon_rdp(rnd)
+      row['epsilon_per_coordinate'] = math.nan   # an ℓ2 mechanism: no scalar figure
     else:
       row['bits_per_client'] = 32 * dim
       row['epsilon'] = row['epsilon_per_coordinate'] = math.inf
@@ -314,6 +415,14 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                    privacy_assumptions=g.assumptions,
                    bits_per_coordinate=mech.bits_per_coordinate,
                    bits_per_client_per_round=mech.bits_per_coordinate * dim)
+  elif peer is not None:
+    g = acct.guarantee(rounds_done)
+    summary.update(mechanism=repr(peer), epsilon=g.epsilon, epsilon_route=g.route,
+                   epsilon_rdp=g.epsilon_rdp, epsilon_pld=g.epsilon_pld,
+                   pld_note=g.pld_note, epsilon_per_coordinate=math.nan,
+                   privacy_assumptions=g.assumptions,
+                   bits_per_coordinate=peer.bits_per_coordinate,
+                   bits_per_client_per_round=peer_bits_per_client(peer))
   else:
     summary.update(mechanism='none (clipped mean, no privacy)', epsilon=math.inf)
   results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)

@@ -1,0 +1,103 @@
+import math
+
+import numpy as np
+import pytest
+
+from tff_quant.program import quiet
+quiet.import_tensorflow()
+
+import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+from tff_quant import accounting, mechanisms
+from tff_quant.accounting import bounds
+from tff_quant.aggregators import peers
+from tff_quant.program import runtime
+
+SCHEDULE = dict(delta=1e-3, rounds=50, clients_per_round=20, total_clients=1000,
+                dim=500, clip_norm=1.0)
+
+
+@pytest.mark.parametrize('name, bits', [('gaussian', None), ('tff_skellam', 16),
+                                        ('tff_dgauss', 16)])
+def test_calibration_meets_the_target_and_is_tight(name, bits):
+  peer = peers.calibrate(name, 4.0, bits=bits, **SCHEDULE)
+  acct = peer.accountant(SCHEDULE['total_clients'], SCHEDULE['delta'])
+  eps = acct.epsilon_rdp(SCHEDULE['rounds'])[0]
+  assert eps <= 4.0
+  less = peers.Peer(name, peer.noise_multiplier / 1.01, 1.0, 20, 500, bits)
+  assert less.accountant(1000, 1e-3).epsilon_rdp(50)[0] > 4.0   # tight to rtol
+
+
+def test_gaussian_peer_is_the_registry_gaussian_with_the_same_total_noise():
+  peer = peers.Peer('gaussian', 2.0, 0.5, 10, 100)
+  mech = peer.reference_mechanism()
+  assert math.isclose(mech.sigma * math.sqrt(10), 2.0 * 0.5)
+  rdp = peer.round_rdp([2, 8])
+  for a in (2, 8):   # α S²/(2 σ_total²), S = 2 clip (replace-one)
+    assert math.isclose(rdp[a], a * (2 * 0.5)**2 / (2 * 1.0**2), rel_tol=1e-6)
+
+
+def test_vector_bounds_reduce_to_the_scalar_ones():
+  mech = mechanisms.DistributedSkellam.for_coordinate_bound(
+      1.0, num_levels=4096, steps=8, noise_fraction=0.05)
+  for a in (2, 5, 17):
+    shift = 2 * mech.steps
+    assert bounds.skellam_vector_rdp(a, shift, shift, mech.noise_std, 7) == \
+        bounds.skellam_rdp(a, mech, 7)
+    assert bounds.ddgauss_vector_rdp(a, shift, mech.noise_std, 7, 1) == \
+        bounds.ddgauss_rdp(a, mech, 7)
+
+
+def test_skellam_accounting_approaches_the_gaussian_at_high_resolution():
+  # 16 bits, 20 clients: scale is large, rounding inflation small: within 10%.
+  g = peers.Peer('gaussian', 1.5, 1.0, 20, 500).round_rdp([8])[8]
+  s = peers.Peer('tff_skellam', 1.5, 1.0, 20, 500, 16).round_rdp([8])[8]
+  assert g <= s <= 1.1 * g
+
+
+def test_the_factory_runs_with_the_numbers_the_accountant_uses():
+  peer = peers.Peer('tff_skellam', 1.0, 1.0, 3, 10, 16)
+  process = peer.factory().create(tff.types.TensorType(np.float32, [10]))
+  runtime.use_secure_sum_simulation()
+  out = process.next(process.initialize(), [np.full(10, 0.1, np.float32)] * 3)
+  m = out.measurements['mean_value']
+  ours = peer.ddp_parameters()
+  assert math.isclose(m['scale_factor'], ours['scale'], rel_tol=1e-5)
+  assert math.isclose(m['scaled_inflated_l2'], ours['scaled_inflated_l2'],
+                      rel_tol=1e-5)
+  assert math.isclose(m['scaled_local_stddev'], ours['scaled_local_std'],
+                      rel_tol=1e-5)
+  assert m['padded_dim'] == peer.padded_dim == 16
+  # The mean of three identical updates, up to the noise (std z·clip/n = 1/3).
+  assert np.all(np.abs(out.result - 0.1) < 5 / 3)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(name='foo', noise_multiplier=1.0), 'mechanism'),
+    (dict(name='gaussian', noise_multiplier=0.0), 'noise_multiplier'),
+    (dict(name='gaussian', noise_multiplier=1.0, bits=8), 'bits'),
+    (dict(name='tff_skellam', noise_multiplier=1.0), 'bits'),
+    (dict(name='tff_dgauss', noise_multiplier=1.0, bits=40), 'bits'),
+])
+def test_bad_input_names_the_parameter(kwargs, message):
+  args = dict(clip_norm=1.0, clients_per_round=5, dim=10)
+  args.update(kwargs)
+  with pytest.raises((ValueError, TypeError), match=message):
+    peers.Peer(**args)
+
+
+def test_unreachable_target_names_the_best_epsilon():
+  with pytest.raises(ValueError, match='not reachable for tff_skellam'):
+    peers.calibrate('tff_skellam', 1.0, 1e-3, 100, 20, 1000, 500, 1.0, bits=6)
+
+
+def test_accountant_from_round_rdp_composes_like_the_registry_route():
+  mech = mechanisms.Gaussian(1.0, 3.0)
+  direct = accounting.RoundAccountant(mech, 10, 100, 1e-5, 1)
+  given = accounting.RoundAccountant.from_round_rdp(
+      {a: mech_rdp for a, mech_rdp in direct.rdp.items()}, 10, 100, 1e-5, 1,
+      'test')
+  g = given.guarantee(30)
+  assert g.route == 'RDP' and g.assumptions == 'test' and 'closed form' in g.pld_note
+  # The registry route may also take dp-accounting's Gaussian bound: <=.
+  assert direct.epsilon_rdp(30)[0] <= g.epsilon * (1 + 1e-12)

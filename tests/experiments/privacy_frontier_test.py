@@ -1,0 +1,82 @@
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+from scipy import integrate, stats
+
+from experiments import privacy_frontier
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL = ['--mechanisms=skellam,rqm', '--bits=4', '--epsilons=10', '--dims=1000',
+         '--clients=4', '--rounds=10', '--total_clients=100',
+         '--coordinate_clip_multiples=3']
+
+
+def run_binary(args, timeout=600):
+  return subprocess.run([sys.executable, '-m', 'experiments.privacy_frontier'] + args,
+                        cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_small_frontier_rows_resume_and_report(tmp_path):
+  out = tmp_path / 'f'
+  res = run_binary(SMALL + [f'--output_dir={out}'])
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert 'Data: none' in res.stdout and 'RQM vs PBM' in res.stdout
+  with open(out / 'frontier.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert list(rows[0])[:11] == list(privacy_frontier.COLUMNS[:11])
+  by = {r['mechanism']: r for r in rows}
+  assert set(by) == {'gaussian', 'skellam', 'rqm'}
+  assert float(by['gaussian']['mse_ratio_to_gaussian']) == 1.0
+  # Skellam cannot reach ε = 10 in 4 bits here (the modulus wraps): inf + why.
+  assert by['skellam']['mse_per_coordinate'] == 'inf'
+  assert 'not reachable for skellam within 4 bits' in by['skellam']['reason']
+  for name in ('rqm',):
+    r = by[name]
+    assert float(r['epsilon_achieved']) <= 10.0
+    assert int(r['bits_used']) <= 4
+    params = json.loads(r['params'])
+    assert math.isclose(params['clip'], 3 / math.sqrt(1000))
+    assert math.isclose(float(r['mse_ratio_to_gaussian']),
+                        float(r['mse_per_coordinate']) / float(r['gaussian_mse']))
+  assert (out / 'frontier.png').exists() and (out / 'frontier.md').exists()
+  again = run_binary(SMALL + [f'--output_dir={out}'])
+  assert again.returncode == 0 and '3 already in' in again.stdout
+  other = run_binary(SMALL + [f'--output_dir={out}', '--rtol=0.1'])
+  assert other.returncode != 0 and '--fresh' in other.stderr + other.stdout
+
+
+def test_cost_and_time_limits_write_inf_with_the_reason(tmp_path):
+  out = tmp_path / 'f'
+  res = run_binary(['--mechanisms=pbm', '--bits=8', '--epsilons=10', '--dims=1000',
+                    '--clients=40', '--rounds=10', '--total_clients=100',
+                    '--coordinate_clip_multiples=3', f'--output_dir={out}'])
+  assert res.returncode == 0, res.stderr[-2000:]
+  with open(out / 'frontier.csv') as f:
+    pbm = [r for r in csv.DictReader(f) if r['mechanism'] == 'pbm'][0]
+  assert pbm['mse_per_coordinate'] == 'inf' and '--max_operations' in pbm['reason']
+  rows = list(privacy_frontier.run_cells(
+      [('rqm', 8, 10.0, 0.01, 1000, 40, 100, 10)], 1, 0.5, 1e15, [3.0], 1e-2))
+  assert rows[0]['mse_per_coordinate'] == math.inf
+  assert '--max_seconds_per_cell' in rows[0]['reason']
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+  for flag in ('--epsilons=-1', '--clients=5000', '--bits=x', '--mechanisms=foo'):
+    out = tmp_path / flag.strip('-').split('=')[0]
+    res = run_binary(SMALL + [flag, f'--output_dir={out}'])
+    assert res.returncode != 0
+    assert 'Traceback' not in res.stderr, res.stderr[-1000:]
+    assert not out.exists()
+
+
+def test_clip_bias_is_the_expected_squared_excess():
+  for k in (1.0, 2.0, 3.0):
+    want, _ = integrate.quad(lambda z: (abs(z) - k)**2 * stats.norm.pdf(z)
+                             if abs(z) > k else 0.0, -12, 12, points=[-k, k])
+    assert np.isclose(privacy_frontier.clip_bias_sq(k, 1), want, rtol=1e-6)
+    assert np.isclose(privacy_frontier.clip_bias_sq(k, 50), want / 50, rtol=1e-6)

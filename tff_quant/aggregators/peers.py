@@ -1,0 +1,206 @@
+"""TFF's own DP aggregators as peers of the registry's mechanisms, on one accountant.
+
+* 'gaussian': `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`, central
+  DP (a trusted server adds N(0, (z·clip)²) to the sum of ℓ2-clipped updates; no
+  secure sum). Accounted as the registry's continuous Gaussian with that total
+  variance (ℓ2 route, closed form, dp-accounting's subsampled Gaussian).
+* 'tff_skellam', 'tff_dgauss': TFF's `DistributedDpSumFactory` (random
+  rotation 'hd', ℓ2 clip, scaling and stochastic rounding, per-client Skellam or
+  discrete Gaussian noise, sum modulo 2^bits through the secure sum). Accounted
+  by the closed forms published with them (AKL21 Thm 3.5, KLS21 Prop. 14 /
+  Thm 1; `accounting.bounds`) at the sensitivities the factory itself enforces
+  (its scaled, inflated ℓ2 bound and its ℓ1 bound), doubled for replace-one.
+  The scale is TFF's own heuristic, computed by TFF's functions so the
+  accountant and the factory cannot disagree (a test checks the numbers against
+  the factory's round measurements).
+z (noise_multiplier) is set by `calibrate` for a target whole-model (ε, δ).
+"""
+
+import dataclasses
+import math
+from typing import Dict, Optional, Sequence
+
+from tff_quant import accounting, mechanisms
+from tff_quant.common import validation
+
+PEERS = ('gaussian', 'tff_skellam', 'tff_dgauss')
+_TFF_MECHANISM = {'tff_skellam': 'distributed_skellam',
+                  'tff_dgauss': 'distributed_dgauss'}
+_Z_RANGE = (1e-3, 1e4)   # noise multipliers searched by `calibrate`
+
+
+@dataclasses.dataclass
+class Peer:
+  """One of TFF's DP aggregators with the parameters it runs with.
+
+  Args:
+    name: one of PEERS.
+    noise_multiplier: z > 0, the central noise std over clip_norm.
+    clip_norm: ℓ2 clip of each client update.
+    clients_per_round: n (TFF's expected_clients_per_round).
+    dim: coordinates of the model update.
+    bits: secure-sum bits per coordinate (tff_*; None for 'gaussian').
+    modclip_prob: TFF's modular-clipping probability target (tff_*).
+  """
+  name: str
+  noise_multiplier: float
+  clip_norm: float
+  clients_per_round: int
+  dim: int
+  bits: Optional[int] = None
+  modclip_prob: float = 1e-4
+
+  def __post_init__(self):
+    validation.check_one_of('mechanism', self.name, PEERS)
+    validation.check_positive('noise_multiplier', self.noise_multiplier)
+    validation.check_positive('clip_norm', self.clip_norm)
+    validation.check_integer('clients_per_round', self.clients_per_round, 1)
+    validation.check_integer('dim', self.dim, 1)
+    if self.name == 'gaussian':
+      if self.bits is not None:
+        raise ValueError('`bits` does not apply to the central Gaussian (it '
+                         'sends floats); leave it unset.')
+    else:
+      validation.check_integer('bits', self.bits, 1, 32)
+      validation.check_number('modclip_prob', self.modclip_prob, 0, 1,
+                              low_open=True, high_open=True)
+
+  @property
+  def bits_per_coordinate(self) -> int:
+    return 32 if self.name == 'gaussian' else self.bits
+
+  @property
+  def padded_dim(self) -> int:
+    """d after TFF's Hadamard rotation pads it to a power of two (tff_*)."""
+    return 2**math.ceil(math.log2(self.dim))
+
+  def ddp_parameters(self) -> Dict[str, float]:
+    """TFF's DistributedDpSumFactory numbers for this peer: scale, the scaled
+    inflated ℓ2 bound, the scaled ℓ1 bound and the per-client noise std (in
+    scaled units), by TFF's own functions (TF eager)."""
+    # pylint: disable=g-import-not-at-top,protected-access
+    from tensorflow_federated.python.aggregators import discretization
+    from tensorflow_federated.python.aggregators import distributed_dp
+    local_std = self.noise_multiplier * self.clip_norm / math.sqrt(
+        self.clients_per_round)
+    k_stddevs = distributed_dp._clip_prob_to_num_stddevs(self.modclip_prob)
+    scale = float(distributed_dp._heuristic_scale_factor(
+        local_std, self.clip_norm, self.bits, self.clients_per_round,
+        self.padded_dim, k_stddevs).numpy())
+    scale = min(scale, distributed_dp.MAX_SCALE_FACTOR)
+    inflated = float(discretization.inflated_l2_norm_bound(
+        l2_norm_bound=self.clip_norm, gamma=1.0 / scale, beta=0.0,
+        dim=self.padded_dim).numpy())
+    l2 = (inflated + 1e-5) * scale
+    l1 = math.ceil(l2 * min(math.sqrt(self.padded_dim), l2))
+    return dict(scale=scale, scaled_inflated_l2=l2, scaled_l1=l1,
+                scaled_local_std=local_std * scale)
+
+  def round_rdp(self, orders: Sequence[int]) -> Dict[float, float]:
+    """{order: RDP} of one round (before sampling) under replace-one, every
+    integer order 2..max(orders) and math.inf."""
+    top = int(max(orders))
+    if self.name == 'gaussian':
+      return accounting.per_round_rdp(self.reference_mechanism(),
+                                      self.clients_per_round, self.dim,
+                                      list(range(2, top + 1)))
+    p = self.ddp_parameters()
+    l2, l1, std = 2 * p['scaled_inflated_l2'], 2 * p['scaled_l1'], p['scaled_local_std']
+    n = self.clients_per_round
+    if self.name == 'tff_skellam':
+      rdp = {a: accounting.bounds.skellam_vector_rdp(a, l2, l1, std, n)
+             for a in range(2, top + 1)}
+    else:
+      rdp = {a: accounting.bounds.ddgauss_vector_rdp(a, l2, std, n,
+                                                     self.padded_dim)
+             for a in range(2, top + 1)}
+    rdp[math.inf] = math.inf   # unbounded likelihood ratio in the tails
+    return rdp
+
+  def reference_mechanism(self):
+    """The registry's continuous Gaussian with this peer's noise on the sum
+    (σ per client = z·clip/√n) at coordinate bound clip/√d: the Gaussian's
+    divergence depends on the ℓ2 distance alone, so d coordinates moving
+    2·clip/√d each is exactly its ℓ2 worst case (and the accountant's closed
+    form, not the ℓ2 route's grid bound, applies)."""
+    return mechanisms.Gaussian(self.clip_norm / math.sqrt(self.dim),
+                               self.noise_multiplier * self.clip_norm /
+                               math.sqrt(self.clients_per_round))
+
+  def accountant(self, total_clients: int, delta: float):
+    """The `accounting.RoundAccountant` of a run with this peer."""
+    if self.name == 'gaussian':
+      return accounting.RoundAccountant(
+          self.reference_mechanism(), self.clients_per_round, total_clients,
+          delta, self.dim, l2_clip=self.clip_norm)
+    rdp = self.round_rdp(accounting.composition.DEFAULT_ORDERS)
+    p = self.ddp_parameters()
+    assumptions = (
+        f'replace-one neighbouring; {self.clients_per_round} of {total_clients} '
+        'clients per round, fixed-size without replacement (WBK19 Thm 9); '
+        f'TFF {_TFF_MECHANISM[self.name]} at its enforced sensitivities (scaled '
+        f'ℓ2 {p["scaled_inflated_l2"]:.4g}, ℓ1 {p["scaled_l1"]:.4g}, doubled '
+        f'for replace-one) and per-client noise std {p["scaled_local_std"]:.4g} '
+        f'(scale {p["scale"]:.4g}); '
+        + ('AKL21 Thm 3.5' if self.name == 'tff_skellam' else 'KLS21 Prop. 14')
+        + ' closed form (an upper bound, not exact).')
+    return accounting.RoundAccountant.from_round_rdp(
+        rdp, self.clients_per_round, total_clients, delta, self.dim, assumptions)
+
+  def factory(self):
+    """The TFF aggregation factory (a mean over clients) this peer runs as."""
+    # pylint: disable=g-import-not-at-top
+    import tensorflow_federated as tff
+    # TFF 0.87 exports the class only inside tff.learning.ddp_secure_aggregator
+    # (adaptive clip, zeroing); the fixed-clip factory is this module's.
+    from tensorflow_federated.python.aggregators import distributed_dp
+    if self.name == 'gaussian':
+      return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+          noise_multiplier=self.noise_multiplier,
+          clients_per_round=self.clients_per_round, clip=self.clip_norm)
+    ddp = distributed_dp.DistributedDpSumFactory(
+        noise_multiplier=self.noise_multiplier,
+        expected_clients_per_round=self.clients_per_round, bits=self.bits,
+        l2_clip=self.clip_norm, modclip_prob=self.modclip_prob,
+        mechanism=_TFF_MECHANISM[self.name], rotation_type='hd')
+    return tff.aggregators.UnweightedMeanFactory(
+        value_sum_factory=ddp,
+        count_sum_factory=tff.aggregators.SecureSumFactory(
+            upper_bound_threshold=1, lower_bound_threshold=0))
+
+  def __repr__(self):
+    extra = f', bits={self.bits}' if self.bits is not None else ''
+    return (f'{self.name}(noise_multiplier={self.noise_multiplier:.5g}, '
+            f'clip_norm={self.clip_norm:g}{extra})')
+
+
+def calibrate(name: str, epsilon: float, delta: float, rounds: int,
+              clients_per_round: int, total_clients: int, dim: int,
+              clip_norm: float, bits: Optional[int] = None,
+              rtol: float = 2e-3) -> Peer:
+  """The peer with the smallest noise multiplier whose whole run meets (ε, δ)
+  (RDP route; geometric bisection over z in [1e-3, 1e4]).
+
+  Raises:
+    ValueError: bad input, or a target not met even at z = 1e4 (names the ε
+      reached there).
+  """
+  validation.check_positive('epsilon', epsilon)
+  validation.check_integer('rounds', rounds, 1)
+  eps_at = lambda z: Peer(name, z, clip_norm, clients_per_round, dim, bits
+                          ).accountant(total_clients, delta).epsilon_rdp(rounds)[0]
+  lo, hi = _Z_RANGE
+  best = eps_at(hi)
+  if best > epsilon:
+    raise ValueError(f'Target ε={epsilon} is not reachable for {name}: noise '
+                     f'multiplier {hi:g} gives ε={best:.4g}; raise the target or '
+                     'change the schedule.')
+  if eps_at(lo) <= epsilon:
+    hi = lo
+  while hi / lo > 1 + rtol:
+    mid = math.sqrt(lo * hi)
+    if eps_at(mid) <= epsilon:
+      hi = mid
+    else:
+      lo = mid
+  return Peer(name, hi, clip_norm, clients_per_round, dim, bits)
