@@ -1,0 +1,30 @@
+import math
+
+import numpy as np
+from scipy import integrate, stats
+
+from tff_quant.program import frontier
+
+
+def test_a_cell_past_its_time_limit_is_inf_with_the_reason():
+  rows = list(frontier.run_cells(
+      [('rqm', 8, 10.0, 0.01, 1000, 40, 100, 10)], 1, 0.5, 1e15, [3.0], 1e-2))
+  assert rows[0]['mse_per_coordinate'] == math.inf
+  assert '--max_seconds_per_cell' in rows[0]['reason']
+
+
+def test_cells_in_parallel_match_one_at_a_time():
+  cells = [('gaussian', 'inf', e, 0.01, 1000, 4, 100, 10) for e in (3.0, 10.0)]
+  one = {r['epsilon']: r['mse_per_coordinate'] for r in frontier.run_cells(
+      cells, 1, 600, 1e9, [3.0], 1e-2)}
+  two = {r['epsilon']: r['mse_per_coordinate'] for r in frontier.run_cells(
+      cells, 2, 600, 1e9, [3.0], 1e-2)}
+  assert one == two and one[3.0] > one[10.0]
+
+
+def test_clip_bias_is_the_expected_squared_excess():
+  for k in (1.0, 2.0, 3.0):
+    want, _ = integrate.quad(lambda z: (abs(z) - k)**2 * stats.norm.pdf(z)
+                             if abs(z) > k else 0.0, -12, 12, points=[-k, k])
+    assert np.isclose(frontier.clip_bias_sq(k, 1), want, rtol=1e-6)
+    assert np.isclose(frontier.clip_bias_sq(k, 50), want / 50, rtol=1e-6)
