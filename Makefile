@@ -36,7 +36,7 @@ demo: setup
 	$(PY) -m experiments.fl_emnist --dataset=fashion_mnist --mechanism=rqm \
 	  --rounds=20 --clients_per_round=30 --total_clients=300 --eval_every=5 \
 	  --model=small_cnn --clip_norm=1.0 --client_lr=0.05 --batch_size=32 --max_test_examples=5000 \
-	  --target_epsilon=10 --rotate --coordinate_clip_multiple=3 \
+	  --target_epsilon=10 --rotate --coordinate_clip_multiple=3 --clients_per_slot=15 \
 	  --root_output_dir=runs/demo --experiment_name=demo_rqm --fresh
 
 test: setup

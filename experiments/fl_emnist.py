@@ -107,9 +107,21 @@ flags.DEFINE_integer('max_test_examples', None, 'Evaluate on a prefix of the tes
 flags.DEFINE_list('workers', None, 'host:port,... of running TFF worker services '
                   '(worker_binary --port=N) that share each round\'s clients; '
                   'default: one machine.')
+flags.DEFINE_integer('clients_per_slot', 1, 'K >= 1 clients trained per TFF client '
+                     'slot, each clipped and encoded on its own before the secure '
+                     'sum (same server view, several times faster; registry '
+                     'mechanisms; must divide --clients_per_round).')
 flags.DEFINE_string('root_output_dir', 'runs', 'Where run folders go.')
 flags.DEFINE_string('experiment_name', None, 'Run folder name (default: mechanism).')
 flags.DEFINE_bool('fresh', False, 'Discard an existing run with this name.')
+
+
+def peer_param(key: str, value: str):
+  """A TFF peer's `key=value` entry: bits an integer, others numbers."""
+  try:
+    return (int if key == 'bits' else float)(value)
+  except ValueError:
+    raise ValueError(f'--mechanism_params: {key}={value!r} is not a number.') from None
 
 
 def mechanism_params_from_flags(name: str):
@@ -117,16 +129,8 @@ def mechanism_params_from_flags(name: str):
   if name == ft.NO_PRIVACY:
     return {}
   if name in ft.peers.PEERS:
-    params = {}
-    for item in filter(None, (p.strip() for p in FLAGS.mechanism_params.split(','))):
-      key, sep, value = item.partition('=')
-      if not sep:
-        raise ValueError(f'--mechanism_params: entries are key=value, got {item!r}.')
-      try:
-        params[key.strip()] = (int if key.strip() == 'bits' else float)(value)
-      except ValueError:
-        raise ValueError(f'--mechanism_params: {key.strip()}={value!r} is not a '
-                         'number.') from None
+    params = validation.parse_key_values(
+        '--mechanism_params', FLAGS.mechanism_params, peer_param)
     for flag, (owner, _, _) in ALIASES.items():
       if FLAGS[flag].value is not None:
         raise ValueError(f'--{flag} does not apply to --mechanism={name}.')
@@ -173,6 +177,7 @@ def main(argv):
   with cli.user_errors_exit():
     config = config_from_flags()
     config.validate()
+    ft.check_packing(config, FLAGS.clients_per_slot)
     dataset = resolve_dataset(FLAGS.dataset)
     if dataset != 'emnist' and config.model == 'emnist_cnn':
       print(f'[fl_emnist] dataset={dataset}: real EMNIST not found at '
@@ -184,7 +189,8 @@ def main(argv):
                          max_test_examples=FLAGS.max_test_examples)
     run_dir = os.path.join(FLAGS.root_output_dir,
                            FLAGS.experiment_name or config.mechanism)
-    summary = ft.run(config, data, run_dir, fresh=FLAGS.fresh, workers=FLAGS.workers)
+    summary = ft.run(config, data, run_dir, fresh=FLAGS.fresh, workers=FLAGS.workers,
+                     clients_per_slot=FLAGS.clients_per_slot)
   print('=' * 78)
   print(f'Data: {summary["data"]}')
   print(f'Mechanism: {summary["mechanism"]}')

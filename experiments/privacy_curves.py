@@ -146,24 +146,11 @@ def qmgeo(out_dir):
   return verdicts
 
 
-def parse_alphas(values):
-  """--alphas entries as numbers >= 1, or ValueError naming the flag."""
-  out = []
-  for v in values:
-    try:
-      out.append(float(v))
-    except ValueError:
-      raise ValueError(f'--alphas entries must be numbers >= 1, got {v!r}') from None
-  if not out or any(not a >= 1 for a in out):
-    raise ValueError(f'--alphas entries must be numbers >= 1, got {values}')
-  return out
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
-    alphas = parse_alphas(FLAGS.alphas)
+    alphas = cli.numbers('alphas', FLAGS.alphas, 1)
     cli.check_flags(FLAGS, at_least_one=('max_clients',))
     os.makedirs(FLAGS.output_dir, exist_ok=True)
   verdicts = (rqm_vs_pbm(FLAGS.output_dir, FLAGS.max_clients, alphas) +

@@ -65,10 +65,10 @@ def cells_from_flags():
   names = [n for n in names if n != GAUSSIAN]
   total = FLAGS.total_clients
   delta = FLAGS.delta if FLAGS.delta is not None else 1.0 / total
-  ints = lambda flag, lo: [cli_int(flag, v, lo) for v in FLAGS[flag].value]
+  ints = lambda flag, lo: cli.numbers(flag, FLAGS[flag].value, lo, integer=True)
   bits, dims = ints('bits', 1), ints('dims', 1)
   clients, rounds = ints('clients', 1), ints('rounds', 1)
-  epsilons = [cli_positive('epsilons', v) for v in FLAGS.epsilons]
+  epsilons = cli.numbers('epsilons', FLAGS.epsilons, 0, strict=True)
   for n in clients:
     if n > total:
       raise ValueError(f'--clients: {n} exceeds --total_clients={total}.')
@@ -85,35 +85,16 @@ def cells_from_flags():
   return cells
 
 
-def cli_int(flag, value, low):
-  try:
-    v = int(value)
-  except ValueError:
-    raise ValueError(f'--{flag}: {value!r} is not an integer.') from None
-  if v < low:
-    raise ValueError(f'--{flag}: {v} must be >= {low}.')
-  return v
-
-
-def cli_positive(flag, value):
-  try:
-    v = float(value)
-  except ValueError:
-    raise ValueError(f'--{flag}: {value!r} is not a number.') from None
-  if not v > 0 or not math.isfinite(v):
-    raise ValueError(f'--{flag}: {v} must be a finite number > 0.')
-  return v
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
     cells = cells_from_flags()
-    ks = [cli_positive('coordinate_clip_multiples', v)
-          for v in FLAGS.coordinate_clip_multiples]
-    cli_int('workers', FLAGS.workers, 1)
-    cli_positive('max_operations', FLAGS.max_operations)
+    ks = cli.numbers('coordinate_clip_multiples', FLAGS.coordinate_clip_multiples,
+                     0, strict=True)
+    cli.number('workers', FLAGS.workers, 1, integer=True)
+    cli.number('max_operations', FLAGS.max_operations, 0, strict=True)
+    cli.number('max_seconds_per_cell', FLAGS.max_seconds_per_cell, 0, strict=True)
     if not 0 < FLAGS.rtol <= 0.5:
       raise ValueError(f'--rtol must be in (0, 0.5], got {FLAGS.rtol}.')
     out = FLAGS.output_dir
@@ -137,7 +118,6 @@ def main(argv):
     print(f'[privacy_frontier] {len(cells)} cells, {len(cells) - len(todo)} already '
           f'in {csv_path}, {len(todo)} to compute with {FLAGS.workers} worker(s).',
           flush=True)
-    cli_positive('max_seconds_per_cell', FLAGS.max_seconds_per_cell)
     for row in frontier.run_cells(todo, FLAGS.workers, FLAGS.max_seconds_per_cell,
                          FLAGS.max_operations, ks, FLAGS.rtol):
       row = {k: str(v) for k, v in row.items()}

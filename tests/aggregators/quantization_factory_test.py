@@ -333,3 +333,45 @@ def test_mechanisms_with_some_privacy_are_accepted():
 def test_non_float_value_type_raises():
   with pytest.raises(TypeError, match='float'):
     aggregators.rqm_factory(1.0).create(tff.TensorType(np.int32, [3]))
+
+
+def test_hadamard_is_the_orthonormal_sylvester_matrix_and_its_own_inverse():
+  from scipy import linalg  # pylint: disable=g-import-not-at-top
+  x = np.random.RandomState(0).randn(3, 16).astype(np.float32)
+  got = qf.hadamard(tf.constant(x)).numpy()
+  np.testing.assert_allclose(got, x @ linalg.hadamard(16).T / 4.0, atol=1e-5)
+  np.testing.assert_allclose(qf.hadamard(tf.constant(got)).numpy(), x, atol=1e-5)
+  signs = qf.rotation_signs(tf.constant(7, tf.int64), 16).numpy()
+  assert set(np.unique(signs)) <= {-1.0, 1.0}
+  np.testing.assert_array_equal(signs, qf.rotation_signs(tf.constant(7, tf.int64), 16))
+  assert np.any(signs != qf.rotation_signs(tf.constant(8, tf.int64), 16).numpy())
+  with pytest.raises(ValueError, match='power-of-two'):
+    qf.hadamard(tf.zeros([1, 12]))
+
+
+@pytest.mark.parametrize('per_value', [1, 3])
+def test_rotated_factory_returns_the_clients_mean(per_value):
+  """A near-deterministic mechanism (PBM, 2^20 levels, θ ≈ 1/2): rotating,
+  encoding and un-rotating returns the mean of the clipped updates, packed
+  (each row rotated on its own) or not, over rounds with different signs."""
+  dim, n = 5, 6
+  rng = np.random.RandomState(1)
+  rows = rng.uniform(-0.3, 0.3, [n, dim]).astype(np.float32)
+  rows[0] *= 10.0   # norm > clip: clipped before rotation
+  clipped = rows * np.minimum(1.0, 1.0 / np.linalg.norm(rows, axis=1, keepdims=True))
+  factory = qf.QuantizationFactory(mechanisms.PBM(1.0, 2**20, 0.5 - 1e-9),
+                                   clip_norm=1.0, seed=3, rotate=True,
+                                   clients_per_value=per_value)
+  vt = tff.TensorType(np.float32, [dim] if per_value == 1 else [per_value, dim])
+  process = factory.create(vt)
+  assert factory.created.dim == 8
+  values = (list(rows) if per_value == 1 else
+            [rows[i:i + per_value] for i in range(0, n, per_value)])
+  state = process.initialize()
+  for _ in range(2):
+    out = process.next(state, values)
+    state = out.state
+    np.testing.assert_allclose(out.result, clipped.mean(0), atol=2e-3)
+    quant = aggregators.find_measurements(out.measurements)
+    assert quant['num_clients'] == n
+    assert quant['clipped_clients_fraction'] == pytest.approx(1 / n)

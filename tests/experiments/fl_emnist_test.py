@@ -72,6 +72,8 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
     (['--mechanism=gaussian', '--mechanism_params=bits=8', '--target_epsilon=5',
       '--dataset=mnist', '--model=logreg', '--total_clients=10',
       '--clients_per_round=2'], 'bits'),
+    (['--clients_per_slot=3', '--clients_per_round=4', '--dataset=mnist',
+      '--model=logreg', '--total_clients=10'], 'multiple of clients_per_slot'),
 ])
 def test_bad_input_is_a_clear_error(args, message, tmp_path):
   res = run_binary(args + [f'--root_output_dir={tmp_path}'], timeout=300)

@@ -107,9 +107,9 @@ def test_two_workers_a_worker_dies_and_the_run_resumes(mnist, tmp_path):
     assert rounds_in(run_dir) == [1]
     runtime.stop_processes(procs)
     addresses, procs = runtime.start_local_workers(2)  # other ports: still resumes
-    logs = []
+    logs = []   # resumed packed (2 clients per slot): also through the workers
     summary = ft.run(small_config(rounds=3), mnist, run_dir, log=logs.append,
-                     workers=addresses)
+                     workers=addresses, clients_per_slot=2)
     assert any('Resuming' in l and 'round 1' in l for l in logs)
     assert any('2 TFF workers' in l for l in logs)
     assert rounds_in(run_dir) == [1, 2, 3] and summary['rounds_completed'] == 3
@@ -129,4 +129,35 @@ def test_the_whole_process_is_secure_only(mnist, mechanism, rotate):
   process, used = ft.build_process(
       config, lambda: models.get('logreg', mnist.input_shape, 10), spec)
   tff.test.assert_not_contains_unsecure_aggregation(process.next)
-  assert used[0].dim == (8192 + 16 if rotate else 7850)  # Hadamard pads each tensor
+  assert used[0].dim == (8192 if rotate else 7850)  # rotation pads to 2^13
+
+
+def test_packed_run_resumes_unpacked_with_the_same_accounting(mnist, tmp_path):
+  """Packing is how a run executes, not what it is: the checkpoint state and the
+  accountant are the same, so a packed run resumes unpacked."""
+  run_dir = str(tmp_path / 'packed')
+  ft.run(small_config(), mnist, run_dir, log=lambda _: None, clients_per_slot=2)
+  assert rounds_in(run_dir) == [1, 2]
+  logs = []
+  resumed = ft.run(small_config(rounds=3), mnist, run_dir, log=logs.append)
+  assert any('Resuming' in l and 'round 2' in l for l in logs)
+  assert rounds_in(run_dir) == [1, 2, 3]
+  plain = ft.run(small_config(rounds=3), mnist, str(tmp_path / 'plain'),
+                 log=lambda _: None)
+  assert resumed['epsilon'] == plain['epsilon'] and resumed['dim'] == plain['dim']
+  with open(os.path.join(run_dir, 'metrics.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert all(0 <= float(r['train_accuracy']) <= 1 for r in rows)
+
+
+@pytest.mark.parametrize('kw, k, match', [
+    (dict(), 3, r'clients_per_round \(4\) must be a multiple of clients_per_slot \(3\)'),
+    (dict(), 0, 'clients_per_slot'),
+    (dict(mechanism='none'), 2, 'tff_quant mechanism'),
+    (dict(mechanism='gaussian', mechanism_params=dict(noise_multiplier=1.0)), 2,
+     'tff_quant mechanism')])
+def test_bad_packing_raises_before_anything_is_written(mnist, tmp_path, kw, k, match):
+  with pytest.raises(ValueError, match=match):
+    ft.run(small_config(**kw), mnist, str(tmp_path / 'r'), log=lambda _: None,
+           clients_per_slot=k)
+  assert not os.path.exists(str(tmp_path / 'r'))

@@ -3,9 +3,10 @@
 `mechanism_factory(name, clip_norm, params)` serves every mechanism in
 `tff_quant.mechanisms.registry()`. The per-coordinate range c∞ is
 clip_norm / √d (d known in `create`), as in the RQM/PBM EMNIST setup, unless
-`coordinate_clip` fixes it. `rotate=True` wraps the factory in TFF's own
-`HadamardTransformFactory`, so coordinate clipping is not biased toward large
-coordinates (the rotation preserves the ℓ2 norm; d becomes the padded size).
+`coordinate_clip` fixes it. `rotate=True` rotates each client's update by a
+randomized Hadamard transform inside the factory (`QuantizationFactory(rotate=
+True)`), so coordinate clipping is not biased toward large coordinates (the
+rotation preserves the ℓ2 norm; d becomes the padded size, a power of two).
 The named constructors below are the documented shorthands of the same call.
 """
 
@@ -24,7 +25,8 @@ def mechanism_factory(name: str, clip_norm: float,
                       coordinate_clip_multiple: float = 1.0, rotate: bool = False,
                       seed: Optional[int] = None,
                       max_clients_per_round: Optional[int] = None,
-                      sum_factory=None, allow_no_privacy: bool = False):
+                      sum_factory=None, allow_no_privacy: bool = False,
+                      clients_per_value: int = 1):
   """A QuantizationFactory for the registered mechanism `name`.
 
   Args:
@@ -36,12 +38,15 @@ def mechanism_factory(name: str, clip_norm: float,
     coordinate_clip_multiple: k > 0 in that default (k > 1 with `rotate`: few
       coordinates of a rotated update exceed k·clip_norm/√d; the accountant's
       ℓ2 route charges each coordinate what the ℓ2 budget allows).
-    rotate: wrap in TFF's `HadamardTransformFactory`.
+    rotate: rotate each client's update (see `QuantizationFactory`); per
+      client, so it also works with `clients_per_value` > 1.
     seed: None (unpredictable client seeds) or an int (reproducible experiments).
     max_clients_per_round: see `QuantizationFactory`.
     sum_factory: see `QuantizationFactory` (default TFF's SecureSumFactory).
     allow_no_privacy: see `QuantizationFactory` (default: refuse a mechanism
       that gives no privacy, checked now).
+    clients_per_value: see `QuantizationFactory` (K clients stacked per value,
+      the packed simulation path).
 
   Returns:
     The factory (a `tff.aggregators.UnweightedAggregationFactory`).
@@ -60,10 +65,11 @@ def mechanism_factory(name: str, clip_norm: float,
   factory = quantization_factory.QuantizationFactory(
       mechanism, clip_norm=clip_norm, seed=seed,
       max_clients_per_round=max_clients_per_round, sum_factory=sum_factory,
-      allow_no_privacy=allow_no_privacy)
+      allow_no_privacy=allow_no_privacy, clients_per_value=clients_per_value,
+      rotate=rotate)
   if coordinate_clip is None:  # parameters' joint constraints and privacy, now
     factory.check_mechanism(mechanism(1.0))
-  return tff.aggregators.HadamardTransformFactory(factory) if rotate else factory
+  return factory
 
 
 def rqm_factory(clip_norm: float, num_levels: int = 16, q: float = 0.42,

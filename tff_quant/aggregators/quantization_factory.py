@@ -1,12 +1,14 @@
 """One generic TFF aggregation factory for every mechanism in tff_quant.mechanisms.
 
 client: flatten + concat -> non-finite to 0 (counted) -> l2 clip to `clip_norm`
+        -> (with `rotate`: zero-pad to 2^m, random signs, orthonormal Hadamard)
         -> per-coordinate clip to the mechanism's range (counted) -> mechanism.encode
         -> integer levels in [0, L-1]
 secure: `sum_factory` (default tff.aggregators.SecureSumFactory(L-1, 0), or
         SecureModularSumFactory(M) for mechanisms with a `modulus`): the
         server only sees the sum; its state is carried across rounds
-server: mechanism.decode(level_sum, n) / n -> the original structure (a mean)
+server: mechanism.decode(level_sum, n) / n -> (rotation undone) -> the original
+        structure (a mean)
 
 Seeds: by default every client draws its own sampling seed from its local RNG
 (TF's OS-seeded generator), so the server cannot predict the noise. `seed=int` is
@@ -32,6 +34,7 @@ MechanismOrBuilder = Union[base.Mechanism, Callable[[float], base.Mechanism]]
 _INT32_MAX = 2**31 - 1
 _STATE_TYPE = tff.TensorType(np.int64)
 _RECORDERS = []   # open `recording()` blocks
+_ROTATION_SALT = 0x5EED_0F_2D   # second word of the rotation's (public) seed
 # A mechanism that needs δ >= this for any finite ε gives no privacy.
 NO_PRIVACY_MASS = 0.5
 
@@ -82,6 +85,18 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       `tff.aggregators.SecureSumFactory(L-1, 0)`. Its state lives in this
       factory's state and is carried across rounds (as in `MeanFactory`). It
       must return the exact sum: the accountant assumes the server sees the sum.
+    rotate: False (default) or True: each client's clipped update is
+      zero-padded to the next power of two D and rotated by this round's
+      randomized Hadamard transform (signs from a public per-round seed, as in
+      TFF's HadamardTransformFactory), so few coordinates exceed c∞ = k·clip/√D;
+      the server undoes it. The rotation is per client (per row when packed),
+      which TFF's factory around a packed value could not do. d becomes D.
+    clients_per_value: K >= 1 (default 1). With K > 1 every client value stacks
+      K clients' updates on a leading axis (the packed simulation path,
+      `tff_quant.training.packed_clients`): each row is clipped and encoded on
+      its own and the K level vectors are added before the secure sum, which
+      then reveals the same sum of independent encodings as K separate clients
+      (proof in that module's docstring). The result has no leading axis.
 
   State: (round number, the level-sum state, the client-count-sum state).
 
@@ -104,7 +119,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
                clip_norm: Optional[float] = None,
                max_clients_per_round: Optional[int] = None,
                seed: Optional[int] = None, sum_factory=None,
-               allow_no_privacy: bool = False):
+               allow_no_privacy: bool = False, clients_per_value: int = 1,
+               rotate: bool = False):
     if not (isinstance(mechanism, base.Mechanism) or callable(mechanism)):
       raise TypeError('`mechanism` must be a tff_quant Mechanism or a callable '
                       f'c_inf -> Mechanism, got {type(mechanism).__name__}.')
@@ -130,6 +146,9 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     self._clip_norm = None if clip_norm is None else float(clip_norm)
     self._max_clients = max_clients_per_round
     self._seed = seed
+    self._per_value = validation.check_integer('clients_per_value',
+                                               clients_per_value, 1)
+    self._rotate = validation.check_bool('rotate', rotate)
     if isinstance(mechanism, base.Mechanism):
       self._check_capacity(mechanism)
       self._check_privacy(mechanism)
@@ -191,13 +210,24 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
   def create(self, value_type) -> tff.templates.AggregationProcess:
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f'Expected a structure of float tensors, got {value_type}.')
+    per_value = self._per_value
     specs = tff.types.type_to_tf_tensor_specs(value_type)
     flat_specs = tf.nest.flatten(specs)
     unknown = [s for s in flat_specs if not s.shape.is_fully_defined()]
     if unknown:
       raise TypeError('QuantizationFactory needs fully defined tensor shapes (it '
                       f'encodes a fixed number of coordinates), got {value_type}.')
-    dim = int(sum(s.shape.num_elements() for s in flat_specs))
+    if per_value > 1:
+      if any(s.shape.rank < 1 or s.shape[0] != per_value for s in flat_specs):
+        raise TypeError(f'clients_per_value={per_value} needs every tensor to '
+                        f'stack {per_value} clients on its first axis, got '
+                        f'{value_type}.')
+      specs = tf.nest.map_structure(
+          lambda s: tf.TensorSpec(s.shape[1:], s.dtype), specs)
+      flat_specs = tf.nest.flatten(specs)
+    raw_dim = int(sum(s.shape.num_elements() for s in flat_specs))
+    rotate = self._rotate
+    dim = 2**math.ceil(math.log2(raw_dim)) if rotate else raw_dim
     mech = self.mechanism_for_dimension(dim)
     self._check_capacity(mech)
     self._check_privacy(mech)
@@ -209,19 +239,25 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     clip_norm = self._clip_norm
     global_seed = self._seed
     c_inf = float(mech.input_bound)
+    modulus = mech.modulus
 
     @tff.tensorflow.computation(value_type, _STATE_TYPE)
     def client_encode(value, round_num):
-      flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
-                        for t in tf.nest.flatten(value)], axis=0)
+      # Rows: the value's clients (one unless packed), each clipped on its own.
+      flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [per_value, -1])
+                        for t in tf.nest.flatten(value)], axis=1)
       finite = tf.math.is_finite(flat)
       nonfinite = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
       flat = tf.where(finite, flat, tf.zeros_like(flat))
       l2_clipped = tf.constant(0, tf.int32)
       if clip_norm is not None:
-        norm = tf.norm(flat)
-        l2_clipped = tf.cast(norm > clip_norm, tf.int32)
+        norm = tf.norm(flat, axis=1, keepdims=True)
+        l2_clipped = tf.reduce_sum(tf.cast(norm > clip_norm, tf.int32))
         flat = flat * tf.minimum(1.0, clip_norm / tf.maximum(norm, 1e-30))
+      if rotate:
+        flat = hadamard(tf.pad(flat, [[0, 0], [0, dim - raw_dim]]) *
+                        rotation_signs(round_num, dim))
+      flat = tf.reshape(flat, [-1])
       clipped = tf.reduce_sum(tf.cast(tf.abs(flat) > c_inf, tf.int32))
       if global_seed is None:
         seed = tf.random.uniform([2], minval=tf.int64.min, maxval=tf.int64.max,
@@ -234,20 +270,25 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
             [2], seed=tf.stack([tf.constant(global_seed, tf.int64) + round_num,
                                 fingerprint]),
             minval=None, maxval=None, dtype=tf.int64)
-      levels = mech.encode(flat, seed)
-      counts = tf.stack([clipped, nonfinite, tf.constant(1, tf.int32), l2_clipped])
+      # Per-coordinate independent encoding: one call encodes every row.
+      levels = tf.reduce_sum(tf.reshape(mech.encode(flat, seed), [per_value, dim]),
+                             axis=0)
+      if modulus is not None:
+        levels = tf.math.floormod(levels, modulus)
+      counts = tf.stack([clipped, nonfinite, tf.constant(per_value, tf.int32),
+                         l2_clipped])
       return levels, counts
 
     levels_type, counts_type = client_encode.type_signature.result
     default_sum = (tff.aggregators.SecureModularSumFactory(mech.modulus)
                    if mech.modulus is not None else
-                   tff.aggregators.SecureSumFactory(num_levels - 1, 0))
+                   tff.aggregators.SecureSumFactory(per_value * (num_levels - 1), 0))
     level_sum = (self._sum_factory or default_sum).create(levels_type)
-    modulus = mech.modulus
-    count_sum = tff.aggregators.SecureSumFactory(dim, 0).create(counts_type)
+    count_sum = tff.aggregators.SecureSumFactory(per_value * dim, 0).create(
+        counts_type)
 
-    @tff.tensorflow.computation(levels_type, counts_type)
-    def server_decode(levels_total, counts_total):
+    @tff.tensorflow.computation(levels_type, counts_type, _STATE_TYPE)
+    def server_decode(levels_total, counts_total, round_num):
       n = counts_total[2]
       checks = [tf.debugging.assert_less_equal(
           n, max_clients,
@@ -257,6 +298,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
                 tf.debugging.assert_positive(n, message='No clients in round.')]
       with tf.control_dependencies(checks):
         mean = mech.decode(levels_total, n) / tf.cast(n, tf.float32)
+      if rotate:   # the transform is its own inverse; then the signs
+        mean = hadamard(mean[None])[0] * rotation_signs(round_num, dim)
       pieces, start = [], 0
       for spec in flat_specs:
         size = spec.shape.num_elements()
@@ -295,7 +338,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       summed = level_sum.next(state.level_sum, levels)
       counted = count_sum.next(state.count_sum, counts)
       result, measurements = tff.federated_map(
-          server_decode, (summed.result, counted.result))
+          server_decode, (summed.result, counted.result, state.round_num))
       new_state = tff.federated_zip(collections.OrderedDict(
           round_num=tff.federated_map(
               tff.tensorflow.computation(lambda s: s + 1, _STATE_TYPE),
@@ -308,6 +351,30 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
           state=new_state, result=result, measurements=all_measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def rotation_signs(round_num, size: int):
+  """This round's ±1 per coordinate of the randomized Hadamard rotation, from a
+  public seed (round number, salt): clients and server derive the same signs."""
+  seed = tf.stack([tf.cast(round_num, tf.int64), tf.constant(_ROTATION_SALT, tf.int64)])
+  bits = tf.random.stateless_uniform([size], seed=seed, minval=0, maxval=2,
+                                     dtype=tf.int32)
+  return tf.cast(2 * bits - 1, tf.float32)
+
+
+def hadamard(x):
+  """The orthonormal Walsh–Hadamard transform of each row of x [rows, 2^m]
+  (symmetric and orthogonal, so its own inverse); m butterfly stages."""
+  rows, size = x.shape
+  if size & (size - 1):
+    raise ValueError(f'hadamard needs a power-of-two row length, got {size}.')
+  half = 1
+  while half < size:
+    pairs = tf.reshape(x, [-1, size // (2 * half), 2, half])
+    a, b = pairs[:, :, 0, :], pairs[:, :, 1, :]
+    x = tf.reshape(tf.stack([a + b, a - b], axis=2), [-1, size])
+    half *= 2
+  return tf.reshape(x, [rows if rows is not None else -1, size]) / math.sqrt(size)
 
 
 @contextlib.contextmanager

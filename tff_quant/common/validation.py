@@ -5,7 +5,7 @@ for a flag) and the allowed set or range, with open ends printed as open.
 """
 
 import math
-from typing import Iterable, Optional
+from typing import Callable, Dict, Iterable, Optional
 
 import numpy as np
 
@@ -87,3 +87,16 @@ def check_at_most(name: str, value, other_name: str, other_value):
 def check_optional(check, name: str, value, *args, **kwargs) -> Optional[object]:
   """None passes; anything else goes through `check`."""
   return None if value is None else check(name, value, *args, **kwargs)
+
+
+def parse_key_values(name: str, text: str,
+                     parse: Callable[[str, str], object]) -> Dict[str, object]:
+  """'key=value,key=value' (a flag's text) -> {key: parse(key, value)}; an
+  entry without '=' is a ValueError naming `name`."""
+  out = {}
+  for item in filter(None, (part.strip() for part in (text or '').split(','))):
+    key, sep, value = item.partition('=')
+    if not sep:
+      raise ValueError(f'{name} must be key=value entries, got {item!r}.')
+    out[key.strip()] = parse(key.strip(), value.strip())
+  return out

@@ -16,7 +16,7 @@ import collections
 import dataclasses
 import gzip
 import os
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -41,10 +41,21 @@ class FederatedData:
   test_x: np.ndarray
   test_y: np.ndarray
   num_classes: int
+  # client id -> (x, y) arrays, for the splits this module holds in memory.
+  arrays: Optional[Dict[str, Tuple[np.ndarray, np.ndarray]]] = None
 
   @property
   def input_shape(self) -> Tuple[int, ...]:
     return tuple(self.test_x.shape[1:])
+
+  def client_examples(self, client_id: str) -> Tuple[np.ndarray, np.ndarray]:
+    """(x, y) of one train client in its dataset's order: from memory for the
+    simulated splits, read through tf.data otherwise (EMNIST)."""
+    if self.arrays is not None:
+      return self.arrays[client_id]
+    batch = self.train.create_tf_dataset_for_client(client_id).batch(
+        2**31 - 1).get_single_element()
+    return batch['x'].numpy(), batch['y'].numpy()
 
 
 def read_idx(path: str) -> np.ndarray:
@@ -125,7 +136,8 @@ def _client_data_from_arrays(x, y, num_clients, alpha, seed):
   for i, idx in enumerate(shards):
     slices[f'client_{i:05d}'] = collections.OrderedDict(
         x=x[idx], y=y[idx])
-  return tff.simulation.datasets.TestClientData(slices)
+  arrays = {cid: (v['x'], v['y']) for cid, v in slices.items()}
+  return tff.simulation.datasets.TestClientData(slices), arrays
 
 
 def emnist_cache_path(cache_dir: Optional[str] = None) -> str:
@@ -168,13 +180,13 @@ def load(name: str, num_clients: int = 100, alpha: float = 0.5, seed: int = 0,
   if name == 'emnist':
     return load_emnist(emnist_cache_dir, max_test_examples=max_test_examples)
   (x, y), (tx, ty), source = load_image_arrays(name, data_dir)
-  train = _client_data_from_arrays(x, y, num_clients, alpha, seed)
+  train, arrays = _client_data_from_arrays(x, y, num_clients, alpha, seed)
   if max_test_examples:
     tx, ty = tx[:max_test_examples], ty[:max_test_examples]
   return FederatedData(
       name, f'{source}; SIMULATED federated split: {num_clients} clients, '
       f'Dirichlet(alpha={alpha}) over labels, seed {seed} (not split by writer)',
-      train, tx, ty, 10)
+      train, tx, ty, 10, arrays)
 
 
 def load_sklearn(name: str):

@@ -249,13 +249,8 @@ class Mechanism(abc.ABC):
   @classmethod
   def parse_params(cls, text: str) -> Dict[str, object]:
     """'key=value,key=value' (a flag's text) -> validated dict of given params."""
-    out = {}
-    for item in filter(None, (part.strip() for part in (text or '').split(','))):
-      key, sep, value = item.partition('=')
-      if not sep:
-        raise ValueError(f'mechanism parameters must be key=value entries, got {item!r}.')
-      out[key.strip()] = cls.tunable(key.strip()).parse(value)
-    return out
+    return validation.parse_key_values(
+        'mechanism parameters', text, lambda key, value: cls.tunable(key).parse(value))
 
   @classmethod
   def for_coordinate_bound(cls, c_inf: float, **params) -> 'Mechanism':

@@ -1,6 +1,7 @@
 """Shared behaviour of the absl experiment binaries: clear errors, no stray workers."""
 
 import contextlib
+import math
 import sys
 
 from tff_quant.common import validation
@@ -40,3 +41,25 @@ def check_flags(values, at_least_one=(), positive=()) -> None:
     validation.check_integer(f'--{name}', get(name), 1)
   for name in positive:
     validation.check_positive(f'--{name}', get(name))
+
+
+def number(flag: str, value, low: float, integer: bool = False,
+           strict: bool = False):
+  """A flag's entry as an int (`integer`) or a finite float, >= low (> low when
+  `strict`); ValueError naming --flag and the allowed range otherwise."""
+  kind = 'an integer' if integer else 'a finite number'
+  try:
+    v = int(value) if integer else float(value)
+  except (TypeError, ValueError):
+    raise ValueError(f'--{flag}: {value!r} is not {kind}.') from None
+  if not (math.isfinite(v) and (v > low if strict else v >= low)):
+    raise ValueError(f'--{flag}: {v} must be {kind} {">" if strict else ">="} {low}.')
+  return v
+
+
+def numbers(flag: str, values, low: float, integer: bool = False,
+            strict: bool = False) -> list:
+  """Every entry of a list flag through `number`; an empty list is an error."""
+  if not values:
+    raise ValueError(f'--{flag}: give at least one value.')
+  return [number(flag, v, low, integer, strict) for v in values]

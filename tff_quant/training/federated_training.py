@@ -27,7 +27,7 @@ from tff_quant import accounting, aggregators, mechanisms, models
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import results_io, runtime
-from tff_quant.training import round_loop
+from tff_quant.training import packed_clients, round_loop
 
 NO_PRIVACY = 'none'   # the clipped plain mean (noise-free baseline)
 PEER_PARAMS = ('noise_multiplier', 'bits')   # mechanism_params of a TFF peer
@@ -146,36 +146,63 @@ def build_peer(config: TrainingConfig, dim: int, log=print) -> peers.Peer:
                     config.clip_norm, config.clients_per_round, dim, bits)
 
 
-def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None):
+def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
+                  clients_per_slot: int = 1):
   """(FedAvg process, [Created]) for `config`: its aggregator and what it uses.
 
   With a registry mechanism the whole `next` is secure-only: the model update
   goes through the mechanism's secure sum and the training metrics through
   `tff.learning.metrics.secure_sum_then_finalize` (TFF's default metrics
   aggregator would add a plain federated_sum). A TFF peer (`peer`) runs as TFF
-  builds it, with TFF's default metrics aggregator.
+  builds it, with TFF's default metrics aggregator. `clients_per_slot` K > 1:
+  the packed path (`packed_clients`; its `next` takes one packed dataset per
+  K clients).
   """
   private = config.mechanism != NO_PRIVACY and peer is None
+  model_fn = models.tff_model_fn(keras_fn, input_spec)
+  client_opt = tff.learning.optimizers.build_sgdm(config.client_lr)
+  server_opt = tff.learning.optimizers.build_sgdm(config.server_lr)
   with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
-    process = tff.learning.algorithms.build_unweighted_fed_avg(
-        models.tff_model_fn(keras_fn, input_spec),
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_lr),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_lr),
-        model_aggregator=(peer.factory() if peer is not None
-                          else build_aggregator(config)),
-        metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
-                            if private else None))
+    if clients_per_slot > 1:
+      process = packed_clients.build_packed_fed_avg(
+          model_fn, clients_per_slot, client_opt, server_opt,
+          build_aggregator(config, clients_per_slot))
+    else:
+      process = tff.learning.algorithms.build_unweighted_fed_avg(
+          model_fn, client_optimizer_fn=client_opt, server_optimizer_fn=server_opt,
+          model_aggregator=(peer.factory() if peer is not None
+                            else build_aggregator(config)),
+          metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
+                              if private else None))
   return process, used
 
 
-def build_aggregator(config: TrainingConfig):
-  """The model aggregator for `config` (a clipped plain mean for 'none')."""
+def build_aggregator(config: TrainingConfig, clients_per_value: int = 1):
+  """The model aggregator for `config` (a clipped plain mean for 'none');
+  `clients_per_value` as in `QuantizationFactory`."""
   if config.mechanism == NO_PRIVACY:
     return aggregators.clipped_mean_factory(config.clip_norm)
   return aggregators.mechanism_factory(
       config.mechanism, config.clip_norm, config.mechanism_params,
       coordinate_clip_multiple=config.coordinate_clip_multiple,
-      rotate=config.rotate, seed=config.noise_seed)
+      rotate=config.rotate, seed=config.noise_seed,
+      clients_per_value=clients_per_value)
+
+
+def check_packing(config: TrainingConfig, clients_per_slot: int) -> int:
+  """`clients_per_slot`, checked: K >= 1 dividing clients_per_round; K > 1
+  needs a registry mechanism (ValueError naming them)."""
+  k = validation.check_integer('clients_per_slot', clients_per_slot, 1)
+  if k == 1:
+    return k
+  if config.mechanism == NO_PRIVACY or config.is_peer:
+    raise ValueError(f'clients_per_slot={k} needs a tff_quant mechanism (the '
+                     'packed path encodes each client before the secure sum), '
+                     f'not {config.mechanism!r}; use clients_per_slot=1.')
+  if config.clients_per_round % k:
+    raise ValueError(f'clients_per_round ({config.clients_per_round}) must be a '
+                     f'multiple of clients_per_slot ({k}).')
+  return k
 
 
 def calibrate_config(config: TrainingConfig, dim: int, log=print):
@@ -274,15 +301,19 @@ def _next_round(process, state, datasets, remote, rnd):
 
 def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
         log: Callable[[str], None] = print, max_test_examples: Optional[int] = None,
-        workers: Optional[Sequence[str]] = None) -> Dict[str, object]:
+        workers: Optional[Sequence[str]] = None,
+        clients_per_slot: int = 1) -> Dict[str, object]:
   """Trains (or resumes) and returns the summary dict (also in summary.json).
 
   `workers`: None (one machine, TFF's local C++ test context) or 'host:port'
   addresses of running TFF worker services that share each round's clients
-  (runtime.RemoteWorkers). Not part of the run's config: a run may resume on
-  other workers.
+  (runtime.RemoteWorkers). `clients_per_slot` K > 1: each TFF client slot
+  trains K clients (`packed_clients`: the server sees the same law, several
+  times faster). Neither is part of the run's config: a run may resume on
+  other workers or packed otherwise.
   """
   config.validate()
+  clients_per_slot = check_packing(config, clients_per_slot)
   if config.total_clients > len(data.train.client_ids):
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
                      f'{len(data.train.client_ids)} clients of {data.name}.')
@@ -294,10 +325,12 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   if config.is_peer:
     check_protobuf_for_peer(config.mechanism)
     peer = build_peer(config, models.num_params(keras_fn()), log)
-  process, used = build_process(config, keras_fn, input_spec, peer)
+  process, used = build_process(config, keras_fn, input_spec, peer,
+                                clients_per_slot)
   if config.target_epsilon is not None and used:
     calibrate_config(config, used[0].dim, log)
-    process, used = build_process(config, keras_fn, input_spec)
+    process, used = build_process(config, keras_fn, input_spec,
+                                  clients_per_slot=clients_per_slot)
   mech, dim = ((used[0].mechanism, used[0].dim) if used
                else (None, models.num_params(keras_fn())))
   delta = config.target_delta
@@ -355,8 +388,12 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
     t0 = time.time()
     rng = np.random.default_rng([config.seed, rnd])
     chosen = rng.choice(len(population), config.clients_per_round, replace=False)
-    state, metrics = _next_round(
-        process, state, [client_dataset(population[i]) for i in chosen], remote, rnd)
+    ids = [population[i] for i in chosen]
+    datasets = (packed_clients.pack_datasets(
+        data.client_examples, ids, clients_per_slot, config.batch_size,
+        config.local_epochs) if clients_per_slot > 1
+                else [client_dataset(c) for c in ids])
+    state, metrics = _next_round(process, state, datasets, remote, rnd)
     train = metrics['client_work']['train']
     quant = aggregators.find_measurements(metrics['aggregator'])
     row = collections.OrderedDict(

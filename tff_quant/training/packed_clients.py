@@ -1,0 +1,242 @@
+"""FedAvg with several simulated clients per TFF client slot (the fast simulation path).
+
+TFF's per-client overhead, not local training, dominates a simulated round
+(benchmarks/round_vs_floor.py). Here each TFF client slot trains K clients one
+after another inside one TensorFlow loop, from the same broadcast weights, with
+its own optimizer state each, and hands the aggregator their K updates stacked on
+a leading axis. A `QuantizationFactory(clients_per_value=K)` clips and encodes
+every row on its own and adds the K integer level vectors before the secure sum.
+
+Why the server's view is unchanged: the secure sum reveals only
+S = Σ_slots Σ_{k<K} Q(x_{slot,k}), where each Q(x) is the mechanism's encoding of
+one client's clipped update with fresh, independent randomness (encoding is per
+coordinate and independent, which the accountant already assumes). Regrouping a
+finite sum of independent terms does not change it: S has exactly the law of
+Σ_i Q(x_i) over the n clients, the variable the accountant bounds. The training
+metrics are per-client sums (loss and accuracy totals) added the same way and
+still go through `secure_sum_then_finalize`. Local training is TFF's model-delta
+client work (update = initial − trained weights; a client whose update is not
+finite contributes zeros), batches cut per client exactly as
+`dataset.repeat(epochs).batch(batch_size)` cuts them.
+"""
+
+import collections
+from typing import Callable, List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_quant.common import validation
+
+
+def pack_datasets(examples: Callable[[str], Tuple[np.ndarray, np.ndarray]],
+                  client_ids: Sequence[str], clients_per_slot: int,
+                  batch_size: int, local_epochs: int = 1) -> List[tf.data.Dataset]:
+  """One dataset per slot of `clients_per_slot` consecutive clients.
+
+  Args:
+    examples: client id -> (x, y) numpy arrays in the client's dataset order.
+    client_ids: the round's clients; their number must be a multiple of K.
+    clients_per_slot: K >= 1.
+    batch_size, local_epochs: as the plain path's `repeat(epochs).batch(B)`.
+
+  Returns:
+    Datasets whose elements are ((x [b, ...], y [b]), k): a batch of client k of
+    the slot (0 <= k < K), all of client k's batches before client k + 1's.
+  """
+  k = validation.check_integer('clients_per_slot', clients_per_slot, 1)
+  validation.check_integer('batch_size', batch_size, 1)
+  validation.check_integer('local_epochs', local_epochs, 1)
+  if len(client_ids) % k:
+    raise ValueError(f'clients_per_round ({len(client_ids)}) must be a multiple of '
+                     f'clients_per_slot ({k}).')
+  out = []
+  for first in range(0, len(client_ids), k):
+    xs, ys, starts, sizes, owners = [], [], [], [], []
+    offset = 0
+    for j, cid in enumerate(client_ids[first:first + k]):
+      x, y = examples(cid)
+      if len(y) == 0:
+        raise ValueError(f'client {cid!r} has no examples.')
+      x, y = np.concatenate([x] * local_epochs), np.concatenate([y] * local_epochs)
+      for s in range(0, len(y), batch_size):
+        starts.append(offset + s)
+        sizes.append(min(batch_size, len(y) - s))
+        owners.append(j)
+      xs.append(x)
+      ys.append(y)
+      offset += len(y)
+    all_x = tf.constant(np.concatenate(xs))
+    all_y = tf.constant(np.concatenate(ys))
+    batches = tf.data.Dataset.from_tensor_slices(
+        (np.array(starts, np.int64), np.array(sizes, np.int64),
+         np.array(owners, np.int32)))
+    out.append(batches.map(
+        lambda s, z, j, x=all_x, y=all_y: ((x[s:s + z], y[s:s + z]), j)))
+  return out
+
+
+def stacked_type(value_type, clients_per_slot: int):
+  """The TFF type of K stacked values of `value_type` (a leading axis K)."""
+  specs = tff.types.type_to_tf_tensor_specs(value_type)
+  return tff.types.tensorflow_to_type(tf.nest.map_structure(
+      lambda s: tf.TensorSpec([clients_per_slot] + s.shape.as_list(), s.dtype),
+      specs))
+
+
+def _packed_update(model_fn, clients_per_slot: int):
+  """The tf.function training the K clients of one slot (see module docstring)."""
+  model = model_fn()
+  num = clients_per_slot
+
+  @tf.function
+  def update(optimizer, hparams, initial_weights, data):
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(lambda a, b: a.assign(b), weights, initial_weights)
+    trainable = tuple(tf.nest.flatten(weights.trainable))
+    start = tuple(tf.nest.flatten(initial_weights.trainable))
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+
+    def fresh_optimizer():
+      return optimizer.set_hparams(optimizer.initialize(specs), hparams)
+
+    def finish(rows, client):
+      """Writes client's update (zeros if not finite) and resets the weights."""
+      delta = [a - b for a, b in zip(start, trainable)]
+      finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in delta])
+      rows = tuple(r.write(client, tf.where(finite, t, tf.zeros_like(t)))
+                   for r, t in zip(rows, delta))
+      with tf.control_dependencies([r.flow for r in rows]):
+        for v, s in zip(trainable, start):
+          v.assign(s)
+      return rows
+
+    def step(carry, element):
+      """One batch; a new client first stores the last one's update."""
+      rows, opt_state, current = carry
+      batch, client = element
+      rows, opt_state = tf.cond(
+          tf.equal(client, current), lambda: (rows, opt_state),
+          lambda: (finish(rows, current), fresh_optimizer()))
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+      grads = tape.gradient(output.loss, trainable)
+      opt_state, new = optimizer.next(opt_state, trainable, grads)
+      for v, w in zip(trainable, new):
+        v.assign(w)
+      return rows, opt_state, client
+
+    # A dataset.reduce, as TFF's own client work: an autograph `for` loop over
+    # the dataset computed wrong updates for clients with several batches under
+    # TFF's C++ executor (tests/training/packed_clients_test.py catches it).
+    rows = tuple(tf.TensorArray(v.dtype, size=num, element_shape=v.shape)
+                 for v in trainable)
+    rows, _, current = data.reduce(
+        (rows, fresh_optimizer(), tf.constant(0, tf.int32)), step)
+    rows = finish(rows, current)
+    update = tf.nest.pack_sequence_as(weights.trainable, [
+        tf.reshape(r.stack(), [num] + v.shape.as_list())
+        for r, v in zip(rows, trainable)])
+    return (tff.learning.templates.ClientResult(
+        update=update, update_weight=tf.constant(float(num), tf.float32)),
+            model.report_local_unfinalized_metrics())
+
+  return update
+
+
+def build_packed_client_work(model_fn, optimizer, clients_per_slot: int,
+                             metrics_aggregator):
+  """A `tff.learning.templates.ClientWorkProcess` training K clients per slot.
+
+  Args:
+    model_fn: no-arg callable -> `tff.learning.models.VariableModel` (fresh).
+    optimizer: the clients' `tff.learning.optimizers.Optimizer`.
+    clients_per_slot: K >= 1.
+    metrics_aggregator: e.g. `tff.learning.metrics.secure_sum_then_finalize`.
+
+  Its result's update has a leading axis K (one row per client).
+  """
+  num = validation.check_integer('clients_per_slot', clients_per_slot, 1)
+  with tf.Graph().as_default():
+    model = model_fn()
+    metrics_fn = metrics_aggregator(model.metric_finalizers())
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    element = tff.types.tensorflow_to_type(model.input_spec)
+  data_type = tff.SequenceType(tff.StructWithPythonType(
+      [element, tff.TensorType(np.int32)], tuple))
+  hparams = optimizer.get_hparams(optimizer.initialize(
+      tf.TensorSpec([], tf.float32)))
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_value(hparams, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, weights_type, data_type)
+  def client_update(state, initial, dataset):
+    return _packed_update(model_fn, num)(optimizer, state, initial, dataset)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, data):
+    result, metrics = tff.federated_map(
+        client_update, (tff.federated_broadcast(state), weights, data))
+    measurements = tff.federated_zip(collections.OrderedDict(
+        train=metrics_fn(metrics)))
+    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams(state):
+    return state
+
+  @tff.tensorflow.computation(state_type, state_type)
+  def set_hparams(state, new):
+    del state
+    return new
+
+  return tff.learning.templates.ClientWorkProcess(
+      init_fn, next_fn, get_hparams_fn=get_hparams, set_hparams_fn=set_hparams)
+
+
+def build_packed_fed_avg(model_fn, clients_per_slot: int, client_optimizer,
+                         server_optimizer, model_aggregator,
+                         metrics_aggregator=None):
+  """FedAvg (uniform weights) whose client slots each train K clients.
+
+  Args:
+    model_fn: no-arg callable -> a fresh `tff.learning.models.VariableModel`.
+    clients_per_slot: K >= 1; `next` takes one packed dataset per slot
+      (`pack_datasets`).
+    client_optimizer, server_optimizer: `tff.learning.optimizers.Optimizer`s.
+    model_aggregator: an unweighted factory that takes K stacked updates per
+      value and returns their mean over all clients, e.g.
+      `aggregators.mechanism_factory(..., clients_per_value=K)`.
+    metrics_aggregator: default `tff.learning.metrics.secure_sum_then_finalize`
+      (the whole round stays secure-only).
+
+  Returns:
+    A `tff.learning.templates.LearningProcess` with the state, metrics and
+    get/set_model_weights of TFF's FedAvg.
+  """
+  from tff_quant.aggregators import constructors  # pylint: disable=g-import-not-at-top
+  num = validation.check_integer('clients_per_slot', clients_per_slot, 1)
+
+  @tff.tensorflow.computation()
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_weights.type_signature.result
+  aggregator = constructors.weighted(model_aggregator).create(
+      stacked_type(weights_type.trainable, num), tff.TensorType(np.float32))
+  return tff.learning.templates.compose_learning_process(
+      initial_weights,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      build_packed_client_work(
+          model_fn, client_optimizer, num,
+          metrics_aggregator or tff.learning.metrics.secure_sum_then_finalize),
+      aggregator,
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                             weights_type))
