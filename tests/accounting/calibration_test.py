@@ -1,6 +1,7 @@
 import pytest
 
-from tff_quant.accounting import calibration, composition
+from tff_quant import mechanisms
+from tff_quant.accounting import calibration, composition, vector
 
 SCHEDULE = dict(delta=1e-5, rounds=20, clients_per_round=10, total_clients=1000)
 
@@ -82,3 +83,23 @@ def test_bad_numbers_name_the_parameter(kwargs, match):
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
     calibration.calibrate(**args)
+
+
+def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
+  """RQM with 16 levels: small Δ puts many levels inside ±c (costly vertex
+  search). With the limit between Δ = 4c and Δ = 8c, only Δ >= 8c is searched,
+  and the report names what was left out; with every point over it, one error."""
+  schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
+  rungs = len(vector.order_ladder(calibration.FAST_ORDERS))
+  grid = vector.focused_grid(0.3, 2.0 / 100**0.5, 24)   # t* = S/√d, as vector_rdp
+  cost = lambda ratio: vector.estimated_operations(
+      mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5), 10, rungs, len(grid))
+  assert cost(4.0) > cost(8.0)
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(4.0) * cost(8.0))**0.5)
+  report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,
+                                          compare_gaussian=False)
+  assert report.mechanism.delta >= 8 * 0.3 - 1e-12
+  assert [g['delta_ratio'] for g in report.refused] == [0.25, 0.5, 1.0, 2.0, 4.0]
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
+  with pytest.raises(vector.CostError, match='Every setting of delta_ratio, q'):
+    calibration.calibrate('rqm', 3.0, **schedule, bits=4)

@@ -35,3 +35,12 @@ def test_every_level_possible_so_dinf_is_finite():
 def test_invalid_params_raise(kwargs, name, error):
   with pytest.raises(error, match=f'`{name}`'):
     rp.RandomizedProjection(**dict(PARAMS[0], **kwargs))
+
+
+def test_one_bit_takes_every_q_that_favours_the_nearest_level():
+  """q >= 1/L: at b = 1 (L = 2) q in [0.5, 1) builds, below it is refused."""
+  for q in (0.5, 0.9):
+    mech = rp.RandomizedProjection(bound=1.0, bits=1, q=q, sigma=0.1)
+    assert np.exp(mech.log_pmf(1.0)).sum() == pytest.approx(1.0)
+  with pytest.raises(ValueError, match='`q`'):
+    rp.RandomizedProjection(bound=1.0, bits=1, q=0.49, sigma=0.1)

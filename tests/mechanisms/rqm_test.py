@@ -83,3 +83,16 @@ def test_pmf_in_blocks_equals_one_table_and_memory_stays_bounded(monkeypatch):
   monkeypatch.setattr(rqm, '_BLOCK', 4096)   # 64 blocks of 8 rows
   np.testing.assert_allclose(mech.log_pmf(x), whole, rtol=0, atol=1e-12)
   assert abs(float(np.dot(np.exp(whole), mech.levels)) - x) < 1e-12
+
+
+def test_pairs_beyond_near_levels_change_nothing(monkeypatch):
+  """Pairing each end only with kept levels within `_near_levels` steps (and the
+  endpoints) equals the full pair table to float64 resolution."""
+  mech = rqm.RQM(clip=1.0, delta=1.0, num_levels=1024, q=0.42)
+  assert rqm._near_levels(mech.q, mech.num_levels) < 200
+  for x in (-1.0, -0.31, 0.0, 0.77, 1.0):
+    near = mech.log_pmf(x)
+    with monkeypatch.context() as patch:
+      patch.setattr(rqm, '_near_levels', lambda q, m: m)
+      full = mech.log_pmf(x)
+    np.testing.assert_allclose(near, full, rtol=1e-15, atol=0)

@@ -14,16 +14,19 @@ import dataclasses
 import math
 from typing import Dict, Optional, Sequence, Union
 
+from scipy import optimize
+
 from tff_quant import mechanisms
 from tff_quant.mechanisms import modular
 from tff_quant.accounting import composition
+from tff_quant.accounting import vector
 from tff_quant.common import validation
 
 FAST_ORDERS = tuple(range(2, 33)) + (48, 64)   # orders calibration evaluates
 _OPEN_END_MARGIN = 1e-4   # distance kept from an open end of a bounded range
 _UNBOUNDED_SPAN = 1e3     # an unbounded float range is searched up to default · this
 _RTOL = 2e-3              # bisection stops at this relative width
-_MAX_BISECTIONS = 60
+_MAX_BISECTIONS = 60      # iterations of the root search, at most
 
 
 def _epsilon(mech, schedule) -> float:
@@ -68,8 +71,9 @@ def _largest_int_within_bits(build, spec, bits: int) -> int:
 
 def _search_last(build, spec, target, schedule, bits, rtol):
   """(least private value of `spec` with ε <= target, ε at the most private
-  value tried): bisection (geometric for a scale parameter) to relative
-  width `rtol`; the value is None when even the most private one misses."""
+  value tried): bisection for an integer, Brent's method for a real (in log
+  space for a scale parameter) to relative width `rtol`; the value is None
+  when even the most private one misses."""
   higher_private = spec.more_private == 'higher'
   eps_at = lambda v: _epsilon(build(v), dict(schedule))
   if spec.kind is int:
@@ -93,21 +97,42 @@ def _search_last(build, spec, target, schedule, bits, rtol):
   safe, unsafe = (hi, lo) if higher_private else (lo, hi)
   if bits is not None and build(safe).bits_per_coordinate > bits:
     return None, math.nan
-  best = eps_at(safe)
+  seen = {}   # value -> ε, every evaluation (the answer is the best safe one)
+
+  def eps_seen(v):
+    if v not in seen:
+      seen[v] = eps_at(v)
+    return seen[v]
+
+  best = eps_seen(safe)
   if best > target:
     return None, best
-  if eps_at(unsafe) <= target:
+  if eps_seen(unsafe) <= target:
     return unsafe, best
+  # Brent's method on log(ε/target), in log v for a scale parameter: ε is
+  # smooth and monotone in v, so this needs ~6 evaluations where bisection to
+  # the same width needs ~12. Its bracket always straddles the target, so the
+  # least private value seen with ε <= target is within `rtol` of the boundary.
   geometric = lo > 0 and hi / lo > 100
-  for _ in range(_MAX_BISECTIONS):
-    if abs(safe - unsafe) <= rtol * max(abs(safe), abs(unsafe)):
-      break
-    mid = math.sqrt(safe * unsafe) if geometric else 0.5 * (safe + unsafe)
-    if eps_at(mid) <= target:
-      safe = mid
-    else:
-      unsafe = mid
-  return safe, best
+  to_x = math.log if geometric else float
+  from_x = math.exp if geometric else float
+  x_tol = 0.5 * (rtol if geometric else rtol * max(abs(safe), abs(unsafe)))
+
+  ends = {to_x(safe): safe, to_x(unsafe): unsafe}   # evaluated already
+
+  def excess(x):
+    v = ends.get(x, min(max(from_x(x), lo), hi))
+    e = eps_seen(v)
+    return math.log(e / target) if 0 < e < math.inf else (50.0 if e > 0 else -50.0)
+
+  try:
+    optimize.brentq(excess, to_x(safe), to_x(unsafe), xtol=x_tol,
+                    maxiter=_MAX_BISECTIONS)
+  except RuntimeError:   # not converged: the best safe value seen still holds
+    pass
+  sign = -1 if higher_private else 1
+  return max((v for v, e in seen.items() if e <= target),
+             key=lambda v: sign * v), best
 
 
 @dataclasses.dataclass
@@ -127,6 +152,8 @@ class Calibration:
       schedule (None when not asked for); gaussian_mse its MSE.
     ratio_to_gaussian: mse / gaussian_mse (the cost of quantizing).
     candidates: parameter settings evaluated (grid points × bisection ends).
+    refused: grid points not evaluated because one evaluation's estimated cost
+      exceeds `vector.MAX_OPERATIONS` (the optimum may lie among them).
   """
   mechanism: object
   params: Dict[str, object]
@@ -138,6 +165,7 @@ class Calibration:
   gaussian_mse: Optional[float] = None
   ratio_to_gaussian: Optional[float] = None
   candidates: int = 0
+  refused: Sequence[Dict[str, object]] = ()
 
 
 def _levels_from_bits(cls, params, tune, bits):
@@ -280,12 +308,17 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
       yield from candidates(trial, outer[1:])
 
   best, closest, evaluated, rising, fits = None, (math.inf, None), 0, 0, False
+  refused = []   # (grid point, why): evaluations over vector.MAX_OPERATIONS
   for grid_point in candidates({}, specs[:-1]):
     base_params = dict(fixed, **grid_point)
     build = lambda v, b=base_params: cls.for_coordinate_bound(
         clip, **dict(b, **{last.name: v}))
-    value, most_private_eps = _search_last(build, last, epsilon, schedule, bits,
-                                           rtol)
+    try:
+      value, most_private_eps = _search_last(build, last, epsilon, schedule, bits,
+                                             rtol)
+    except vector.CostError as err:   # e.g. RQM with many levels inside ±c
+      refused.append((grid_point, str(err)))
+      continue
     evaluated += 1
     if math.isnan(most_private_eps):
       continue
@@ -304,6 +337,10 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
       # taken to be unimodal along its grid; two rises in a row end the scan.
       if len(specs) == 2 and rising >= 2:
         break
+  if refused and not fits:
+    raise vector.CostError(
+        f'{refused[0][1]} Every setting of {", ".join(tune)} searched was refused '
+        f'({[g for g, _ in refused]}).')
   if not fits and bits is not None:
     raise ValueError(f'`bits`={bits} is below what {mechanism} needs: no setting '
                      f'of {", ".join(tune)} with {fixed} fits in {bits} bits per '
@@ -317,10 +354,13 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
         f'private value of {", ".join(tune)} gives ε={closest[0]:.4g}{where} '
         f'(other parameters {others}); raise the target or change the schedule'
         + ('; every RDP order is infinite for it: try use_pld=True'
-           if math.isinf(closest[0]) and not use_pld else '') + '.')
+           if math.isinf(closest[0]) and not use_pld else '')
+        + (f'; settings {[g for g, _ in refused]} were not evaluated (cost over '
+           f'vector.MAX_OPERATIONS)' if refused else '') + '.')
   mech = best[1]
   report = Calibration(mech, best[2], _epsilon(mech, schedule), epsilon, delta,
-                       best[0], candidates=evaluated)
+                       best[0], candidates=evaluated,
+                       refused=[g for g, _ in refused])
   if compare_gaussian:
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,

@@ -63,6 +63,10 @@ DEFAULT_CELLS = 64         # cells per [-c, c] for the envelope bound
 MAX_OPERATIONS = 3e10
 
 
+class CostError(ValueError):
+  """An evaluation refused before it starts: its estimated cost exceeds MAX_OPERATIONS."""
+
+
 def distance_grid(c: float, t_points: int) -> np.ndarray:
   """t_1 < ... < t_G = 2c: geometric near 0 (where ĝ's step error matters), then linear."""
   validation.check_integer('t_points', t_points, 4)
@@ -314,7 +318,7 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
                                     for a in orders}, 'exact', num_clients)
   cost = estimated_operations(mech, num_clients, finite.size, len(t_grid), cells)
   if cost > MAX_OPERATIONS:
-    raise ValueError(
+    raise CostError(
         f'The search over target pairs (ℓ2 route, or the coordinate route\'s '
         f'vertex pairs) for {mech!r} with {num_clients} clients and {finite.size} '
         f'orders needs ~{cost:.2g} operations (limit {MAX_OPERATIONS:.2g}, about a '

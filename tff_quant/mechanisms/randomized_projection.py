@@ -34,7 +34,7 @@ class RandomizedProjection(base.Mechanism):
       base.Tunable('bits', 4, 1, 24, kind=int, doc='b: L = 2^b levels'),
       base.Tunable('q', 0.9, 0, 1, low_open=True, high_open=True,
                    more_private='lower',
-                   doc='probability of the nearest level (>= 1/(L-1))'),
+                   doc='probability of the nearest level (>= 1/L)'),
       base.Tunable('noise_multiplier', 1.0, 0, None, more_private='higher',
                    doc='σ / c∞'),
   )
@@ -45,7 +45,9 @@ class RandomizedProjection(base.Mechanism):
     self.bound = float(validation.check_positive('bound', bound))
     self.bits = self.tunable('bits').check(bits)
     big_l = 2**self.bits
-    self.q = float(validation.check_number('q', q, 1.0 / (big_l - 1), 1,
+    # q >= 1/L: the nearest level is at least as likely as each other one,
+    # q >= (1-q)/(L-1). (The bound was 1/(L-1), which left no q at b = 1.)
+    self.q = float(validation.check_number('q', q, 1.0 / big_l, 1,
                                            high_open=True))
     self.sigma = float(validation.check_number('sigma', sigma, 0, None))
     ib = self.bound if input_bound is None else input_bound

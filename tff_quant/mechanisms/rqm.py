@@ -96,22 +96,32 @@ class RQM(base.Mechanism):
     up = idx[j + 1:]
     log_up[j + 1:] = lq + (up - j - 1) * l1q
     log_up[m - 1] = (m - 2 - j) * l1q
+    # Pairs whose other end lies more than `near` kept-level steps away carry
+    # < 2^-80 of any entry's mass (see `_near_levels`): exact in float64, O(m·near).
+    near = _near_levels(q, m)
+    ups = np.union1d(idx[j + 1:j + 2 + near], [m - 1])
+    lows = np.union1d(idx[max(0, j - near):j + 1], [0])
+    out = np.empty(m)
+    out[:j + 1] = self._landing(idx[:j + 1], ups, x, log_low, log_up, True)
+    out[j + 1:] = self._landing(lows, idx[j + 1:], x, log_low, log_up, False)
+    return out
+
+  def _landing(self, lows, ups, x, log_low, log_up, on_low):
+    """log Σ over the other end of P(lower kept = i, upper kept = u) · P(x rounds
+    to the end asked for), for every i in `lows` (on_low) or u in `ups`, in blocks
+    of _BLOCK pairs so memory stays bounded at any m."""
     b = self.levels
-    out = np.full(m, -np.inf)
-    up_k = idx[j + 1:]
-    col = np.full(up_k.size, -np.inf)
-    # Blocks of lower levels: O(m²) time but O(_BLOCK) memory at any m.
-    step = max(1, _BLOCK // max(1, up_k.size))
-    for start in range(0, j + 1, step):
-      lo_i = idx[start:min(j + 1, start + step)][:, None]
-      width = b[up_k][None, :] - b[lo_i]
+    own, other = (lows, ups) if on_low else (ups, lows)
+    out = np.empty(own.size)
+    step = max(1, _BLOCK // other.size)
+    for start in range(0, own.size, step):
+      block = own[start:start + step][:, None]
+      lo, up = (block, other[None, :]) if on_low else (other[None, :], block)
       with np.errstate(divide='ignore'):
-        log_w_down = np.log(np.maximum(b[up_k][None, :] - x, 0.0) / width)
-        log_w_up = np.log(np.maximum(x - b[lo_i], 0.0) / width)
-      log_pair = log_low[lo_i] + log_up[up_k][None, :]
-      out[lo_i[:, 0]] = special.logsumexp(log_pair + log_w_down, axis=1)
-      col = np.logaddexp(col, special.logsumexp(log_pair + log_w_up, axis=0))
-    out[j + 1:] = col
+        log_w = np.log(np.maximum(b[up] - x if on_low else x - b[lo], 0.0) /
+                       (b[up] - b[lo]))
+      out[start:start + step] = special.logsumexp(
+          log_low[lo] + log_up[up] + log_w, axis=1)
     return out
 
   def _encode(self, x, seed):
@@ -126,3 +136,15 @@ class RQM(base.Mechanism):
     p_up = (t - low) / (up - low)
     go_up = base.uniform(shape, s_round, x.dtype) < p_up
     return tf.where(go_up, up, low)
+
+
+def _near_levels(q: float, m: int) -> int:
+  """Steps a beyond which the geometric gap law's mass (1-q)^a is < 2^-80·q/m.
+
+  Every entry of the pmf is at least q(1-q)/m times its end's probability (the
+  kept level one step further out, at distance <= m, rounds to it with weight
+  >= 1/m), so pairs beyond this contribute < 2^-80 relative: below float64's
+  resolution. The always-kept endpoints are paired exactly.
+  """
+  need = 80 * math.log(2) + math.log(m / q)
+  return int(min(m, math.ceil(need / -math.log1p(-q))))

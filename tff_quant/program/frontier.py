@@ -14,6 +14,7 @@ import time
 from scipy import stats
 
 from tff_quant import accounting
+from tff_quant import mechanisms
 from tff_quant.accounting import calibration, vector
 
 COLUMNS = ('mechanism', 'bits', 'epsilon', 'delta', 'dim', 'clients_per_round',
@@ -38,16 +39,24 @@ def key(row):
 
 
 def _cell_cost(name, bits, clients, coordinate_clip):
-  """Estimated operations of one ε evaluation at the default parameters (0 where
-  the law is exact, or the defaults do not build: calibration scans further)."""
-  try:
-    mech = calibration.mechanism_for_bits(name, coordinate_clip, bits)
-  except ValueError:
-    return 0.0
-  if mech.has_exact_divergences:
-    return 0.0
+  """Estimated operations of one ε evaluation at the cheapest point of the first
+  scanned parameter's grid, the others at their defaults (0 where the law is
+  exact, or nothing builds: calibration scans further)."""
+  cls = mechanisms.get(name)
+  first = cls.tunable(cls.CALIBRATED[0])
+  grid = first.grid if len(cls.CALIBRATED) > 1 and first.grid else (None,)
   orders = vector.order_ladder(calibration.FAST_ORDERS)
-  return vector.estimated_operations(mech, clients, len(orders))
+  costs = []
+  for value in grid:
+    params = {} if value is None else {first.name: value}
+    try:
+      mech = calibration.mechanism_for_bits(name, coordinate_clip, bits, **params)
+    except ValueError:
+      continue
+    if mech.has_exact_divergences:
+      return 0.0
+    costs.append(vector.estimated_operations(mech, clients, len(orders)))
+  return min(costs, default=0.0)
 
 
 def empty_row(cell, reason=''):
@@ -129,10 +138,37 @@ def compute_cell(cell, max_operations, ks, rtol):
                mse_ratio_to_gaussian=1.0, epsilon_achieved=gauss.epsilon,
                clip_bias_sq=0.0, seconds=time.time() - t0)
     return row
-  reasons, best = [], None
+  reasons = []
+  limit, vector.MAX_OPERATIONS = vector.MAX_OPERATIONS, max_operations
+  try:
+    best = _best_over_multiples(name, bits, dim, ks, max_operations, schedule,
+                                reasons)
+  finally:
+    vector.MAX_OPERATIONS = limit
+  row['seconds'] = time.time() - t0
+  if best is None:
+    row['reason'] = ' | '.join(reasons).replace('\n', ' ')
+    return row
+  _, k, c, rep = best
+  if rep.refused:
+    reasons.append(f'k={k:g}: not evaluated (over --max_operations): {rep.refused}')
+  row.update(params=json.dumps(dict(clip=c, **rep.params), default=float),
+             mse_per_coordinate=rep.mse,
+             mse_ratio_to_gaussian=rep.mse / gauss.mse,
+             epsilon_achieved=rep.epsilon,
+             bits_used=rep.mechanism.bits_per_coordinate,
+             coordinate_clip_multiple=k, clip_bias_sq=clip_bias_sq(k, dim),
+             reason=' | '.join(reasons).replace('\n', ' '))
+  return row
+
+
+def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons):
+  """(MSE + clip bias², k, c, Calibration) at the best coordinate-clip multiple
+  k, or None; why each other k failed is appended to `reasons`."""
+  best = None
   for k in ks:
     c = k / math.sqrt(dim)
-    cost = _cell_cost(name, bits, n, c)
+    cost = _cell_cost(name, bits, schedule['clients_per_round'], c)
     if cost > max_operations:
       reasons.append(f'k={k:g}: exact search ~{cost:.2g} operations per evaluation '
                      f'> --max_operations={max_operations:.2g}')
@@ -146,19 +182,7 @@ def compute_cell(cell, max_operations, ks, rtol):
     total_err = rep.mse + clip_bias_sq(k, dim)
     if best is None or total_err < best[0]:
       best = (total_err, k, c, rep)
-  row['seconds'] = time.time() - t0
-  if best is None:
-    row['reason'] = ' | '.join(reasons).replace('\n', ' ')
-    return row
-  _, k, c, rep = best
-  row.update(params=json.dumps(dict(clip=c, **rep.params), default=float),
-             mse_per_coordinate=rep.mse,
-             mse_ratio_to_gaussian=rep.mse / gauss.mse,
-             epsilon_achieved=rep.epsilon,
-             bits_used=rep.mechanism.bits_per_coordinate,
-             coordinate_clip_multiple=k, clip_bias_sq=clip_bias_sq(k, dim),
-             reason=' | '.join(reasons).replace('\n', ' '))
-  return row
+  return best
 
 
 def as_float(v):
