@@ -205,17 +205,27 @@ def _log_convolve_rows(rows: np.ndarray, log_r: np.ndarray) -> np.ndarray:
   return out
 
 
+_POWER_BLOCK = 2**22   # entries of a pair block's temporaries (32 MB each)
+
+
 def _log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray) -> np.ndarray:
-  """[orders, M] log Σ_k exp(α a[m,k] + (1-α) b[m,k]); +inf where a > -inf = b."""
-  bad = np.any(np.isfinite(a) & ~np.isfinite(b), axis=1)
-  ok = np.isfinite(a) & np.isfinite(b)
-  a0 = np.where(ok, a, 0.0)
-  b0 = np.where(ok, b, 0.0)
+  """[orders, M] log Σ_k exp(α a[m,k] + (1-α) b[m,k]); +inf where a > -inf = b.
+
+  Pairs go in blocks of _POWER_BLOCK entries, so memory stays bounded however
+  many pairs there are (3,780 pairs × 25,800 indices took ~780 MB per temporary).
+  """
   out = np.empty((orders.size, a.shape[0]))
-  for n, alpha in enumerate(orders):
-    terms = np.where(ok, alpha * a0 + (1 - alpha) * b0, -np.inf)
-    out[n] = special.logsumexp(terms, axis=1)
-  out[:, bad] = np.inf
+  step = max(1, _POWER_BLOCK // max(1, a.shape[1]))
+  for start in range(0, a.shape[0], step):
+    rows = slice(start, start + step)
+    ok = np.isfinite(a[rows]) & np.isfinite(b[rows])
+    bad = np.any(np.isfinite(a[rows]) & ~np.isfinite(b[rows]), axis=1)
+    base = np.where(ok, a[rows], -np.inf)          # α a + (1-α) b = a + (α-1)(a-b)
+    with np.errstate(invalid='ignore'):
+      ratio = np.where(ok, a[rows] - b[rows], 0.0)
+    for n, alpha in enumerate(orders):
+      out[n, rows] = special.logsumexp(base + (alpha - 1) * ratio, axis=1)
+    out[:, rows][:, bad] = np.inf
   return out
 
 
