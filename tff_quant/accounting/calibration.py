@@ -25,8 +25,8 @@ from tff_quant.common import validation
 FAST_ORDERS = tuple(range(2, 33)) + (48, 64)   # orders calibration evaluates
 _OPEN_END_MARGIN = 1e-4   # distance kept from an open end of a bounded range
 _UNBOUNDED_SPAN = 1e3     # an unbounded float range is searched up to default · this
-_RTOL = 2e-3              # bisection stops at this relative width
-_MAX_BISECTIONS = 60      # iterations of the root search, at most
+_RTOL = 2e-3              # the root search stops at this relative width
+_MAX_ITERATIONS = 60      # iterations of the root search, at most
 
 
 def _epsilon(mech, schedule) -> float:
@@ -127,7 +127,7 @@ def _search_last(build, spec, target, schedule, bits, rtol):
 
   try:
     optimize.brentq(excess, to_x(safe), to_x(unsafe), xtol=x_tol,
-                    maxiter=_MAX_BISECTIONS)
+                    maxiter=_MAX_ITERATIONS)
   except RuntimeError:   # not converged: the best safe value seen still holds
     pass
   sign = -1 if higher_private else 1
