@@ -115,7 +115,7 @@ def _calibration_row(args, queue):
   try:
     r = accounting.calibration_report(name, target, bits=bits, **schedule)
     row = (repr(r.mechanism), r.epsilon, r.mse, r.ratio_to_gaussian,
-           r.candidates, '')
+           f'{r.candidates} ({r.pruned} pruned)', '')
   except ValueError as err:   # infeasible or refused: the reason is the row
     row = ('—', math.nan, math.nan, math.nan, 0, str(err)[:160])
   queue.put(row + (time.perf_counter() - t0,))
@@ -152,3 +152,4 @@ if __name__ == '__main__':
   calibrations()
   calibrations(('gaussian', 'qmgeo', 'rqm', 'skellam'), bits=4)
   calibrations(('gaussian', 'skellam', 'rqm'), clients=100, bits=4)
+  calibrations(('skellam', 'ddgauss', 'rqm'), clients=100, bits=8)

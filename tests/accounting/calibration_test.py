@@ -91,9 +91,9 @@ def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
   and the report names what was left out; with every point over it, one error."""
   schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
   rungs = len(vector.order_ladder(calibration.FAST_ORDERS))
-  grid = vector.focused_grid(0.3, 2.0 / 100**0.5, 24)   # t* = S/√d, as vector_rdp
-  cost = lambda ratio: vector.estimated_operations(
-      mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5), 10, rungs, len(grid))
+  mech = lambda ratio: mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5)
+  cost = lambda ratio: vector.estimated_operations(   # t* = S/√d, as vector_rdp
+      mech(ratio), 10, rungs, len(vector.l2_grid(mech(ratio), 2.0 / 100**0.5, 24)))
   assert cost(4.0) > cost(8.0)
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(4.0) * cost(8.0))**0.5)
   report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,
@@ -103,3 +103,52 @@ def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
   with pytest.raises(vector.CostError, match='Every setting of delta_ratio, q'):
     calibration.calibrate('rqm', 3.0, **schedule, bits=4)
+
+
+def test_pruned_grid_points_cannot_beat_the_answer():
+  """A grid point is skipped after one ε evaluation when even the least private
+  value that would beat the incumbent's MSE misses the target: calibrating it
+  alone confirms it ends up worse (or out of reach)."""
+  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=40,
+                  total_clients=3400, dim=1000, l2_clip=1.0,
+                  coordinate_clip=3 / 1000**0.5)
+  report = calibration.calibration_report('rqm', 10.0, **schedule, bits=3,
+                                          compare_gaussian=False)
+  assert report.pruned >= 1
+  assert report.epsilon <= 10.0
+  searched = {report.params['delta_ratio']}
+  for ratio in mechanisms.RQM.tunable('delta_ratio').grid:
+    if ratio in searched:
+      continue
+    try:
+      alone = calibration.calibration_report(
+          'rqm', 10.0, **schedule, bits=3, tune='q', delta_ratio=ratio,
+          compare_gaussian=False)
+    except ValueError:
+      continue   # out of reach at this Δ
+    assert alone.mse >= report.mse * (1 - 1e-3), ratio
+
+
+def test_pruning_skips_itself_where_the_mse_is_out_of_reach():
+  """ddgauss at 8 bits: at the least private end of its noise the exact noise
+  law (and so the MSE) is unresolvable; the search goes on unpruned there."""
+  dim = 61706
+  report = calibration.calibration_report(
+      'ddgauss', 10.0, delta=1 / 3400, rounds=2000, clients_per_round=40,
+      total_clients=3400, dim=dim, l2_clip=1.0, coordinate_clip=3 / dim**0.5,
+      bits=8, compare_gaussian=False)
+  assert report.epsilon <= 10.0 and report.candidates >= 2
+
+
+def test_no_pruning_where_more_noise_can_lower_the_mse():
+  """Skellam at 8 bits, n = 100: with wraparound, more noise lowers the MSE at
+  2+ rounding steps, so those grid points are searched, not pruned, and the
+  answer (32 steps) is the one the unpruned scan finds: 0.18x the Gaussian's MSE,
+  not the 0.27x of the first grid point."""
+  dim = 61706
+  report = calibration.calibration_report(
+      'skellam', 10.0, delta=1 / 3400, rounds=2000, clients_per_round=100,
+      total_clients=3400, dim=dim, l2_clip=1.0, coordinate_clip=3 / dim**0.5,
+      bits=8)
+  assert report.params['steps'] > 1
+  assert report.ratio_to_gaussian < 0.2

@@ -93,15 +93,66 @@ def test_others_at_extremes_are_the_worst_over_critical_inputs(name, n):
     assert worst <= accounted * (1 + 1e-9)
 
 
-def test_majorant_is_concave_monotone_and_above_the_steps():
+def _bound_at(curve, alpha, t):
+  """The curve's bound on f_α(t): its step points' value on the step holding t²."""
+  us, ys = curve.bound_points(alpha)
+  return ys[np.clip(np.searchsorted(us, t**2, side='left') - 1, 0, len(ys) - 1)]
+
+
+def test_majorant_is_concave_monotone_and_above_the_bound():
   curve = vector.divergence_curve(_mech('rqm'), ORDERS, 2, t_points=16)
+  fine = vector.divergence_curve(_mech('rqm'), ORDERS, 2, t_grid=np.linspace(
+      0.005, 2, 400))
   for alpha in ORDERS:
     u = np.linspace(0, 4, 401)
     g = np.array([curve.majorant(alpha, v) for v in u])
     assert np.all(np.diff(g) >= -1e-12)
     assert np.all(np.diff(g, 2) <= 1e-9)
-    step = np.searchsorted(curve.t**2, u, side='left').clip(0, len(curve.t) - 1)
-    assert np.all(g >= curve.values[alpha][step] - 1e-12)
+    assert np.all(g >= [_bound_at(curve, alpha, math.sqrt(v)) - 1e-12 for v in u])
+    # Above the exact f at 400 distances (vertex targets are exact at each).
+    for t, f in zip(fine.t, fine.values[alpha]):
+      assert curve.majorant(alpha, t**2) >= f * (1 - 1e-9) - 1e-12
+
+
+@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'bq'])
+def test_chord_bound_holds_between_grid_points(name):
+  """Between grid points the chord (not the step) bounds f_α: checked against
+  exact D_α at random pairs and distances, others in every ±c mix."""
+  mech = _mech(name, s=3, m=8) if name == 'bq' else _mech(name, num_levels=8)
+  n = 2
+  grid = vector.with_breakpoints(mech, vector.distance_grid(1.0, 8), 64)
+  curve = vector.divergence_curve(mech, ORDERS, n, t_grid=grid)
+  assert curve.convex_on.all()   # every breakpoint is on the grid
+  rng = np.random.default_rng(1)
+  checked = 0
+  for _ in range(120):
+    t = rng.uniform(0, 2)
+    x = rng.uniform(-1, 1 - t) if t < 2 else -1.0
+    if x < -1:
+      continue
+    for flip in (False, True):
+      a, b = (x + t, x) if flip else (x, x + t)
+      for plus in range(n):
+        others = [1.0] * plus + [-1.0] * (n - 1 - plus)
+        for alpha in ORDERS:
+          true = _exact(mech, a, b, others, alpha)
+          assert true <= _bound_at(curve, alpha, t) * (1 + 1e-9) + 1e-12, (t, a, b)
+          checked += 1
+  assert checked > 500
+
+
+def test_chord_bound_is_tighter_than_steps():
+  """The chord bound on breakpoint-free intervals: the ℓ2 route's round RDP for
+  RQM (16 levels, c = 3·clip/√d) drops by more than a quarter."""
+  dim, clip = 400, 1.0
+  mech = _mech('rqm', c=3 * clip / math.sqrt(dim), num_levels=16, delta_ratio=4.0,
+               q=0.1)
+  chords = vector.vector_rdp(mech, [8.0], 10, dim, 2 * clip)
+  u = 4 * clip**2 / dim
+  grid = vector.focused_grid(mech.input_bound, math.sqrt(u), 24)
+  steps = vector.divergence_curve(mech, [8.0], 10, t_grid=grid)
+  steps.convex_on = None
+  assert chords[8.0] < 0.75 * dim * steps.majorant(8.0, u)
 
 
 def test_order_ladder_rounds_up():

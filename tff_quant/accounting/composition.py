@@ -276,14 +276,14 @@ class RoundAccountant:
       note = (f'PLD route not implemented for {type(self.mech).__name__} (its '
               'divergences are exact in closed form / by translation invariance); '
               'the RDP route is reported')
-    elif not vector.end_pair_is_worst(self.mech, self.n):
-      note = ('PLD route not used: it composes the ±c target pair, and an '
-              'interior pair of critical inputs is worse here; the RDP route '
-              '(every vertex pair) is reported')
     elif self.l2_route:
       note = ('PLD route not used: it composes d coordinates each moving end '
               'to end, which ℓ2 clipping with c > l2_clip/√d rules out; the ℓ2 '
               'RDP route is reported')
+    elif not vector.end_pair_is_worst(self.mech, self.n):
+      note = ('PLD route not used: it composes the ±c target pair, and an '
+              'interior pair of critical inputs is worse here; the RDP route '
+              '(every vertex pair) is reported')
     else:  # also when every RDP order is infinite (BQ): δ can absorb that mass
       validation.check_positive('pld_interval', pld_interval)
       validation.check_integer('pld_max_points', pld_max_points, 2)
