@@ -42,25 +42,28 @@ def read_run(run_dir):
 def plot(run_dirs, output):
   fig, axes = plt.subplots(1, 3, figsize=(15, 4))
   data_line = ''
-  for run_dir in run_dirs:
-    rows, config, data = read_run(run_dir)
+  runs = [read_run(d) for d in run_dirs]
+  names = [config['mechanism'] for _, config, _ in runs]
+  for run_dir, (rows, config, data) in zip(run_dirs, runs):
     data_line = data_line or data
-    label = config['mechanism']
+    # The mechanism, or the run folder where several runs share one.
+    label = (config['mechanism'] if names.count(config['mechanism']) == 1
+             else os.path.basename(os.path.normpath(run_dir)))
     rnd = [int(r['round']) for r in rows]
     axes[0].plot(rnd, [float(r['train_loss']) for r in rows], label=label)
     pts = [(int(r['round']), float(r['test_accuracy'])) for r in rows
            if r['test_accuracy'] not in ('', 'nan')]
     axes[1].plot([p[0] for p in pts], [p[1] for p in pts], marker='.', label=label)
-    eps = [float(r['epsilon_per_coordinate']) for r in rows]
+    eps = [float(r['epsilon']) for r in rows]
     if all(math.isfinite(e) for e in eps):
       axes[2].plot(rnd, eps, label=label)
   axes[0].set(xlabel='round', ylabel='train loss', title='Loss')
   axes[1].set(xlabel='round', ylabel='test accuracy', title='Accuracy')
-  axes[2].set(xlabel='round', ylabel='ε per coordinate (δ = 1/N)',
-              title='Privacy (per coordinate; whole update = d × RDP)')
+  axes[2].set(xlabel='round', ylabel='ε of the whole model (δ = 1/N)',
+              title='Privacy (whole model update, cumulative)')
   for ax in axes:
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=6 if len(run_dirs) > 6 else None)
   fig.suptitle('\n'.join(textwrap.wrap(data_line, 150)), fontsize=8)
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)

@@ -13,16 +13,16 @@ def write_run(run_dir, mechanism, rows):
     json.dump({'mechanism': mechanism}, f)
   with open(os.path.join(run_dir, 'metrics.csv'), 'w', newline='') as f:
     w = csv.DictWriter(f, fieldnames=['round', 'train_loss', 'test_accuracy',
-                                      'epsilon_per_coordinate'])
+                                      'epsilon', 'epsilon_per_coordinate'])
     w.writeheader()
     w.writerows(rows)
 
 
 def test_plot_writes_png(tmp_path):
   rows = [dict(round=r, train_loss=2.0 / r, test_accuracy=0.1 * r if r % 2 else 'nan',
-               epsilon_per_coordinate=0.5 * r) for r in range(1, 5)]
+               epsilon=5.0 * r, epsilon_per_coordinate=0.5 * r) for r in range(1, 5)]
   write_run(str(tmp_path / 'a'), 'rqm', rows)
-  write_run(str(tmp_path / 'b'), 'none', [dict(r, epsilon_per_coordinate='inf')
+  write_run(str(tmp_path / 'b'), 'none', [dict(r, epsilon='inf', epsilon_per_coordinate='inf')
                                           for r in rows])
   out = plot_fl.plot([str(tmp_path / 'a'), str(tmp_path / 'b')],
                      str(tmp_path / 'p.png'))

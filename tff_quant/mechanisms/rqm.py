@@ -40,7 +40,9 @@ class RQM(base.Mechanism):
                    more_private='lower', doc='keep probability of inner levels'),
       base.Tunable('delta_ratio', 1.0, 0, None, low_open=True,
                    more_private='higher', doc='Δ / c∞ (levels span ±(c∞ + Δ))',
-                   grid=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)),
+                   # Up to 2048: RQM's noise scales with Δ, and at d = 1.2M
+                   # over 2,000 rounds ε = 10 needs Δ = 128-256c.
+                   grid=tuple(2.0**i for i in range(-2, 12))),
   )
   CALIBRATED = ('delta_ratio', 'q')
 
