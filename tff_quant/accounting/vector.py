@@ -238,7 +238,7 @@ def _log_convolve_rows(rows: np.ndarray, log_r: np.ndarray) -> np.ndarray:
 
 # From this many levels on, a target row is convolved with the others by the
 # tilted FFT sum (`divergence.sum_log_pmf`) rather than L shifted log-domain
-# adds (measured, n = 100: 8x faster at 256 levels, even at 64, 15x slower at 16).
+# adds (measured, n = 100: 8x faster at 256 levels, level at 64, 15x slower at 16).
 _FFT_LEVELS = 128
 
 
