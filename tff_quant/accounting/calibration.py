@@ -183,15 +183,22 @@ def _search_last(build, spec, target, schedule, bits, rtol, hint=None,
       x_prev, x_ok = x_ok, x
     else:
       x_bad = x
-  # Brent's method on log(ε/target): ε is smooth and monotone in the value, so
-  # this needs a few evaluations where bisection to the same width needs ~12;
-  # its bracket always straddles the target, so the least private value seen
-  # with ε <= target is within `rtol` of the boundary.
+  # Brent's method on log((ε - floor)/(target - floor)), floor just below the
+  # least ε seen: ε is smooth and monotone in the value, flat near the private
+  # end and then steep (RQM: ε - floor ~ q^1.3), which this makes nearly
+  # linear (measured: RQM 8 bits, Δ = 32c, Brent 6 evaluations -> 4). Any
+  # increasing transform keeps the bracket and the root; the bracket always
+  # straddles the target, so the least private value seen with ε <= target
+  # is within `rtol` of the boundary.
   x_tol = 0.5 * (rtol if geometric else rtol * max(abs(safe), abs(unsafe)))
+  least = min(seen.values())
+  floor = least - 1e-2 * (target - least)
 
   def excess(x):
     e = eps_x(x)
-    return math.log(e / target) if 0 < e < math.inf else (50.0 if e > 0 else -50.0)
+    if not e < math.inf:
+      return 50.0
+    return math.log(max(e - floor, 1e-300) / (target - floor))
 
   try:
     optimize.brentq(excess, x_ok, x_bad, xtol=x_tol, maxiter=_MAX_ITERATIONS)
