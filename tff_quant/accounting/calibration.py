@@ -70,6 +70,33 @@ def _largest_int_within_bits(build, spec, bits: int) -> int:
   return lo
 
 
+@dataclasses.dataclass
+class _Axis:
+  """A real tunable's search coordinate x: log v for a scale parameter (range
+  ratio > 100), v otherwise; `value(x)` maps back, exact at both ends and
+  clamped into the range between."""
+  lo: float
+  hi: float
+  safe: float     # the most private end
+  unsafe: float   # the least private end
+  geometric: bool
+
+  @classmethod
+  def of(cls, spec):
+    lo, hi = _float_interval(spec)
+    safe, unsafe = (hi, lo) if spec.more_private == 'higher' else (lo, hi)
+    return cls(lo, hi, safe, unsafe, lo > 0 and hi / lo > 100)
+
+  def x(self, v: float) -> float:
+    return math.log(v) if self.geometric else float(v)
+
+  def value(self, x: float) -> float:
+    for end in (self.safe, self.unsafe):
+      if x == self.x(end):
+        return end
+    return min(max(math.exp(x) if self.geometric else float(x), self.lo), self.hi)
+
+
 class _NotMonotone(Exception):
   """The MSE does not rise along the privacy direction: pruning does not apply."""
 
@@ -79,42 +106,39 @@ def _least_private_to_beat(build, spec, mse_to_beat, clients):
   `mse_to_beat`, or None when no value in its range is (bisection on the MSE,
   cheap: no accounting; the MSE is taken to fall along the privacy direction).
   A grid point whose ε misses the target there cannot beat the incumbent."""
-  lo, hi = _float_interval(spec)
-  safe, unsafe = (hi, lo) if spec.more_private == 'higher' else (lo, hi)
-  geometric = lo > 0 and hi / lo > 100
-  to_x = math.log if geometric else float
-  from_x = lambda x: min(max((math.exp if geometric else float)(x), lo), hi)
-  mse = lambda x: build(from_x(x)).decoded_mean_mse(clients)
-  x_ok, x_bad = to_x(unsafe), to_x(safe)   # beats / does not beat
+  axis = _Axis.of(spec)
+  mse = lambda x: build(axis.value(x)).decoded_mean_mse(clients)
+  x_ok, x_bad = axis.x(axis.unsafe), axis.x(axis.safe)   # beats / does not beat
   # Modular sums break the premise: with wraparound more noise can lower the
   # MSE (Skellam at 2 rounding steps). Checked on 33 points; none: no pruning.
   sampled = [mse(x) for x in np.linspace(x_ok, x_bad, 33)]
   if any(b < a * (1 - 1e-9) for a, b in zip(sampled, sampled[1:])):
     raise _NotMonotone()
-  if not mse(x_ok) < mse_to_beat:
+  if not sampled[0] < mse_to_beat:
     return None
-  if mse(x_bad) < mse_to_beat:
-    return safe
+  if sampled[-1] < mse_to_beat:
+    return axis.safe
   for _ in range(60):
     mid = 0.5 * (x_ok + x_bad)
     if mse(mid) < mse_to_beat:
       x_ok = mid
     else:
       x_bad = mid
-  return from_x(x_ok)
+  return axis.value(x_ok)
 
 
 def _search_last(build, spec, target, schedule, bits, rtol, hint=None,
                  hint_eps=None):
   """(least private value of `spec` with ε <= target, its ε, the smallest ε
-  seen): bisection for an integer, Brent's method
-  for a real (in log space for a scale parameter) to relative width `rtol`;
-  the value is None when even the most private one misses.
+  seen): bisection for an integer, Brent's method for a real (in log space
+  for a scale parameter) to relative width `rtol`; the value is None when even
+  the most private one misses.
 
   For a real, the bracket is found by stepping from `hint` (the answer at the
-  previous grid point, or the pruning floor; `hint_eps` its ε if known) or the most private end toward the least private one,
-  in growing steps (a secant on log ε): the least private end (q -> 1 for RQM: ~10^8 ε, and the
-  slowest law to resolve, 173 s at 256 levels) is evaluated only if reached."""
+  previous grid point, or the pruning floor; `hint_eps` its ε if known) or the
+  most private end toward the least private one, in growing steps (a secant
+  on log ε): the least private end (q -> 1 for RQM: ~10^8 ε, and the slowest
+  law to resolve, 173 s at 256 levels) is evaluated only if reached."""
   higher_private = spec.more_private == 'higher'
   eps_at = lambda v: _epsilon(build(v), dict(schedule))
   if spec.kind is int:
@@ -137,21 +161,17 @@ def _search_last(build, spec, target, schedule, bits, rtol, hint=None,
       else:
         unsafe = mid
     return safe, e, best
-  lo, hi = _float_interval(spec)
-  safe, unsafe = (hi, lo) if higher_private else (lo, hi)
+  axis = _Axis.of(spec)
+  lo, hi, safe, unsafe = axis.lo, axis.hi, axis.safe, axis.unsafe
   if bits is not None and build(safe).bits_per_coordinate > bits:
     return None, math.nan, math.nan
-  geometric = lo > 0 and hi / lo > 100
-  to_x = math.log if geometric else float
-  from_x = math.exp if geometric else float
+  to_x = axis.x
   x_safe, x_unsafe = to_x(safe), to_x(unsafe)
   seen = {}   # x -> ε, every evaluation (the answer is the best safe one)
 
   def eps_x(x):
     if x not in seen:
-      v = safe if x == x_safe else unsafe if x == x_unsafe else min(
-          max(from_x(x), lo), hi)
-      seen[x] = eps_at(v)
+      seen[x] = eps_at(axis.value(x))
     return seen[x]
 
   # Bracket: a safe x and an unsafe x, stepping toward the unsafe end (secant
@@ -190,7 +210,7 @@ def _search_last(build, spec, target, schedule, bits, rtol, hint=None,
   # increasing transform keeps the bracket and the root; the bracket always
   # straddles the target, so the least private value seen with ε <= target
   # is within `rtol` of the boundary.
-  x_tol = 0.5 * (rtol if geometric else rtol * max(abs(safe), abs(unsafe)))
+  x_tol = 0.5 * (rtol if axis.geometric else rtol * max(abs(safe), abs(unsafe)))
   least = min(seen.values())
   floor = least - 1e-2 * (target - least)
 
@@ -206,10 +226,8 @@ def _search_last(build, spec, target, schedule, bits, rtol, hint=None,
     pass
   sign = -1 if higher_private else 1
   x_best = max((x for x, e in seen.items() if e <= target),
-               key=lambda x: sign * from_x(x))
-  value = safe if x_best == x_safe else unsafe if x_best == x_unsafe else min(
-      max(from_x(x_best), lo), hi)
-  return value, seen[x_best], min(seen.values())
+               key=lambda x: sign * axis.value(x))
+  return axis.value(x_best), seen[x_best], min(seen.values())
 
 
 @dataclasses.dataclass
