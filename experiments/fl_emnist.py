@@ -205,7 +205,7 @@ def main(argv):
     if summary['pld_note']:
       print(f'  ({summary["pld_note"]})')
     if summary['epsilon_per_coordinate'] == summary['epsilon_per_coordinate']:
-      print(f'Per-coordinate ε (the papers\' scalar figure): '
+      print(f'Per-coordinate ε (the papers\' scalar figure; others at ±c): '
             f'{summary["epsilon_per_coordinate"]:.4g} at δ={summary["delta"]:.3g}')
     else:
       print('Per-coordinate ε: n/a (an ℓ2 mechanism of TFF; no scalar figure)')

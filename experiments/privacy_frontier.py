@@ -99,8 +99,10 @@ def main(argv):
       raise ValueError(f'--rtol must be in (0, 0.5], got {FLAGS.rtol}.')
     out = FLAGS.output_dir
     csv_path = os.path.join(out, 'frontier.csv')
+    # others: the accountant's default, any inputs of the other clients (proved).
     settings = dict(coordinate_clip_multiples=ks, rtol=FLAGS.rtol,
-                    max_operations=FLAGS.max_operations, l2_clip=1.0)
+                    max_operations=FLAGS.max_operations, l2_clip=1.0,
+                    others='any')
     cfg_path = os.path.join(out, 'frontier_config.json')
     rows = []
     if os.path.exists(csv_path) and not FLAGS.fresh:

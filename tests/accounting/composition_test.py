@@ -17,7 +17,7 @@ def test_gaussian_equivalent_matches_dp_accounting():
   clip, z, rounds, delta = 1.0, 0.5, 10, 1e-5
   mech = mechanisms.QuantizedGaussian(clip=clip, num_levels=256, sigma=z * clip)
   ours = C.training_guarantee(mech, rounds, 1, 1, delta, use_pld=True,
-                              pld_interval=1e-3)
+                              pld_interval=1e-3, others='extremes')
   acc = dp_accounting.rdp.RdpAccountant(list(C.DEFAULT_ORDERS))
   acc.compose(dp_accounting.GaussianDpEvent(z), rounds)
   gauss_rdp = acc.get_epsilon(delta)
@@ -47,8 +47,12 @@ def test_guarantee_grows_with_rounds_and_dim():
   e2 = C.training_guarantee(mech, 100, 40, 3400, 1e-5, use_pld=False).epsilon
   e3 = C.training_guarantee(mech, 10, 40, 3400, 1e-5, dim=10, use_pld=False).epsilon
   assert e1 < e2 and e1 < e3
-  g = C.training_guarantee(mech, 10, 40, 3400, 1e-5)
+  g = C.training_guarantee(mech, 10, 40, 3400, 1e-5, others='extremes')
   assert g.epsilon == min(g.epsilon_rdp, g.epsilon_pld)
+  assert 'ASSUMED: others at ±c' in g.assumptions
+  proved = C.training_guarantee(mech, 10, 40, 3400, 1e-5)
+  assert proved.epsilon_pld is None and 'others=' in proved.pld_note
+  assert 'any inputs of the others' in proved.assumptions
   assert 'replace-one' in g.assumptions and '40 of 3400' in g.assumptions
 
 
@@ -76,8 +80,10 @@ def test_coordinate_route_takes_the_worst_vertex_pair_not_only_the_ends():
   rdp = C.per_round_rdp(mech, 1, 3, orders=range(2, 17))
   assert rdp[8] == pytest.approx(3 * 5.344228585, abs=1e-7)
   for a in range(2, 17):   # between ladder rungs: convexity, never below a rung's
-    assert rdp[a] >= 3 * C.divergence.renyi_divergence_of_sum(mech, a, 1).value
-  guarantee = C.training_guarantee(mech, 5, 1, 10, 1e-5, use_pld=True)
+    assert rdp[a] >= 3 * C.divergence.renyi_divergence_of_sum(
+        mech, a, 1).value * (1 - 1e-12)
+  guarantee = C.training_guarantee(mech, 5, 1, 10, 1e-5, use_pld=True,
+                                   others='extremes')
   assert guarantee.epsilon_pld is None and 'interior pair' in guarantee.pld_note
 
 

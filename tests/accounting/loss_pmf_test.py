@@ -72,7 +72,7 @@ def test_a_large_model_skips_pld_with_a_reason_instead_of_allocating():
   d = 1_206_590
   c = 0.03 / math.sqrt(d)
   g = composition.training_guarantee(mechanisms.RQM(c, c, 16, 0.42), 2000, 40,
-                                     3400, 1 / 3400, dim=d)
+                                     3400, 1 / 3400, dim=d, others='extremes')
   assert g.epsilon_pld is None and g.route == 'RDP'
   assert 'PLD route skipped' in g.pld_note and 'pld_max_points' in g.pld_note
   assert 'skipped' in g.summary()
@@ -80,6 +80,6 @@ def test_a_large_model_skips_pld_with_a_reason_instead_of_allocating():
 
 def test_bq_gets_a_finite_epsilon_from_the_pld_route():
   g = composition.training_guarantee(mechanisms.BQ(1.0, 3, 8), 10, 4, 100, 1e-3,
-                                     dim=3)
+                                     dim=3, others='extremes')
   assert math.isinf(g.epsilon_rdp) and g.route == 'PLD'
   assert 0 < g.epsilon < math.inf and g.pld_note == ''

@@ -62,7 +62,8 @@ def test_full_flip_covers_the_coordinate_route(name, n):
 
 @pytest.mark.parametrize('name', ['rqm', 'pbm', 'quantized_gaussian', 'qmgeo'])
 def test_curve_bounds_random_pairs(name):
-  """f̄(t_s) >= D_α at random target pairs within t_s, others in every ±c mix."""
+  """f̄(t_s) >= D_α at random target pairs within t_s, the others in every ±c
+  mix and at random inputs (the default bound holds for any)."""
   mech, n = _mech(name), 3
   curve = vector.divergence_curve(mech, ORDERS, n, t_points=8, cells=32)
   rng = np.random.default_rng(0)
@@ -70,8 +71,8 @@ def test_curve_bounds_random_pairs(name):
     for _ in range(6):
       x = rng.uniform(-1, 1)
       x_prime = float(np.clip(x + rng.uniform(-t, t), -1, 1))
-      for plus in range(n):
-        others = [1.0] * plus + [-1.0] * (n - 1 - plus)
+      mixes = [[1.0] * plus + [-1.0] * (n - 1 - plus) for plus in range(n)]
+      for others in mixes + [list(rng.uniform(-1, 1, n - 1)) for _ in range(2)]:
         for alpha in ORDERS:
           true = _exact(mech, x, x_prime, others, alpha)
           assert true <= curve.values[alpha][s] * (1 + 1e-9) + 1e-12, (t, x, x_prime)
@@ -81,12 +82,14 @@ def test_curve_bounds_random_pairs(name):
 @pytest.mark.parametrize('n', [2, 3])
 def test_others_at_extremes_are_the_worst_over_critical_inputs(name, n):
   """Item 2's search: every multiset of critical inputs for the others, every
-  target pair of critical inputs; none beats the ±c mixes the accountant uses."""
+  target pair of critical inputs; none beats the ±c mixes others='extremes'
+  assumes."""
   mech = _mech(name)
   crit = np.unique(mech.critical_inputs())
   crit = crit[np.unique(np.linspace(0, len(crit) - 1, 7).round().astype(int))]
   for alpha in (2.0, 8.0):
-    accounted = vector.divergence_curve(mech, [alpha], n, t_points=8).values[alpha][-1]
+    accounted = vector.divergence_curve(mech, [alpha], n, t_points=8,
+                                        others='extremes').values[alpha][-1]
     worst = max(_exact(mech, x, y, others, alpha)
                 for x in crit for y in crit
                 for others in itertools.combinations_with_replacement(crit, n - 1))
@@ -179,7 +182,7 @@ def test_l2_route_charges_a_fraction_of_the_range():
   wide = _mech('rqm', c=3 * clip / math.sqrt(dim))
   l2 = vector.vector_rdp(wide, [2, 8], n, dim, 2 * clip, t_points=12)
   full = composition.per_round_rdp(wide, n, dim, orders=[8])
-  assert l2[2] < 0.5 * full[2] and l2[8] < 0.5 * full[8]
+  assert l2[2] < 0.6 * full[2] and l2[8] < 0.6 * full[8]
   # Never below the truth at one admissible input pair: S/√d on every coordinate.
   t = 2 * clip / math.sqrt(dim)
   c = wide.input_bound
@@ -245,11 +248,17 @@ def test_refuses_a_too_costly_evaluation_before_starting(monkeypatch):
 
 @pytest.mark.parametrize('mech', [mechanisms.RQM(1.0, 1.0, 8, 0.42),
                                   mechanisms.PBM(1.0, 8, 0.25)])
-def test_grouped_splits_of_the_others_bound_every_split(mech):
+@pytest.mark.parametrize('others', vector.OTHERS)
+def test_grouped_splits_of_the_others_bound_every_split(mech, others,
+                                                       monkeypatch):
+  """Groups of mixes (extremes) or of the others' common-part count (any) are
+  bounded by their first member; the default grouping loses little."""
   orders, grid = [2.0, 8.0], vector.distance_grid(1.0, 8)
-  every = vector.divergence_curve(mech, orders, 40, t_grid=grid, exact_splits=40)
-  coarse = vector.divergence_curve(mech, orders, 40, t_grid=grid, exact_splits=1)
-  default = vector.divergence_curve(mech, orders, 40, t_grid=grid)
+  curve = lambda k: vector.divergence_curve(mech, orders, 40, t_grid=grid,
+                                            exact_splits=k, others=others)
+  coarse, default = curve(1), curve(vector.EXACT_SPLITS)
+  monkeypatch.setattr(vector, '_REFINE', 0.0)   # every count evaluated alone
+  every = curve(40)
   for a in orders:
     assert np.all(coarse.values[a] >= every.values[a] * (1 - 1e-12))
     assert np.all(default.values[a] >= every.values[a] * (1 - 1e-12))
@@ -275,3 +284,38 @@ def test_power_sums_in_pair_blocks_equal_one_block(monkeypatch):
   for order in (2.0, 8.0):
     np.testing.assert_allclose(blocked.values[order], whole.values[order],
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize('name', ['rqm', 'pbm', 'qmgeo', 'quantized_gaussian', 'bq'])
+def test_common_part_lies_below_every_input_law(name):
+  """The common part is a min over every input in [-c, c] (the critical inputs
+  attain it): checked on 801 inputs."""
+  mech = _mech(name, s=3, m=8) if name == 'bq' else _mech(name)
+  log_beta, log_r = vector.common_part(mech)
+  assert 0 < math.exp(log_beta) <= 1
+  assert np.exp(log_r).sum() == pytest.approx(1.0, abs=1e-12)
+  for x in np.linspace(-1, 1, 801):
+    assert np.all(log_beta + log_r <= mech.log_pmf(x) + 1e-12)
+
+
+def test_any_others_is_close_to_the_extremes_where_the_laws_overlap():
+  """Calibrated regime (RQM Δ = 32c, 40 clients): the proved bound is within 8%
+  of every exact ±c mix (which it must exceed); at the papers' low noise it
+  is valid but much looser."""
+  grid = vector.distance_grid(1.0, 8)
+  noisy = _mech('rqm', num_levels=16, delta_ratio=32, q=0.073)
+  for mech, hi in ((noisy, 1.08), (_mech('rqm'), 20.0)):
+    any_ = vector.divergence_curve(mech, [2.0, 8.0], 40, t_grid=grid)
+    ext = vector.divergence_curve(mech, [2.0, 8.0], 40, t_grid=grid,
+                                  others='extremes')
+    for a in (2.0, 8.0):
+      mixes = divergence.renyi_divergence_of_sum(mech, a, 40).value
+      assert mixes * (1 - 1e-9) <= any_.values[a][-1] <= hi * mixes
+      assert ext.values[a][-1] >= mixes * (1 - 1e-9)
+
+
+def test_bad_others_is_refused():
+  with pytest.raises(ValueError, match='others'):
+    vector.divergence_curve(_mech('rqm'), [2.0], 3, t_points=8, others='ends')
+  with pytest.raises(ValueError, match='others'):
+    composition.training_guarantee(_mech('rqm'), 5, 3, 10, 1e-5, others='ends')

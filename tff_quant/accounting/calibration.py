@@ -30,13 +30,33 @@ _RTOL = 2e-3              # the root search stops at this relative width
 _MAX_ITERATIONS = 60      # iterations of the root search, at most
 
 
-def _epsilon(mech, schedule) -> float:
-  """ε of the run; inf where the mechanism's exact law is out of reach (never chosen)."""
-  try:
-    return composition.training_guarantee(mech, orders=FAST_ORDERS,
-                                          **schedule).epsilon
-  except modular.UnresolvableError:
-    return math.inf
+class _Epsilon:
+  """ε of the run for a candidate mechanism; inf where its exact law is out of
+  reach (never chosen).
+
+  After an evaluation, the next uses the orders up to max(8, 2α* + 2), α* the
+  order that attained the last ε (all of FAST_ORDERS again when α* was the
+  largest allowed). The ε of fewer orders is an upper bound, so the cap never
+  overstates privacy; along a search α* moves slowly, and the cap saves the
+  power sums of orders that cannot attain the minimum (RQM at 256 levels: 16
+  ladder rungs -> 7 at α* = 3).
+  """
+
+  def __init__(self, schedule):
+    self.schedule, self.orders = dict(schedule), FAST_ORDERS
+
+  def __call__(self, mech) -> float:
+    try:
+      g = composition.training_guarantee(mech, orders=self.orders,
+                                         **self.schedule)
+    except modular.UnresolvableError:
+      return math.inf
+    if math.isfinite(g.rdp_order) and g.rdp_order < max(self.orders):
+      cap = max(8, 2 * g.rdp_order + 2)
+      self.orders = tuple(a for a in FAST_ORDERS if a <= cap)
+    else:
+      self.orders = FAST_ORDERS
+    return g.epsilon
 
 
 def _float_interval(spec):
@@ -127,7 +147,7 @@ def _least_private_to_beat(build, spec, mse_to_beat, clients):
   return axis.value(x_ok)
 
 
-def _search_last(build, spec, target, schedule, bits, rtol, hint=None,
+def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
                  hint_eps=None):
   """(least private value of `spec` with ε <= target, its ε, the smallest ε
   seen): bisection for an integer, Brent's method for a real (in log space
@@ -140,7 +160,7 @@ def _search_last(build, spec, target, schedule, bits, rtol, hint=None,
   on log ε): the least private end (q -> 1 for RQM: ~10^8 ε, and the slowest
   law to resolve, 173 s at 256 levels) is evaluated only if reached."""
   higher_private = spec.more_private == 'higher'
-  eps_at = lambda v: _epsilon(build(v), dict(schedule))
+  eps_at = lambda v: epsilon_of(build(v))
   if spec.kind is int:
     lo, hi = int(spec.low), _largest_int_within_bits(build, spec, bits)
     if hi < lo:
@@ -295,7 +315,7 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
 
   calibrate(mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
   dim=1, clip=None, tune=None, bits=None, use_pld=False, rtol=2e-3,
-  l2_clip=None, coordinate_clip=None, **params).
+  l2_clip=None, coordinate_clip=None, others='any', **params).
 
   `calibration_report` with the same arguments gives the MSE and the
   comparison with the continuous Gaussian too.
@@ -321,6 +341,8 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
     l2_clip: the ℓ2 bound of each update; with c∞ > l2_clip/√dim the ℓ2 route
       accounts the run (`accounting.vector_rdp`).
     coordinate_clip: c∞ (see `clip`).
+    others: the other clients' inputs the guarantee covers: 'any' (proved) or
+      'extremes' (±c, a search-backed assumption); `RoundAccountant`.
     **params: the other parameters, fixed (defaults for the omitted ones).
 
   Raises:
@@ -340,7 +362,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
                        rtol: float = _RTOL,
                        l2_clip: Optional[float] = None,
                        coordinate_clip: Optional[float] = None,
-                       compare_gaussian: bool = True, **params) -> Calibration:
+                       compare_gaussian: bool = True, others: str = 'any',
+                       **params) -> Calibration:
   """`calibrate`, returning a `Calibration`: the mechanism, its ε and decoded-mean
   decoded-mean MSE, and (with `compare_gaussian`) the continuous Gaussian
   calibrated to the same target and the MSE ratio. Arguments as for `calibrate`."""
@@ -348,6 +371,7 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
   validation.check_positive('epsilon', epsilon)
   validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
   validation.check_number('rtol', rtol, 0, 0.5, low_open=True)
+  vector.check_others(others)
   if clip is not None and coordinate_clip is not None and clip != coordinate_clip:
     raise ValueError(f'`clip` ({clip}) and `coordinate_clip` ({coordinate_clip}) '
                      'name the same bound; pass one.')
@@ -380,7 +404,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
   fixed = cls.complete_params(_levels_from_bits(cls, params, tune, bits))
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
                   total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld,
-                  l2_clip=l2_clip)
+                  l2_clip=l2_clip, others=others)
+  epsilon_of = _Epsilon(schedule)
 
   def outer_values(spec):
     if spec.grid:
@@ -424,8 +449,7 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
       # must meet the target, else this grid point cannot win (ε and the MSE
       # both fall along the privacy direction). Start the search there.
       try:
-        floor_eps = None if floor is None else _epsilon(build(floor),
-                                                        dict(schedule))
+        floor_eps = None if floor is None else epsilon_of(build(floor))
       except vector.CostError as err:
         refused.append((grid_point, str(err)))
         continue
@@ -438,7 +462,7 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
       hint, hint_eps = floor, floor_eps
     try:
       value, value_eps, most_private_eps = _search_last(
-          build, last, epsilon, schedule, bits, rtol, hint, hint_eps)
+          build, last, epsilon, epsilon_of, bits, rtol, hint, hint_eps)
     except vector.CostError as err:   # e.g. RQM with many levels inside ±c
       refused.append((grid_point, str(err)))
       continue

@@ -7,9 +7,11 @@ Coordinate route (no ℓ2 clip given, or c <= l2_clip/√d): per-round RDP is
 d × D_α(scalar sum) with every coordinate moving from +c to -c (attainable: the
 ℓ2 ball of radius clip_norm contains the box [-c, c]^d when c = clip_norm/√d).
 ℓ2 route (c > l2_clip/√d, e.g. c = k·l2_clip/√d after a random rotation):
-`vector.vector_rdp`, d·ĝ_α(S²/d) with S = 2·l2_clip. In both, the n-1 others sit
-at ±c in the worst mix (see `vector` for the search that backs this), and D∞ is
-the sup over all inputs (`divergence.epsilon_infinity`).
+`vector.vector_rdp`, d·ĝ_α(S²/d) with S = 2·l2_clip. In both, by default
+(others='any') the bound holds for any inputs of the n-1 others
+(`vector.others_mixture`, proved); others='extremes' puts them at ±c in the worst
+mix (a search-backed assumption, tighter where the laws barely overlap; the
+papers' setting). D∞ is the sup over all inputs (`divergence.epsilon_infinity`).
 
 Two routes, both valid for sampling `clients_per_round` of `total_clients`
 uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
@@ -109,27 +111,36 @@ class Guarantee:
 
 
 def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
-                  orders: Sequence[int] = DEFAULT_ORDERS) -> Dict[float, float]:
+                  orders: Sequence[int] = DEFAULT_ORDERS,
+                  others: str = 'any') -> Dict[float, float]:
   """Per-round RDP ε(α) = dim × the worst D_α of the secure sum (α = inf too).
 
-  Targets: ±c, and for piecewise-affine mechanisms every vertex pair too
-  (`vector.divergence_curve` at t = 2c); others: every mix at ±c.
+  others='any': `vector.divergence_curve` at t = 2c, every target pair (vertex
+  pairs, or cell envelopes) and any inputs of the others. others='extremes':
+  targets at ±c (and every vertex pair for piecewise-affine mechanisms), the
+  others at ±c in every mix.
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
     clients_per_round: clients in the secure sum, >= 1.
     dim: coordinates each client sends (composed d times).
     orders: integer Rényi orders >= 2 (math.inf is always added).
+    others: what the others' inputs may be, 'any' or 'extremes' (above).
   """
+  vector.check_others(others)
   all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j <= α
-  res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
-  rdp = {r.alpha: dim * r.value for r in res}
-  if mech.piecewise_affine and not mech.has_exact_divergences:
+  if others == 'any' and not mech.has_exact_divergences:
+    rdp = {a: 0.0 for a in all_orders}
+  else:
+    res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
+    rdp = {r.alpha: dim * r.value for r in res}
+  if not mech.has_exact_divergences and (mech.piecewise_affine or
+                                         others == 'any'):
     # Targets at every vertex pair, not only ±c (at n = 1 an interior pair is
     # worse): the sup at the ladder's rungs, between them by convexity.
     rungs = vector.order_ladder(all_orders)
     curve = vector.divergence_curve(mech, rungs, clients_per_round,
-                                    t_grid=[2 * mech.input_bound])
+                                    t_grid=[2 * mech.input_bound], others=others)
     sup = vector.between_rungs({a: curve.values[a][0] for a in rungs},
                                all_orders)
     rdp = {a: max(v, dim * sup[a]) for a, v in rdp.items()}
@@ -193,13 +204,17 @@ class RoundAccountant:
     l2_clip: the ℓ2 norm bound of each client's update, or None (every
       coordinate may move end to end). When the mechanism's coordinate bound c
       exceeds l2_clip/√dim, the ℓ2 route (`vector.vector_rdp`) is used.
+    others: the other clients' inputs: 'any' (default; proved for every input
+      in [-c, c]) or 'extremes' (±c, worst mix: a search-backed assumption).
   """
 
   def __init__(self, mech, clients_per_round: int, total_clients: int,
                delta: float, dim: int = 1,
                orders: Sequence[int] = DEFAULT_ORDERS,
-               l2_clip: Optional[float] = None):
+               l2_clip: Optional[float] = None, others: str = 'any'):
     _check_schedule(clients_per_round, total_clients, delta, dim)
+    vector.check_others(others)
+    self.others = others
     validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
     self.mech, self.n, self.population = mech, clients_per_round, total_clients
     self.delta, self.dim, self.orders = delta, dim, list(orders)
@@ -210,9 +225,10 @@ class RoundAccountant:
     if self.l2_route:
       all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j
       self.rdp = vector.vector_rdp(mech, all_orders + [math.inf],
-                                   clients_per_round, dim, 2 * l2_clip)
+                                   clients_per_round, dim, 2 * l2_clip,
+                                   others=others)
     else:
-      self.rdp = per_round_rdp(mech, clients_per_round, dim, orders)
+      self.rdp = per_round_rdp(mech, clients_per_round, dim, orders, others)
     self._sub = [subsampled_rdp_without_replacement(self.rdp, self.gamma, a)
                  for a in self.orders]
     sensitivity = (2 * l2_clip if self.l2_route
@@ -280,6 +296,10 @@ class RoundAccountant:
       note = ('PLD route not used: it composes d coordinates each moving end '
               'to end, which ℓ2 clipping with c > l2_clip/√d rules out; the ℓ2 '
               'RDP route is reported')
+    elif self.others == 'any':
+      note = ('PLD route not used: it composes the worst mix of the others at '
+              '±c, an assumption (others=\'extremes\'); the RDP route holds '
+              'for any inputs of the others')
     elif not vector.end_pair_is_worst(self.mech, self.n):
       note = ('PLD route not used: it composes the ±c target pair, and an '
               'interior pair of critical inputs is worse here; the RDP route '
@@ -309,12 +329,16 @@ class RoundAccountant:
     else:
       if self.mech.piecewise_affine:
         others = 'targets at every vertex pair of critical inputs'
-      elif self.l2_route:
+      elif self.l2_route or self.others == 'any':
         others = 'targets bounded by cell envelopes'
       else:
         others = 'targets at ±c (grid search finds none worse for n <= 2)'
-      others += ('; others at ±c (worst mix; exhaustive search over critical '
-                 'inputs finds none worse for n <= 3)')
+      if self.others == 'any':
+        others += ('; any inputs of the others in [-c, c] (common-part '
+                   'mixture bound, proved)')
+      else:
+        others += ('; ASSUMED: others at ±c (worst mix; exhaustive search over '
+                   'critical inputs finds none worse for n <= 3)')
     assumptions = (
         f'replace-one neighbouring (participant count public); {self.n} of '
         f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '
@@ -332,7 +356,8 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
                        use_pld: bool = True,
                        pld_interval: float = 1e-3,
                        pld_max_points: int = None,
-                       l2_clip: Optional[float] = None) -> Guarantee:
+                       l2_clip: Optional[float] = None,
+                       others: str = 'any') -> Guarantee:
   """(ε, δ) after `rounds` rounds of `clients_per_round` sampled from `total_clients`.
 
   Args:
@@ -348,9 +373,10 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
       DEFAULT_PLD_MAX_POINTS); checked before allocating.
     l2_clip: the ℓ2 bound of each update (None: coordinates move end to end);
       see `RoundAccountant`.
+    others: the other clients' inputs, 'any' or 'extremes' (`RoundAccountant`).
   """
   validation.check_integer('rounds', rounds, 1)
   accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
-                               dim, orders, l2_clip)
+                               dim, orders, l2_clip, others)
   return accountant.guarantee(rounds, use_pld, pld_interval,
                               pld_max_points or DEFAULT_PLD_MAX_POINTS)

@@ -36,23 +36,36 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   it is at most the larger and at least the smaller end value. Replacing P by
   that upper envelope and Q by the lower one only increases Σ P^α Q^(1-α)
   (α > 1), before and after convolving with the others' law.
-* Others: every mix of the n-1 others at ±c, the same family as the coordinate
-  route (`divergence.renyi_divergence_of_sum`). Mixes are bounded in groups
-  (`split_groups`): for k in [k0, k1] others at +c, the others' law is
-  T * S_k with T = k0 at +c and n-1-k1 at -c, so by data processing (adding
-  the independent S_k is post-processing) D(P*T || Q*T) bounds every k of the
-  group. Groups are single mixes next to the balanced one and to the ends
-  (where the sup sits in every case searched) and double in width away from
-  them: O(log n) sums instead of n/2, never below the truth. An exhaustive search over every
-  multiset of critical inputs for the others and every target pair (tested for
-  n <= 3) finds no worse case for RQM, PBM and QMGeo at finite orders.
-  D∞ uses n = 1 (the sum's D∞ is at most the target's local D∞ by data
+* Others (default, others='any'): any inputs in [-c, c], proved. Every input's
+  law is β·R + (1-β)·W_x, with β·R(y) = min over inputs of P(y) (attained at a
+  critical input; `common_part`). Each other client draws from R with
+  probability β, independently, so the others' sum is R^{*M} * V with
+  M ~ Binomial(n-1, β); by joint convexity of Σ p^α q^(1-α) and data
+  processing (V), Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m)·E_m, E_m the target
+  pair's with m copies of R added (`others_mixture`). E_m does not increase in
+  m, so counts are bounded in groups by their first, refined where a group
+  matters; a group never evaluated is bounded by (α-1)·D∞ of the pair. Where
+  the laws overlap (β ≈ 0.93-0.95 for calibrated RQM) this is 4-7% above the
+  exact ±c mixes (and below their grouped bound at n = 100); where they barely
+  overlap it is much looser (at n = 40, α = 2, t = 2c: the papers' RQM,
+  Δ = c, q = 0.42, 7.3x; PBM at its defaults 19x).
+* Others with others='extremes': every mix of the n-1 others at ±c, the same
+  family as `divergence.renyi_divergence_of_sum`: an assumption. Mixes are
+  bounded in groups (`split_groups`): for k in [k0, k1] others at +c, the
+  others' law is T * S_k with T = k0 at +c and n-1-k1 at -c, so by data
+  processing D(P*T || Q*T) bounds every k of the group. An exhaustive search
+  over every multiset of critical inputs for the others and every target pair
+  (tested for n <= 3) finds no worse case for RQM, PBM and QMGeo at finite
+  orders; no proof exists.
+* D∞ uses n = 1 (the sum's D∞ is at most the target's local D∞ by data
   processing), so it needs no assumption on the others.
 """
 
+from concurrent import futures
 import dataclasses
 import math
-from typing import Dict, List, Optional, Sequence
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import special
@@ -66,6 +79,15 @@ _TIE = 1e-9                # breakpoints this close (relative) to a distance sit
 # Refuse (before allocating) evaluations above this many elementary log-domain
 # operations (~1 minute of numpy on one core).
 MAX_OPERATIONS = 3e10
+
+
+OTHERS = ('any', 'extremes')   # what the accountant assumes of the others' inputs
+
+
+def check_others(others: str) -> None:
+  """`others` names one of OTHERS."""
+  if others not in OTHERS:
+    raise ValueError(f'`others` must be one of {OTHERS}, got {others!r}.')
 
 
 class CostError(ValueError):
@@ -242,6 +264,36 @@ def _log_convolve_rows(rows: np.ndarray, log_r: np.ndarray) -> np.ndarray:
 _FFT_LEVELS = 128
 
 
+def common_part(mech) -> Tuple[float, np.ndarray]:
+  """(log β, log R): the mass every input's law shares, and its law.
+
+  m(y) = min over x in [-c, c] of P(encode(x) = y), attained at a critical input
+  (`Mechanism.critical_inputs`: where each level's probability attains its max
+  and min); β = Σ m, R = m/β. Every input's law is β·R + (1-β)·W_x for some law
+  W_x, which is what lets the others' inputs be arbitrary (`others_mixture`).
+  """
+  c = mech.input_bound
+  xs = np.union1d(_critical(mech), [-c, c])
+  log_m = np.min(np.stack([mech.log_pmf(x) for x in xs]), axis=0)
+  finite = np.isfinite(log_m)
+  if not np.any(finite):
+    return -math.inf, np.full(log_m.shape, -math.inf)
+  log_beta = min(float(special.logsumexp(log_m[finite])), 0.0)
+  return log_beta, log_m - log_beta
+
+
+def _log_binomial(trials: int, log_p: float) -> np.ndarray:
+  """log P(Binomial(trials, p) = m), m = 0..trials, from log p (p = 0 and 1 exact)."""
+  m = np.arange(trials + 1)
+  log_q = math.log(-math.expm1(log_p)) if log_p < 0 else -math.inf
+  with np.errstate(invalid='ignore'):
+    terms = special.xlogy(m, math.exp(log_p)) + special.xlogy(trials - m,
+                                                            math.exp(log_q))
+  choose = (special.gammaln(trials + 1) - special.gammaln(m + 1) -
+            special.gammaln(trials - m + 1))
+  return np.where(np.isnan(terms), -np.inf, choose + terms)
+
+
 def _with_others(mech, rows: np.ndarray, num_plus: int, num_minus: int) -> np.ndarray:
   """Each row (a target's log-pmf or envelope) convolved with the law of the
   others' sum, `num_plus` clients at +c and `num_minus` at -c."""
@@ -253,6 +305,126 @@ def _with_others(mech, rows: np.ndarray, num_plus: int, num_minus: int) -> np.nd
   at_plus, at_minus = divergence.end_log_pmfs(mech)
   return np.stack([divergence.sum_log_pmf([(row, 1), (at_plus, num_plus),
                                            (at_minus, num_minus)]) for row in rows])
+
+
+def _with_common(rows: np.ndarray, log_r: np.ndarray, m: int) -> np.ndarray:
+  """Each row (a target's log-pmf or envelope) convolved with R^{*m}."""
+  if m == 0:
+    return rows
+  if rows.shape[1] < _FFT_LEVELS:
+    return _log_convolve_rows(rows, divergence.sum_log_pmf([(log_r, m)]))
+  return np.stack([divergence.sum_log_pmf([(row, 1), (log_r, m)]) for row in rows])
+
+
+def _pair_log_sums(targets: TargetPairs, conv: np.ndarray,
+                   orders: np.ndarray) -> np.ndarray:
+  """[orders, pairs] log Σ P^α Q^(1-α) of each target pair, from the basis rows
+  convolved with an others' law (`conv`)."""
+  conv_up = _mix_rows(targets.upper_weights, conv)
+  conv_lo = (conv_up if targets.lower_weights is targets.upper_weights
+             else _mix_rows(targets.lower_weights, conv))
+  return _log_power_sums(conv_up[targets.pairs[:, 0]],
+                         conv_lo[targets.pairs[:, 1]], orders)
+
+
+def _extreme_mixes(mech, targets: TargetPairs, num_clients: int,
+                   orders: np.ndarray, exact: int) -> np.ndarray:
+  """[orders, pairs] the largest log Σ P^α Q^(1-α) over the others at ±c, every
+  mix k of n-1 at +c; a group [k0, k1] of mixes is bounded by its common part
+  (k0 at +c, n-1-k1 at -c): data processing (`others='extremes'`)."""
+  worst = np.full((orders.size, len(targets.pairs)), 0.0)
+  first = (num_clients - 1) // 2 if targets.symmetric else 0
+  for k0, k1 in split_groups(first, num_clients - 1, (num_clients - 1) // 2,
+                             exact):
+    conv = _with_others(mech, targets.basis, k0, num_clients - 1 - k1)
+    worst = np.maximum(worst, _pair_log_sums(targets, conv, orders))
+  return worst
+
+
+# Evaluations of the others' groups run in threads (numpy's loops release the
+# GIL): at most this many at once, each holding ~0.5 GB at 256 levels, n = 100.
+MAX_WORKERS = 4
+
+
+def _workers(tasks: int) -> int:
+  """Threads for `tasks` independent evaluations: the cores this process may use."""
+  return max(1, min(tasks, MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
+_REFINE = 1e-4   # a group of the others' count is split while it holds more
+                 # than this share of a record pair's excess (`others_mixture`)
+
+
+def _log_expm1(x: np.ndarray) -> np.ndarray:
+  """log(e^x - 1) without overflow; -inf at 0, NaN below."""
+  x = np.asarray(x, np.float64)
+  with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
+    return np.where(x > 30, x + np.log1p(-np.exp(-x)),
+                    np.log(np.expm1(np.minimum(x, 30))))
+
+
+def others_mixture(mech, targets: TargetPairs, num_others: int,
+                   orders: np.ndarray, log_cap: np.ndarray,
+                   exact: int = EXACT_SPLITS) -> np.ndarray:
+  """[orders, pairs] log of an upper bound on Σ P^α Q^(1-α) of each target pair's
+  secure sum, whatever the `num_others` other clients' inputs in [-c, c].
+
+  With every input's law β·R + (1-β)·W_x (`common_part`), each other client
+  independently draws from R with probability β, so the others' sum is R^{*M} * V,
+  M ~ Binomial(num_others, β), V independent of the target given the inputs.
+  (p, q) ↦ Σ p^α q^(1-α) is jointly convex and adding V is post-processing, so
+  Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m) E_m, E_m = Σ (P*R^{*m})^α (Q*R^{*m})^(1-α),
+  with no assumption on the others' inputs. E_m does not increase with m (data
+  processing), so a group m0..m1 is bounded by its weight times E_m0, and
+  log E_m <= `log_cap` ((α-1)·the pair's D∞, for groups not evaluated).
+  Groups start as `split_groups` around the mean count (singles next to it and
+  to the ends) and are split, or their start evaluated, while one holds more
+  than _REFINE of the excess over 1 of a pair that sets f̄ (a record in distance
+  order) at some order.
+  """
+  log_beta, log_r = common_part(mech)
+  log_b = _log_binomial(num_others, log_beta)
+  centre = int(round(num_others * math.exp(log_beta)))
+  groups = split_groups(0, num_others, centre, exact)
+  starts = {}   # m0 -> [orders, pairs] log E_m0
+  order = np.argsort(targets.distance, kind='stable')
+  evaluate = lambda m: _pair_log_sums(
+      targets, _with_common(targets.basis, log_r, m), orders)
+
+  if num_others == 0:
+    return evaluate(0)
+  while True:
+    weight = np.array([special.logsumexp(log_b[a:b + 1]) for a, b in groups])
+    value = np.stack([starts[a] if a in starts else log_cap for a, _ in groups])
+    live = np.isfinite(weight)[:, None, None]
+    with np.errstate(invalid='ignore'):
+      parts = np.where(live, weight[:, None, None] + value, -np.inf)
+    total = special.logsumexp(parts, axis=0)
+    # Records: pairs whose bound is the sup over pairs no farther apart.
+    per_pair = np.maximum(total / (orders[:, None] - 1), 0.0)[:, order]
+    relevant = np.zeros(total.shape, bool)
+    relevant[:, order] = per_pair >= np.maximum.accumulate(per_pair, axis=1)
+    # A group's share of a pair's excess over 1 (Σ weights = 1, E >= 1); an
+    # infinite total is refined wherever a group is infinite.
+    with np.errstate(invalid='ignore'):   # inf - inf: set just below
+      share = (weight[:, None, None] + _log_expm1(value) -
+               _log_expm1(total)[None])
+    share = np.where(np.isnan(share), -np.inf, share)   # E = 1 up to rounding
+    share = np.where(np.isinf(total)[None], np.where(parts == np.inf, np.inf,
+                                                     -np.inf), share)
+    share = np.where(live & relevant[None] & (total > 0)[None], share, -np.inf)
+    limit = math.log(_REFINE) if _REFINE > 0 else -math.inf
+    flagged = [g for g, s in zip(groups, share) if np.max(s) > limit]
+    todo = [g for g in flagged if g[0] not in starts]
+    splits = [g for g in flagged if g[0] in starts and g[1] > g[0]]
+    if not todo and not splits:
+      return total
+    counts = [a for a, _ in todo]
+    with futures.ThreadPoolExecutor(_workers(len(counts))) as pool:
+      starts.update(zip(counts, pool.map(evaluate, counts)))
+    for g in splits:
+      mid = (g[0] + g[1]) // 2
+      groups[groups.index(g):groups.index(g) + 1] = [(g[0], mid), (mid + 1, g[1])]
 
 
 _POWER_BLOCK = 2**22   # entries of a pair block's temporaries (32 MB each)
@@ -389,7 +561,8 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
                      t_points: int = DEFAULT_T_POINTS,
                      cells: int = DEFAULT_CELLS,
                      t_grid: Optional[np.ndarray] = None,
-                     exact_splits: int = EXACT_SPLITS) -> DivergenceCurve:
+                     exact_splits: int = EXACT_SPLITS,
+                     others: str = 'any') -> DivergenceCurve:
   """f̄_α on a distance grid: see the module docstring for why each value is an upper bound.
 
   Args:
@@ -400,14 +573,19 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
     cells: cells over [-c, c] for mechanisms bounded by envelopes.
     t_grid: increasing distances in (0, 2c] ending at 2c (default
       `distance_grid(c, t_points)`).
-    exact_splits: single mixes of the others next to each anchor (`split_groups`);
-      n or more evaluates every mix on its own.
+    exact_splits: single groups of the others next to each anchor
+      (`split_groups`); n or more evaluates each on its own.
+    others: 'any' (default): a bound for any inputs of the n-1 others in
+      [-c, c] (`others_mixture`, proved); 'extremes': the worst mix of the
+      others at ±c (`_extreme_mixes`; a search-backed assumption, exhaustive
+      over critical inputs for n <= 3, tighter where the laws barely overlap).
 
   Raises:
     ValueError: an order <= 1, or an evaluation estimated above MAX_OPERATIONS
       (the message gives the estimate and what to lower).
   """
   validation.check_integer('num_clients', num_clients, 1)
+  check_others(others)
   orders = sorted(set(float(a) for a in orders))
   for a in orders:
     if not a > 1:
@@ -434,24 +612,24 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
         'minute): lower `t_points`/`cells`, the number of orders, or the levels.')
   targets = target_pairs(mech, t_grid, cells)
   up, lo = targets.pairs[:, 0], targets.pairs[:, 1]
-  worst = np.full((finite.size, len(targets.pairs)), 0.0)
-  first = (num_clients - 1) // 2 if targets.symmetric else 0
-  # k of the n-1 others at +c, the rest at -c; a group [k0, k1] is bounded by
-  # its common part (k0 at +c, n-1-k1 at -c): module docstring.
-  for k0, k1 in split_groups(first, num_clients - 1, (num_clients - 1) // 2,
-                             exact_splits):
-    conv = _with_others(mech, targets.basis, k0, num_clients - 1 - k1)
-    conv_up = _mix_rows(targets.upper_weights, conv)
-    conv_lo = (conv_up if targets.lower_weights is targets.upper_weights
-               else _mix_rows(targets.lower_weights, conv))
-    log_e = _log_power_sums(conv_up[up], conv_lo[lo], finite)
-    worst = np.maximum(worst, log_e / (finite[:, None] - 1))
+  # D∞ needs no others: the sum's D∞ is at most the target's (post-processing).
   local_up = _mix_rows(targets.upper_weights, targets.basis)
   local_lo = _mix_rows(targets.lower_weights, targets.basis)
   with np.errstate(invalid='ignore'):
     ratio = local_up[up] - local_lo[lo]
   ratio = np.where(np.isfinite(local_up[up]), ratio, -np.inf)
   d_inf = np.max(ratio, axis=1)
+  if finite.size:
+    # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
+    log_mass = special.logsumexp(local_up[up], axis=1)
+    with np.errstate(invalid='ignore'):
+      log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
+    if others == 'any':
+      log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
+                             exact_splits)
+    else:
+      log_e = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
+    worst = log_e / (finite[:, None] - 1)
   values = {}
   for a in orders:
     per_pair = d_inf if math.isinf(a) else worst[list(finite).index(a)]
@@ -528,7 +706,8 @@ def l2_grid(mech, t_star: float, t_points: int) -> np.ndarray:
 
 def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
                l2_sensitivity: float, t_points: int = 24,
-               cells: int = DEFAULT_CELLS) -> Dict[float, float]:
+               cells: int = DEFAULT_CELLS,
+               others: str = 'any') -> Dict[float, float]:
   """Round RDP of the d-coordinate secure sum when updates differ by <= l2_sensitivity in ℓ2.
 
   d·ĝ_α(min(S²/d, 4c²)) for each order (see the module docstring), with f̄
@@ -544,6 +723,7 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
       (2·l2_clip under replace-one).
     t_points: distance grid size (>= 8), breakpoints (`with_breakpoints`) included.
     cells: cells over [-c, c] for mechanisms bounded by envelopes.
+    others: the others' inputs: 'any' (proved) or 'extremes' (`divergence_curve`).
 
   Returns:
     {order: RDP of one round, before subsampling}.
@@ -557,7 +737,7 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
            else order_ladder(orders))
   grid = l2_grid(mech, math.sqrt(u), t_points)
   curve = divergence_curve(mech, rungs, clients_per_round, t_grid=grid,
-                           cells=cells)
+                           cells=cells, others=others)
   per_rung = {a: dim * curve.majorant(a, u) for a in rungs}
   return between_rungs(per_rung, orders)
 
@@ -597,7 +777,8 @@ def end_pair_is_worst(mech, num_clients: int, orders=(2, 8, 32)) -> bool:
   if not mech.piecewise_affine or mech.has_exact_divergences:
     return True
   c = mech.input_bound
-  curve = divergence_curve(mech, orders, num_clients, t_grid=[2 * c])
+  curve = divergence_curve(mech, orders, num_clients, t_grid=[2 * c],
+                           others='extremes')   # the PLD route's assumption
   ends = divergence.renyi_divergence_of_sum(mech, list(orders), num_clients)
   return all(curve.values[r.alpha][0] <= r.value * (1 + 1e-9) + 1e-12
              for r in ends)

@@ -344,8 +344,10 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
     if not acct.gives_privacy:
       raise ValueError(f'{mech} gives no privacy: its per-round Rényi divergence is '
                        'infinite at every order (ε = inf). Change its parameters.')
+    # The papers' scalar figure: one coordinate, the others at ±c (their setting).
     coord_acct = accounting.RoundAccountant(mech, config.clients_per_round,
-                                            config.total_clients, delta, 1)
+                                            config.total_clients, delta, 1,
+                                            others='extremes')
   remote = runtime.parse_workers(workers) if workers else None
   prepare_run_dir(run_dir, config, fresh)
   if remote:
