@@ -81,32 +81,35 @@ def _peak_mb():
 
 
 def _guarantee_row(args, queue):
-  name, c_inf, rounds, n, total, dim = args
+  name, c_inf, rounds, n, total, dim, others = args
   mech = mechanisms.build(name, c_inf)   # defaults: RQM (Δ = c, q = 0.42, m = 16)
   t0 = time.perf_counter()
-  g = accounting.training_guarantee(mech, rounds, n, total, 1 / total, dim=dim)
+  g = accounting.training_guarantee(mech, rounds, n, total, 1 / total, dim=dim,
+                                    others=others)
   seconds = time.perf_counter() - t0
   peak_mb = _peak_mb()
   queue.put((g.epsilon, g.route, g.pld_note, seconds, peak_mb))
 
 
 def guarantees():
-  """training_guarantee with defaults (PLD where it fits) at growing d."""
-  cases = [('rqm', 0.01, 20, 30, 300, 6_000),
-           ('rqm', 0.03 / math.sqrt(61_706), 2000, 40, 3400, 61_706),
-           ('rqm', 0.03 / math.sqrt(1_206_590), 2000, 40, 3400, 1_206_590)]
-  print('\n| training_guarantee | rounds | n of N | d | ε (δ = 1/N) | route | s | '
-        'peak MB | note |\n|---|---|---|---|---|---|---|---|---|')
+  """training_guarantee with defaults at growing d: any inputs of the others
+  (RDP), and others='extremes' (the PLD route where its grid fits)."""
+  cases = [('rqm', 0.01, 20, 30, 300, 6_000, others)
+           for others in ('any', 'extremes')] + [
+               ('rqm', 0.03 / math.sqrt(d), 2000, 40, 3400, d, 'extremes')
+               for d in (61_706, 1_206_590)]
+  print('\n| training_guarantee | others | rounds | n of N | d | ε (δ = 1/N) | '
+        'route | s | peak MB | note |\n|---|---|---|---|---|---|---|---|---|---|')
   ctx = multiprocessing.get_context('spawn')
   for case in cases:
-    name, _, rounds, n, total, dim = case
+    name, _, rounds, n, total, dim, others = case
     queue = ctx.Queue()
     proc = ctx.Process(target=_guarantee_row, args=(case, queue))
     proc.start()
     eps, route, note, seconds, peak = queue.get()
     proc.join()
-    print(f'| {name} | {rounds} | {n} of {total} | {dim} | {eps:.4g} | {route} | '
-          f'{seconds:.1f} | {peak:.0f} | {note or "—"} |')
+    print(f'| {name} | {others} | {rounds} | {n} of {total} | {dim} | {eps:.4g} | '
+          f'{route} | {seconds:.1f} | {peak:.0f} | {note or "—"} |')
 
 
 def _calibration_row(args, queue):

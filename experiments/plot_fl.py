@@ -44,19 +44,22 @@ def plot(run_dirs, output):
   data_line = ''
   runs = [read_run(d) for d in run_dirs]
   names = [config['mechanism'] for _, config, _ in runs]
-  for run_dir, (rows, config, data) in zip(run_dirs, runs):
+  for i, (run_dir, (rows, config, data)) in enumerate(zip(run_dirs, runs)):
+    color = f'C{i % 10}'   # one colour per run in every panel
     data_line = data_line or data
     # The mechanism, or the run folder where several runs share one.
     label = (config['mechanism'] if names.count(config['mechanism']) == 1
              else os.path.basename(os.path.normpath(run_dir)))
     rnd = [int(r['round']) for r in rows]
-    axes[0].plot(rnd, [float(r['train_loss']) for r in rows], label=label)
+    axes[0].plot(rnd, [float(r['train_loss']) for r in rows], label=label,
+                 color=color)
     pts = [(int(r['round']), float(r['test_accuracy'])) for r in rows
            if r['test_accuracy'] not in ('', 'nan')]
-    axes[1].plot([p[0] for p in pts], [p[1] for p in pts], marker='.', label=label)
+    axes[1].plot([p[0] for p in pts], [p[1] for p in pts], marker='.', label=label,
+                 color=color)
     eps = [float(r['epsilon']) for r in rows]
     if all(math.isfinite(e) for e in eps):
-      axes[2].plot(rnd, eps, label=label)
+      axes[2].plot(rnd, eps, label=label, color=color)
   axes[0].set(xlabel='round', ylabel='train loss', title='Loss')
   axes[1].set(xlabel='round', ylabel='test accuracy', title='Accuracy')
   axes[2].set(xlabel='round', ylabel='ε of the whole model (δ = 1/N)',
