@@ -26,7 +26,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string('runs_dir', None, 'Folder of fl_emnist run folders.')
 flags.DEFINE_enum('others', 'any', vector.OTHERS, 'The other clients\' inputs '
                   'the guarantee covers: any (proved) or extremes (±c, assumed).')
-flags.DEFINE_string('output', None, 'CSV to write (default '
+flags.DEFINE_string('output_csv', None, 'CSV to write (default '
                     '<runs_dir>/reaccounted.csv).')
 
 COLUMNS = ('run', 'mechanism', 'rounds', 'test_accuracy', 'epsilon_reported',
@@ -72,7 +72,7 @@ def main(argv):
       raise ValueError(f'--runs_dir={FLAGS.runs_dir} holds no finished run '
                        '(summary.json).')
     rows = [reaccount(os.path.join(FLAGS.runs_dir, r), FLAGS.others) for r in runs]
-  out = FLAGS.output or os.path.join(FLAGS.runs_dir, 'reaccounted.csv')
+  out = FLAGS.output_csv or os.path.join(FLAGS.runs_dir, 'reaccounted.csv')
   results_io.write_csv(out, COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
   print('| run | mechanism | rounds | test accuracy | ε reported | ε now |')
   print('|---|---|---|---|---|---|')
