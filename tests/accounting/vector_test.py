@@ -286,7 +286,8 @@ def test_power_sums_in_pair_blocks_equal_one_block(monkeypatch):
                                rtol=1e-12)
 
 
-@pytest.mark.parametrize('name', ['rqm', 'pbm', 'qmgeo', 'quantized_gaussian', 'bq'])
+@pytest.mark.parametrize('name', ['rqm', 'pbm', 'qmgeo', 'quantized_gaussian', 'bq',
+                                  'randomized_projection'])
 def test_common_part_lies_below_every_input_law(name):
   """The common part is a min over every input in [-c, c] (the critical inputs
   attain it): checked on 801 inputs."""
