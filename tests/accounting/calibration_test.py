@@ -152,3 +152,21 @@ def test_no_pruning_where_more_noise_can_lower_the_mse():
       bits=8)
   assert report.params['steps'] > 1
   assert report.ratio_to_gaussian < 0.2
+
+
+def test_order_cap_follows_the_optimum_and_never_lowers_epsilon():
+  """After an evaluation only orders near α* are used; the ε of fewer orders is
+  an upper bound on the ε of all of them."""
+  schedule = dict(rounds=200, clients_per_round=10, total_clients=1000,
+                  delta=1e-3, dim=400, use_pld=False, l2_clip=1.0)
+  epsilon_of = calibration._Epsilon(schedule)
+  build = lambda q: mechanisms.get('rqm').for_coordinate_bound(
+      3 / 20, num_levels=8, delta_ratio=8.0, q=q)
+  epsilon_of(build(0.05))
+  assert max(epsilon_of.orders) < max(calibration.FAST_ORDERS)
+  for q in (0.02, 0.1, 0.3):
+    capped = epsilon_of(build(q))
+    full = composition.training_guarantee(
+        build(q), orders=calibration.FAST_ORDERS, **schedule).epsilon
+    assert capped >= full * (1 - 1e-12)
+    assert capped <= full * 1.05   # the cap follows α*: little is lost
