@@ -68,3 +68,12 @@ def test_bad_parameters_name_the_range(cls):
     cls(clip=1.0, num_levels=64, steps=2, noise_std=9.0)
   with pytest.raises(ValueError, match='clip'):
     cls(clip=-1.0, num_levels=64, steps=2, noise_std=1.0)
+
+
+def test_unresolved_noise_law_is_out_of_reach_not_a_crash():
+  """NaN entries (unresolved) cannot be bounded there: one clear error, which
+  calibration reads as 'out of reach' for that setting."""
+  log_w = np.log(np.full(8, 1 / 8))
+  log_w[3] = np.nan
+  with pytest.raises(modular.UnresolvableError, match='unresolved'):
+    modular._shift_divergences(log_w, 2, [2.0])

@@ -44,12 +44,14 @@ class _Epsilon:
 
   def __init__(self, schedule):
     self.schedule, self.orders = dict(schedule), FAST_ORDERS
+    self.unresolved = ''   # why the last out-of-reach law was (for the error)
 
   def __call__(self, mech) -> float:
     try:
       g = composition.training_guarantee(mech, orders=self.orders,
                                          **self.schedule)
-    except modular.UnresolvableError:
+    except modular.UnresolvableError as err:
+      self.unresolved = str(err)
       return math.inf
     if math.isfinite(g.rdp_order) and g.rdp_order < max(self.orders):
       cap = max(8, 2 * g.rdp_order + 2)
@@ -502,7 +504,9 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
         f'Target ε={epsilon} is not reachable for {mechanism}{budget}: the most '
         f'private value of {", ".join(tune)} gives ε={closest[0]:.4g}{where} '
         f'(other parameters {others}); raise the target or change the schedule'
-        + ('; every RDP order is infinite for it: try use_pld=True'
+        + (f'; its exact law is out of reach there ({epsilon_of.unresolved})'
+           if math.isinf(closest[0]) and epsilon_of.unresolved else
+           '; every RDP order is infinite for it: try use_pld=True'
            if math.isinf(closest[0]) and not use_pld else '')
         + (f'; settings {[g for g, _ in refused]} were not evaluated (cost over '
            f'vector.MAX_OPERATIONS)' if refused else '') + '.')

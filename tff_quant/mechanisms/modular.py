@@ -60,6 +60,12 @@ def _shift_divergences(log_w: np.ndarray, top: int, orders):
   """{α: [top + 1] D_α(W || W shifted by j on Z_M)} for j = 0..top, in blocks of
   shifts (one row per shift), all orders from one gather."""
   m = log_w.size
+  if np.any(np.isnan(log_w)):
+    # Unresolved entries (tails below what the sum could resolve): no bound on
+    # them here, so this setting is out of reach (calibration skips it).
+    raise UnresolvableError(
+        f'The noise-sum law on Z_{m} has {int(np.sum(np.isnan(log_w)))} '
+        'unresolved entries: raise noise_std or lower num_levels.')
   if not np.all(np.isfinite(log_w)):
     divergence = _divergence()
     return {a: np.asarray([divergence.renyi_divergence(log_w, np.roll(log_w, j), a)
