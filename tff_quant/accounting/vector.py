@@ -294,26 +294,15 @@ def _log_binomial(trials: int, log_p: float) -> np.ndarray:
   return np.where(np.isnan(terms), -np.inf, choose + terms)
 
 
-def _with_others(mech, rows: np.ndarray, num_plus: int, num_minus: int) -> np.ndarray:
-  """Each row (a target's log-pmf or envelope) convolved with the law of the
-  others' sum, `num_plus` clients at +c and `num_minus` at -c."""
-  if num_plus + num_minus == 0:
+def _with_sum(rows: np.ndarray, parts) -> np.ndarray:
+  """Each row (a target's log-pmf or envelope) convolved with the law of the sum
+  of `parts`, (log-pmf, count) pairs (the others' law: ±c mixes, or R^{*m})."""
+  parts = [(lp, k) for lp, k in parts if k > 0]
+  if not parts:
     return rows
   if rows.shape[1] < _FFT_LEVELS:
-    others = divergence.sum_log_pmf_at_extremes(mech, num_plus, num_minus)[0]
-    return _log_convolve_rows(rows, others)
-  at_plus, at_minus = divergence.end_log_pmfs(mech)
-  return np.stack([divergence.sum_log_pmf([(row, 1), (at_plus, num_plus),
-                                           (at_minus, num_minus)]) for row in rows])
-
-
-def _with_common(rows: np.ndarray, log_r: np.ndarray, m: int) -> np.ndarray:
-  """Each row (a target's log-pmf or envelope) convolved with R^{*m}."""
-  if m == 0:
-    return rows
-  if rows.shape[1] < _FFT_LEVELS:
-    return _log_convolve_rows(rows, divergence.sum_log_pmf([(log_r, m)]))
-  return np.stack([divergence.sum_log_pmf([(row, 1), (log_r, m)]) for row in rows])
+    return _log_convolve_rows(rows, divergence.sum_log_pmf(parts))
+  return np.stack([divergence.sum_log_pmf([(row, 1)] + parts) for row in rows])
 
 
 def _pair_log_sums(targets: TargetPairs, conv: np.ndarray,
@@ -334,9 +323,11 @@ def _extreme_mixes(mech, targets: TargetPairs, num_clients: int,
   (k0 at +c, n-1-k1 at -c): data processing (`others='extremes'`)."""
   worst = np.full((orders.size, len(targets.pairs)), 0.0)
   first = (num_clients - 1) // 2 if targets.symmetric else 0
+  at_plus, at_minus = divergence.end_log_pmfs(mech)
   for k0, k1 in split_groups(first, num_clients - 1, (num_clients - 1) // 2,
                              exact):
-    conv = _with_others(mech, targets.basis, k0, num_clients - 1 - k1)
+    conv = _with_sum(targets.basis, [(at_plus, k0),
+                                     (at_minus, num_clients - 1 - k1)])
     worst = np.maximum(worst, _pair_log_sums(targets, conv, orders))
   return worst
 
@@ -389,7 +380,7 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
   starts = {}   # m0 -> [orders, pairs] log E_m0
   order = np.argsort(targets.distance, kind='stable')
   evaluate = lambda m: _pair_log_sums(
-      targets, _with_common(targets.basis, log_r, m), orders)
+      targets, _with_sum(targets.basis, [(log_r, m)]), orders)
 
   if num_others == 0:
     return evaluate(0)
@@ -620,11 +611,11 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
   ratio = np.where(np.isfinite(local_up[up]), ratio, -np.inf)
   d_inf = np.max(ratio, axis=1)
   if finite.size:
-    # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
-    log_mass = special.logsumexp(local_up[up], axis=1)
-    with np.errstate(invalid='ignore'):
-      log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
     if others == 'any':
+      # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
+      log_mass = special.logsumexp(local_up[up], axis=1)
+      with np.errstate(invalid='ignore'):
+        log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
       log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
                              exact_splits)
     else:
