@@ -124,7 +124,7 @@ def _calibration_row(args, queue):
   queue.put(row + (time.perf_counter() - t0,))
 
 
-def calibrations(names=('gaussian', 'skellam', 'ddgauss', 'qmgeo', 'rqm'),
+def calibrations(names=('gaussian', 'skellam', 'ddgauss', 'qmgeo', 'rqm', 'pbm'),
                  clients=40, bits=8, rounds=2000):
   """calibration_report per mechanism (ℓ2 route, c∞ = 3·clip/√d, `bits`) at
   d = 61,706, `rounds` rounds, n of 3,400, whole-model ε = 10 (issue: < 60 s each
@@ -153,6 +153,6 @@ if __name__ == '__main__':
   main()
   guarantees()
   calibrations()
-  calibrations(('gaussian', 'qmgeo', 'rqm', 'skellam'), bits=4)
-  calibrations(('gaussian', 'skellam', 'rqm'), clients=100, bits=4)
-  calibrations(('skellam', 'ddgauss', 'rqm'), clients=100, bits=8)
+  calibrations(('gaussian', 'qmgeo', 'rqm', 'skellam', 'pbm'), bits=4)
+  calibrations(('gaussian', 'skellam', 'rqm', 'pbm'), clients=100, bits=4)
+  calibrations(('skellam', 'ddgauss', 'rqm', 'pbm'), clients=100, bits=8)

@@ -132,6 +132,8 @@ def main(argv):
             f'ratio {ratio:.3g} ({frontier.as_float(row["seconds"]):.0f} s)'
             + ('' if math.isfinite(ratio) else f' [{row["reason"][:120]}]'),
             flush=True)
+    rows = frontier.on_one_reference(rows)
+    results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
     verdicts = frontier.write_report(rows, out)
   print('Data: none (exact accounting of the mechanisms; no training).')
   print('\n'.join(verdicts))

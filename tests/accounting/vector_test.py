@@ -27,9 +27,10 @@ def _exact(mech, x, x_prime, others, alpha):
   return divergence.renyi_divergence(p, q, alpha)
 
 
-@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'bq'])
+@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'bq', 'pbm'])
 def test_piecewise_affine_declaration_holds(name):
-  mech = _mech(name, s=3, m=8) if name == 'bq' else _mech(name)
+  params = dict(bq=dict(s=3, m=8), pbm=dict(num_levels=2)).get(name, {})
+  mech = _mech(name, **params)
   assert mech.piecewise_affine
   b = np.unique(mech.critical_inputs())
   for lo, hi in zip(b[:-1], b[1:]):
@@ -37,6 +38,25 @@ def test_piecewise_affine_declaration_holds(name):
       mixed = (1 - s) * mech.pmf(lo) + s * mech.pmf(hi)
       np.testing.assert_allclose(mech.pmf(lo + s * (hi - lo)), mixed, atol=1e-12)
   assert not _mech('qmgeo', full_support=False).piecewise_affine
+  assert not _mech('pbm', num_levels=3).piecewise_affine
+
+
+@pytest.mark.parametrize('theta, n', [(0.01, 40), (0.001, 100)])
+def test_trial_decomposition_is_near_the_exact_mixes_and_beats_envelopes(
+    theta, n, monkeypatch):
+  """PBM (16 levels) as 15 independent one-trial PBMs: above every exact ±c mix
+  (it holds for any others), within 3% of them at calibrated θ, and far below
+  the cell envelopes it replaces (their spread per cell dominates there)."""
+  mech = _mech('pbm', num_levels=16, theta=theta)
+  assert mech.trial_decomposition()[1] == 15
+  grid = vector.distance_grid(1.0, 8)
+  split = vector.divergence_curve(mech, [2.0, 8.0], n, t_grid=grid)
+  for a in (2.0, 8.0):
+    mixes = divergence.renyi_divergence_of_sum(mech, a, n).value
+    assert mixes * (1 - 1e-9) <= split.values[a][-1] <= 1.03 * mixes
+  monkeypatch.setattr(type(mech), 'trial_decomposition', lambda self: None)
+  envelopes = vector.divergence_curve(mech, [2.0], n, t_grid=grid)
+  assert np.all(envelopes.values[2.0] >= 4 * split.values[2.0])
 
 
 def test_interior_targets_can_beat_the_ends():

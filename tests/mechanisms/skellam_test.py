@@ -2,6 +2,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import special
 from scipy import stats
 
 from tff_quant import accounting
@@ -26,6 +27,25 @@ def test_log_pmf_matches_scipy_and_keeps_precision_in_the_tails(variance):
   wide = np.arange(-4000, 4001)
   assert math.isclose(np.exp(skellam.skellam_log_pmf(wide, variance)).sum(), 1.0,
                       rel_tol=1e-12)
+
+
+def test_log_pmf_at_large_variance_keeps_scipy_precision_and_stays_finite():
+  # scipy's ive(0, v) is NaN from v ≈ 2^31 (n = 1000 clients at σ = M/16,
+  # M = 2^16 is v = 1.7e10); the asymptotic series takes over from 1e4.
+  for v in (9e3, 1.1e4, 1e6, 1e9):   # both sides of the switch, scipy still exact
+    ref = np.log(special.ive(np.arange(3), v))
+    np.testing.assert_allclose(skellam.skellam_log_pmf(np.arange(3), v), ref,
+                               rtol=1e-14)
+  v = 1000 * 4096.0**2
+  sd = math.sqrt(v)
+  z = np.arange(-int(12 * sd), int(12 * sd) + 1, 64)
+  log_p = skellam.skellam_log_pmf(z, v)
+  assert np.all(np.isfinite(log_p))
+  # Riemann sum over steps of 64 (the pmf is smooth at this scale): total mass 1.
+  assert math.isclose(64 * np.exp(log_p).sum(), 1.0, rel_tol=1e-9)
+  mech = skellam.DistributedSkellam(clip=1.0, num_levels=2**16, steps=2**13,
+                                    noise_std=4096.0)
+  assert np.all(np.isfinite(mech.noise_sum_log_pmf(1000)))
 
 
 def test_noise_sum_closed_form_equals_the_convolution():

@@ -46,3 +46,21 @@ def test_cell_cost_is_that_of_the_cheapest_scanned_grid_point():
       min(at(r) for r in grid))
   assert at(grid[-1]) < at(1.0) / 10
   assert frontier._cell_cost('skellam', 8, 100, c) == 0.0   # exact law
+
+
+def test_rows_are_rebased_on_their_settings_current_gaussian():
+  base = dict(epsilon='10.0', delta='0.001', dim='100', clients_per_round='40',
+              total_clients='1000', rounds='300', gaussian_noise_to_signal='')
+  rows = [dict(base, mechanism='gaussian', mse_per_coordinate='0.002',
+               gaussian_mse='0.002', mse_ratio_to_gaussian='1.0'),
+          dict(base, mechanism='rqm', mse_per_coordinate='0.003',
+               gaussian_mse='0.0025', mse_ratio_to_gaussian='1.2'),
+          dict(base, mechanism='pbm', mse_per_coordinate='inf', gaussian_mse='',
+               mse_ratio_to_gaussian='inf'),
+          dict(base, rounds='2000', mechanism='rqm', mse_per_coordinate='0.003',
+               gaussian_mse='0.0025', mse_ratio_to_gaussian='1.2')]
+  out = frontier.on_one_reference(rows)
+  assert float(out[1]['mse_ratio_to_gaussian']) == pytest.approx(1.5)
+  assert float(out[1]['gaussian_noise_to_signal']) == pytest.approx(0.2)
+  assert out[2] == rows[2]   # nothing calibrated: untouched
+  assert out[3] == rows[3]   # no Gaussian row for its setting: untouched

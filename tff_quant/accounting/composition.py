@@ -327,7 +327,11 @@ class RoundAccountant:
       others = ('exact for any inputs of the others (closed form or translation '
                 'invariance of the modular sum)')
     else:
-      if self.mech.piecewise_affine:
+      split = self.mech.trial_decomposition()
+      if split is not None and (self.l2_route or self.others == 'any'):
+        others = (f'{split[1]} independent one-trial releases bound the '
+                  'secure sum (data processing), targets at every vertex pair')
+      elif self.mech.piecewise_affine:
         others = 'targets at every vertex pair of critical inputs'
       elif self.l2_route or self.others == 'any':
         others = 'targets bounded by cell envelopes'

@@ -30,7 +30,14 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   affine in the target's pmf, so over the polygon {|x - x'| <= t} ∩ (segment ×
   segment) the sup sits at a vertex: a pair of critical inputs, or (b, b ± t),
   (b ± t, b) for a critical input b. Exact at every grid t.
-* Targets otherwise (PBM, quantized Gaussian, randomized projection): the range
+* Targets of a mechanism whose output is a function of k independent draws of a
+  simpler one at the same input (`Mechanism.trial_decomposition`; PBM: m - 1
+  Bernoulli trials, each affine in x): the server's view is a function of the
+  k per-trial secure sums, so f_α <= k·f_α of one trial (data processing;
+  Rényi divergence adds over independent releases), exact per trial. Tight to
+  first order where the sum is near Gaussian: PBM 16 levels, θ = 0.001,
+  n = 100: 2.4049e-6 against 2.4000e-6 for the exact ±c mixes (α = 2, t = 2c).
+* Targets otherwise (quantized Gaussian, randomized projection): the range
   is cut into cells whose ends include every critical input; each level's
   probability is unimodal in x with its peak at a critical input, so on a cell
   it is at most the larger and at least the smaller end value. Replacing P by
@@ -533,10 +540,18 @@ def _upper_hull(x: np.ndarray, y: np.ndarray) -> List[int]:
   return hull
 
 
+def _searched(mech):
+  """(mechanism whose target pairs are searched, copies): the one-trial
+  mechanism of a trial decomposition and its count, else (mech, 1)."""
+  split = mech.trial_decomposition()
+  return (mech, 1) if split is None else split
+
+
 def estimated_operations(mech, num_clients: int, num_orders: int,
                          t_points: int = DEFAULT_T_POINTS,
                          cells: int = DEFAULT_CELLS) -> float:
   """Elementary operations `divergence_curve` will do, counted before it starts."""
+  mech = _searched(mech)[0]
   levels = mech.num_levels
   crit = len(np.unique(mech.critical_inputs()))
   if getattr(mech, 'piecewise_affine', False):
@@ -590,6 +605,17 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
           and abs(t_grid[-1] - 2 * c) <= 1e-12 * c):
     raise ValueError('`t_grid` must increase within (0, 2c] and end at 2c = '
                      f'{2 * c!r}.')
+  one, copies = _searched(mech)
+  if copies > 1:
+    # k independent trials: f_α <= k·f_α of one trial (Mechanism.
+    # trial_decomposition). exp((α-1)·k·f) = (exp((α-1)f))^k stays convex where
+    # exp((α-1)f) is, so the chord intervals carry over.
+    curve = divergence_curve(one, orders, num_clients, t_grid=t_grid,
+                             cells=cells, exact_splits=exact_splits,
+                             others=others)
+    return dataclasses.replace(
+        curve, values={a: copies * v for a, v in curve.values.items()},
+        method=f'{curve.method} ({copies} independent trials)')
   own = mech.sum_divergences(orders, num_clients, t_grid)
   if own is not None:   # exact at every t (closed form / translation invariance)
     return DivergenceCurve(t_grid, {a: np.maximum(np.asarray(own[a]), 0.0)
@@ -671,6 +697,7 @@ def with_breakpoints(mech, t_grid: np.ndarray, limit: int) -> np.ndarray:
   """`t_grid` plus every critical-input distance in (0, 2c] when there are at
   most `limit` of them (vertex targets only): then every interval is
   breakpoint-free and takes the chord bound (`DivergenceCurve`)."""
+  mech = _searched(mech)[0]
   if not getattr(mech, 'piecewise_affine', False) or mech.has_exact_divergences:
     return t_grid
   gaps = _breakpoints(_critical(mech), mech.input_bound)
@@ -688,8 +715,9 @@ def l2_grid(mech, t_star: float, t_points: int) -> np.ndarray:
   breakpoints, about `t_points` in all (with chords, 8 focused points beside 15
   breakpoints bound within 1% of 24 beside them: RQM, 256 levels, measured)."""
   base = t_points
-  if getattr(mech, 'piecewise_affine', False) and not mech.has_exact_divergences:
-    count = _breakpoints(_critical(mech), mech.input_bound).size
+  one = _searched(mech)[0]
+  if getattr(one, 'piecewise_affine', False) and not one.has_exact_divergences:
+    count = _breakpoints(_critical(one), one.input_bound).size
     base = t_points if count > t_points else max(8, t_points - count)
   return with_breakpoints(mech, focused_grid(mech.input_bound, t_star, base),
                           t_points)

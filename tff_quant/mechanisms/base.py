@@ -48,6 +48,9 @@ class Tunable:
   #: Values `accounting.calibrate` scans when this parameter is searched but not
   #: bisected (a real-valued or wide integer parameter); () scans the integers.
   grid: Tuple[float, ...] = ()
+  #: The least value calibration searches when `low` is open (None: `low`
+  #: plus a 1e-4 margin); for a spread that calibration may need far smaller.
+  search_low: Optional[float] = None
 
   def check(self, value):
     """`value` validated (TypeError for a wrong type, ValueError out of range)."""
@@ -363,6 +366,16 @@ class Mechanism(abc.ABC):
       return self.worst_case_variance() / num_clients
     return max(var / num_clients + (mean - x)**2
                for x, mean, var in self._moments_at_extremes())
+
+  def trial_decomposition(self) -> Optional[Tuple['Mechanism', int]]:
+    """(one, k) when each output is a function of k independent draws of `one`
+    at the same input (PBM: a sum of Bernoulli trials); None otherwise.
+
+    The accountant then bounds the secure sum's f_α by k × one's: the server's
+    view is a function of the k per-trial sums (data processing), and Rényi
+    divergence adds over independent releases, for any inputs of the others.
+    """
+    return None
 
   @property
   def has_exact_divergences(self) -> bool:

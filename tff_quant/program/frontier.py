@@ -219,6 +219,26 @@ def rqm_vs_pbm(rows):
   return len(both), sum(v['rqm'] < v['pbm'] for v in both)
 
 
+def on_one_reference(rows):
+  """Rows whose Gaussian reference (gaussian_mse and the ratio and noise-to-signal
+  from it) is their setting's current Gaussian row: cells computed in earlier
+  runs keep their own calibration, but one setting has one reference (a fix
+  to the Gaussian's calibration otherwise left old rows against an older one)."""
+  setting = lambda r: (r['epsilon'], r['delta'], r['dim'], r['clients_per_round'],
+                       r['total_clients'], r['rounds'])
+  ref = {setting(r): as_float(r['mse_per_coordinate']) for r in rows
+         if r['mechanism'] == GAUSSIAN}
+  out = []
+  for r in rows:
+    g = ref.get(setting(r))
+    if g is not None and math.isfinite(g) and g > 0 and r['gaussian_mse'] != '':
+      r = dict(r, gaussian_mse=str(g),
+               gaussian_noise_to_signal=str(as_float(r['dim']) * g),
+               mse_ratio_to_gaussian=str(as_float(r['mse_per_coordinate']) / g))
+    out.append(r)
+  return out
+
+
 def write_report(rows, output_dir):
   """frontier.md (table + verdicts) and frontier.png; returns the verdict lines."""
   rows = sorted(rows, key=lambda r: tuple(as_float(r[c]) if c != 'mechanism'
