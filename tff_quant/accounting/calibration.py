@@ -20,6 +20,7 @@ from scipy import optimize
 from tff_quant import mechanisms
 from tff_quant.mechanisms import modular
 from tff_quant.accounting import composition
+from tff_quant.accounting import divergence
 from tff_quant.accounting import vector
 from tff_quant.common import validation
 
@@ -59,7 +60,7 @@ class _Epsilon:
         self.orders = FAST_ORDERS
         g = composition.training_guarantee(mech, orders=self.orders,
                                            **self.schedule)
-    except modular.UnresolvableError as err:
+    except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
       self.unresolved = str(err)
       return math.inf
     if math.isfinite(g.rdp_order) and g.rdp_order < max(self.orders):

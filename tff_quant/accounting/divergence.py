@@ -92,6 +92,10 @@ def _support(parts, length: int) -> np.ndarray:
   return out
 
 
+class UnresolvedSumError(RuntimeError):
+  """A sum's law spans more orders of magnitude than the tilted FFTs resolve."""
+
+
 def sum_log_pmf(parts: Sequence[Tuple[np.ndarray, int]]) -> np.ndarray:
   """Exact log-pmf of a sum of independent variables on {0, 1, ...}.
 
@@ -284,7 +288,7 @@ def sum_log_pmf_above(parts: Sequence[Tuple[np.ndarray, int]],
   upper = np.minimum(_lower_envelope(lines, length), np.where(resolved, best, np.inf))
   stuck = np.flatnonzero(on_support & ~resolved & (upper >= log_floor))
   if stuck.size:
-    raise RuntimeError(f'sum_log_pmf: {stuck.size} indices of {length} unresolved '
+    raise UnresolvedSumError(f'sum_log_pmf: {stuck.size} indices of {length} unresolved '
                        f'after {len(lines)} tilts (first: {stuck[:5].tolist()})')
   best[on_support & ~resolved] = np.nan  # below the floor
   best[~on_support] = -np.inf
