@@ -93,7 +93,7 @@ def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
   rungs = len(vector.order_ladder(calibration.FAST_ORDERS))
   mech = lambda ratio: mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5)
   cost = lambda ratio: vector.estimated_operations(   # t* = S/√d, as vector_rdp
-      mech(ratio), 10, rungs, len(vector.l2_grid(mech(ratio), 2.0 / 100**0.5, 24)))
+      mech(ratio), 10, rungs, len(vector.l2_grid(mech(ratio), 2.0 / 100**0.5, 24, 10)))
   assert cost(4.0) > cost(8.0)
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(4.0) * cost(8.0))**0.5)
   report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,

@@ -42,19 +42,19 @@ def test_piecewise_affine_declaration_holds(name):
 
 
 @pytest.mark.parametrize('theta, n', [(0.01, 40), (0.001, 100)])
-def test_trial_decomposition_is_near_the_exact_mixes_and_beats_envelopes(
+def test_pbm_trial_reduction_is_near_the_exact_mixes_and_beats_envelopes(
     theta, n, monkeypatch):
   """PBM (16 levels) as 15 independent one-trial PBMs: above every exact ±c mix
   (it holds for any others), within 3% of them at calibrated θ, and far below
   the cell envelopes it replaces (their spread per cell dominates there)."""
   mech = _mech('pbm', num_levels=16, theta=theta)
-  assert mech.trial_decomposition()[1] == 15
+  assert mech.sum_reduction(n).copies == 15
   grid = vector.distance_grid(1.0, 8)
   split = vector.divergence_curve(mech, [2.0, 8.0], n, t_grid=grid)
   for a in (2.0, 8.0):
     mixes = divergence.renyi_divergence_of_sum(mech, a, n).value
     assert mixes * (1 - 1e-9) <= split.values[a][-1] <= 1.03 * mixes
-  monkeypatch.setattr(type(mech), 'trial_decomposition', lambda self: None)
+  monkeypatch.setattr(type(mech), 'sum_reduction', lambda self, n: None)
   envelopes = vector.divergence_curve(mech, [2.0], n, t_grid=grid)
   assert np.all(envelopes.values[2.0] >= 4 * split.values[2.0])
 
@@ -143,7 +143,7 @@ def test_chord_bound_holds_between_grid_points(name):
   exact D_α at random pairs and distances, others in every ±c mix."""
   mech = _mech(name, s=3, m=8) if name == 'bq' else _mech(name, num_levels=8)
   n = 2
-  grid = vector.with_breakpoints(mech, vector.distance_grid(1.0, 8), 64)
+  grid = vector.with_breakpoints(mech, vector.distance_grid(1.0, 8), 64, n)
   curve = vector.divergence_curve(mech, ORDERS, n, t_grid=grid)
   assert curve.convex_on.all()   # every breakpoint is on the grid
   rng = np.random.default_rng(1)
@@ -340,3 +340,37 @@ def test_bad_others_is_refused():
     vector.divergence_curve(_mech('rqm'), [2.0], 3, t_points=8, others='ends')
   with pytest.raises(ValueError, match='others'):
     composition.training_guarantee(_mech('rqm'), 5, 3, 10, 1e-5, others='ends')
+
+
+def test_local_bound_caps_the_envelopes_and_replaces_a_refused_search(
+    monkeypatch):
+  """The quantized Gaussian: each grid value is at most α t²/(2σ²); with the
+  search over the cost limit, that bound is the curve (and costs nothing)."""
+  mech = _mech('quantized_gaussian', num_levels=8, noise_multiplier=0.5)
+  grid = vector.distance_grid(1.0, 8)
+  local = mech.local_divergences([2.0, 8.0], grid)
+  searched = vector.divergence_curve(mech, [2.0, 8.0], 5, t_grid=grid)
+  assert 'local' in searched.method
+  for a in (2.0, 8.0):
+    assert np.all(searched.values[a] <= local[a])
+  assert np.any(searched.values[2.0] < local[2.0])   # the search wins somewhere
+  assert vector.estimated_operations(mech, 5, 2, len(grid)) > 0
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
+  assert vector.estimated_operations(mech, 5, 2, len(grid)) == 0.0
+  refused = vector.divergence_curve(mech, [2.0, 8.0], 5, t_grid=grid)
+  assert refused.method.startswith('local')
+  np.testing.assert_array_equal(refused.values[8.0], local[8.0])
+  with pytest.raises(vector.CostError):   # no local bound: still refused
+    vector.divergence_curve(_mech('rqm'), [2.0], 5, t_grid=grid)
+
+
+def test_bq_reduces_to_one_client_with_every_clients_noise():
+  """BQ's curve is one client's with Binomial(n·m, 1/2) noise: infinite at
+  every t > 0 (a pair straddling a grid point has different supports), as
+  the exact sum with the others at ±c is."""
+  mech = _mech('bq', s=2, m=20)
+  curve = vector.divergence_curve(mech, [2.0], 40, t_grid=vector.distance_grid(
+      1.0, 8))
+  assert 'Binomial(20, 1/2) noise' in curve.method and curve.num_clients == 40
+  assert np.all(np.isinf(curve.values[2.0]))
+  assert math.isinf(divergence.renyi_divergence_of_sum(mech, 2.0, 40).value)

@@ -49,14 +49,14 @@ def test_small_frontier_rows_resume_and_report(tmp_path):
 
 def test_cost_limit_writes_inf_with_the_reason(tmp_path):
   out = tmp_path / 'f'
-  res = run_binary(['--mechanisms=quantized_gaussian', '--bits=8', '--epsilons=10',
+  res = run_binary(['--mechanisms=qmgeo', '--bits=8', '--epsilons=10',
                     '--dims=1000',
                     '--clients=40', '--rounds=10', '--total_clients=100',
                     '--coordinate_clip_multiples=3', f'--output_dir={out}'])
   assert res.returncode == 0, res.stderr[-2000:]
   with open(out / 'frontier.csv') as f:
     row = [r for r in csv.DictReader(f)
-           if r['mechanism'] == 'quantized_gaussian'][0]
+           if r['mechanism'] == 'qmgeo'][0]
   assert row['mse_per_coordinate'] == 'inf' and '--max_operations' in row['reason']
 
 

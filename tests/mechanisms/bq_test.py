@@ -41,3 +41,24 @@ def test_log_pmf_has_no_nan_where_x_s_over_c_rounds_past_s():
     lp = mech.log_pmf(x)
     assert not np.isnan(lp).any()
     assert np.exp(lp).sum() == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize('x, x_prime', [(0.1, 0.3), (-0.9, -0.7), (0.34, 0.66)])
+def test_sum_reduction_is_the_sum_with_others_on_the_grid(x, x_prime):
+  """One client with Binomial(n·m, 1/2) noise has the n-client sum's D_α when
+  the others sit on the rounding grid, and bounds it at any other inputs."""
+  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+  mech, n = bq.BQ(clip=1.0, s=3, m=6), 3
+  red = mech.sum_reduction(n)
+  assert (red.copies, red.num_clients, red.mechanism.m) == (1, 1, 18)
+  assert mech.sum_reduction(1) is None and mech.m == 6
+  def sum_divergence(others):
+    rest = [(mech.log_pmf(o), 1) for o in others]
+    p = divergence.sum_log_pmf([(mech.log_pmf(x), 1)] + rest)
+    q = divergence.sum_log_pmf([(mech.log_pmf(x_prime), 1)] + rest)
+    return divergence.renyi_divergence(p, q, 4.0)
+  one = divergence.renyi_divergence(red.mechanism.log_pmf(x),
+                                    red.mechanism.log_pmf(x_prime), 4.0)
+  assert np.isfinite(one) and one > 0
+  assert one == pytest.approx(sum_divergence([1 / 3, -1.0]), rel=1e-9)
+  assert sum_divergence([0.2, -0.55]) <= one * (1 + 1e-9)

@@ -98,3 +98,24 @@ def standard_inputs(mech):
   lv = mech.levels
   on_level = [v for v in lv if -b < v < b][:2]
   return [-b, b, 0.0, 0.37 * b, -0.81 * b] + on_level
+
+
+def assert_local_bound_holds(mech, orders=(2.0, 8.0, np.inf), seed=0):
+  """`local_divergences` >= the exact D_α of the secure sum at random target
+  pairs and random inputs of 0 or 2 others (data processing says for any)."""
+  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+  c = mech.input_bound
+  rng = np.random.default_rng(seed)
+  for _ in range(6):
+    x, x_prime = rng.uniform(-c, c, 2)
+    t = abs(x - x_prime)
+    bound = mech.local_divergences(orders, [t])
+    for num_others in (0, 2):
+      rest = [(mech.log_pmf(o), 1) for o in rng.uniform(-c, c, num_others)]
+      p = divergence.sum_log_pmf([(mech.log_pmf(x), 1)] + rest)
+      q = divergence.sum_log_pmf([(mech.log_pmf(x_prime), 1)] + rest)
+      for a in orders:
+        exact = divergence.renyi_divergence(p, q, a)
+        assert exact <= bound[a][0] * (1 + 1e-9) + 1e-12, (
+            f'{mech}: D_{a} = {exact} at x={x}, x\'={x_prime}, {num_others} '
+            f'others above the local bound {bound[a][0]}')

@@ -77,3 +77,14 @@ def test_saturation_bias_is_reported_by_pmf():
 def test_invalid_params_raise(kwargs, name, error):
   with pytest.raises(error, match=f'`{name}`'):
     qg.QuantizedGaussian(**dict(PARAMS[0], **kwargs))
+
+
+@pytest.mark.parametrize('params', PARAMS)
+def test_local_bound_holds(params):
+  """α t²/(2σ²) bounds the secure sum for any others (data processing)."""
+  mech = qg.QuantizedGaussian(**params)
+  checks.assert_local_bound_holds(mech)
+  bound = mech.local_divergences([2.0, math.inf], [0.1, 0.5])
+  np.testing.assert_allclose(bound[2.0], 2 * np.array([0.1, 0.5])**2 /
+                             (2 * params['sigma']**2))
+  assert np.all(np.isinf(bound[math.inf]))

@@ -44,3 +44,15 @@ def test_one_bit_takes_every_q_that_favours_the_nearest_level():
     assert np.exp(mech.log_pmf(1.0)).sum() == pytest.approx(1.0)
   with pytest.raises(ValueError, match='`q`'):
     rp.RandomizedProjection(bound=1.0, bits=1, q=0.49, sigma=0.1)
+
+
+@pytest.mark.parametrize('params', PARAMS)
+def test_local_bound_holds(params):
+  """min(Gaussian, randomized response) bounds the secure sum for any others;
+  at σ = 0 it is the randomized response's, D∞ = log(q(L-1)/(1-q)) included."""
+  mech = rp.RandomizedProjection(**params)
+  checks.assert_local_bound_holds(mech)
+  if params['sigma'] == 0:
+    big_l, q = 2**params['bits'], params['q']
+    bound = mech.local_divergences([np.inf], [1e-3, 0.4])[np.inf]
+    np.testing.assert_allclose(bound, np.log(q * (big_l - 1) / (1 - q)))

@@ -327,14 +327,17 @@ class RoundAccountant:
       others = ('exact for any inputs of the others (closed form or translation '
                 'invariance of the modular sum)')
     else:
-      split = self.mech.trial_decomposition()
-      if split is not None and (self.l2_route or self.others == 'any'):
-        others = (f'{split[1]} independent one-trial releases bound the '
-                  'secure sum (data processing), targets at every vertex pair')
+      red = self.mech.sum_reduction(self.n)
+      if red is not None and (self.l2_route or self.others == 'any' or
+                              self.mech.piecewise_affine):
+        others = f'{red.why}, targets at every vertex pair'
       elif self.mech.piecewise_affine:
         others = 'targets at every vertex pair of critical inputs'
       elif self.l2_route or self.others == 'any':
         others = 'targets bounded by cell envelopes'
+        if self.mech.has_local_bound:
+          others += (' or by one client\'s own output (data processing, the '
+                     'others\' noise not counted), the smaller')
       else:
         others = 'targets at ±c (grid search finds none worse for n <= 2)'
       if self.others == 'any':

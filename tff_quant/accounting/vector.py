@@ -30,19 +30,29 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   affine in the target's pmf, so over the polygon {|x - x'| <= t} ∩ (segment ×
   segment) the sup sits at a vertex: a pair of critical inputs, or (b, b ± t),
   (b ± t, b) for a critical input b. Exact at every grid t.
-* Targets of a mechanism whose output is a function of k independent draws of a
-  simpler one at the same input (`Mechanism.trial_decomposition`; PBM: m - 1
-  Bernoulli trials, each affine in x): the server's view is a function of the
-  k per-trial secure sums, so f_α <= k·f_α of one trial (data processing;
-  Rényi divergence adds over independent releases), exact per trial. Tight to
-  first order where the sum is near Gaussian: PBM 16 levels, θ = 0.001,
-  n = 100: 2.4049e-6 against 2.4000e-6 for the exact ±c mixes (α = 2, t = 2c).
+* Sums that reduce to a simpler one (`Mechanism.sum_reduction`), for any
+  inputs of the others: PBM's output is a function of m - 1 independent
+  Bernoulli trials at the same input, so the server's view is a function of
+  the m - 1 per-trial secure sums (data processing) and f_α <= (m - 1)·f_α of
+  one trial (Rényi divergence adds over independent releases), each affine in
+  x, so exact. Tight to first order where the sum is near Gaussian: PBM 16
+  levels, θ = 0.001, n = 100: 2.4049e-6 against 2.4000e-6 for the exact ±c
+  mixes (α = 2, t = 2c). BQ's output is a rounding plus input-free
+  Binomial(m, 1/2) noise, so dropping the others' rounded inputs (data
+  processing) leaves one client with Binomial(n·m, 1/2) noise: exact (attained
+  with the others on the rounding grid).
 * Targets otherwise (quantized Gaussian, randomized projection): the range
   is cut into cells whose ends include every critical input; each level's
   probability is unimodal in x with its peak at a critical input, so on a cell
   it is at most the larger and at least the smaller end value. Replacing P by
   that upper envelope and Q by the lower one only increases Σ P^α Q^(1-α)
   (α > 1), before and after convolving with the others' law.
+  Both of these add N(0, σ²) before input-free processing, so one client's
+  Gaussian D_α = α t²/(2σ²) bounds the sum for any others (data processing;
+  `Mechanism.local_divergences`, for the randomized projection also its
+  randomized response's): the curve takes the smaller at each grid point, and
+  the local bound alone where the search is over MAX_OPERATIONS. It ignores
+  the others' noise (about n× too much noise where that dominates).
 * Others (default, others='any'): any inputs in [-c, c], proved. Every input's
   law is β·R + (1-β)·W_x, with β·R(y) = min over inputs of P(y) (attained at a
   critical input; `common_part`). Each other client draws from R with
@@ -458,6 +468,8 @@ def _log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray) -> np.ndar
   return out
 
 
+_LOCAL_METHOD = 'local (one client\'s output, the others\' noise not counted)'
+
 CHORD_STEPS = 32   # sub-steps per interval of the chord bound (`DivergenceCurve`)
 
 
@@ -540,18 +552,17 @@ def _upper_hull(x: np.ndarray, y: np.ndarray) -> List[int]:
   return hull
 
 
-def _searched(mech):
-  """(mechanism whose target pairs are searched, copies): the one-trial
-  mechanism of a trial decomposition and its count, else (mech, 1)."""
-  split = mech.trial_decomposition()
-  return (mech, 1) if split is None else split
+def _searched(mech, num_clients: int):
+  """(mechanism whose secure sum is searched, copies, its clients):
+  `Mechanism.sum_reduction` where the mechanism has one, else (mech, 1, n)."""
+  red = mech.sum_reduction(num_clients)
+  return ((mech, 1, num_clients) if red is None else
+          (red.mechanism, red.copies, red.num_clients))
 
 
-def estimated_operations(mech, num_clients: int, num_orders: int,
-                         t_points: int = DEFAULT_T_POINTS,
-                         cells: int = DEFAULT_CELLS) -> float:
-  """Elementary operations `divergence_curve` will do, counted before it starts."""
-  mech = _searched(mech)[0]
+def _search_operations(mech, num_clients: int, num_orders: int, t_points: int,
+                       cells: int) -> float:
+  """Elementary operations of the target-pair search of `mech`'s own sum."""
   levels = mech.num_levels
   crit = len(np.unique(mech.critical_inputs()))
   if getattr(mech, 'piecewise_affine', False):
@@ -561,6 +572,19 @@ def estimated_operations(mech, num_clients: int, num_orders: int,
   length = num_clients * (levels - 1) + 1
   sums = len(split_groups(0, num_clients - 1, (num_clients - 1) // 2))
   return sums * length * (rows * levels + pairs * num_orders)
+
+
+def estimated_operations(mech, num_clients: int, num_orders: int,
+                         t_points: int = DEFAULT_T_POINTS,
+                         cells: int = DEFAULT_CELLS) -> float:
+  """Elementary operations `divergence_curve` will do, counted before it starts
+  (0 where it takes a closed form: exact divergences, or a local bound in
+  place of a search over MAX_OPERATIONS)."""
+  one, _, clients = _searched(mech, num_clients)
+  if one.has_exact_divergences:
+    return 0.0
+  cost = _search_operations(one, clients, num_orders, t_points, cells)
+  return 0.0 if cost > MAX_OPERATIONS and one.has_local_bound else cost
 
 
 def divergence_curve(mech, orders: Sequence[float], num_clients: int,
@@ -605,22 +629,25 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
           and abs(t_grid[-1] - 2 * c) <= 1e-12 * c):
     raise ValueError('`t_grid` must increase within (0, 2c] and end at 2c = '
                      f'{2 * c!r}.')
-  one, copies = _searched(mech)
-  if copies > 1:
-    # k independent trials: f_α <= k·f_α of one trial (Mechanism.
-    # trial_decomposition). exp((α-1)·k·f) = (exp((α-1)f))^k stays convex where
-    # exp((α-1)f) is, so the chord intervals carry over.
-    curve = divergence_curve(one, orders, num_clients, t_grid=t_grid,
-                             cells=cells, exact_splits=exact_splits,
-                             others=others)
+  one, copies, clients = _searched(mech, num_clients)
+  if (one, clients) != (mech, num_clients):
+    # Mechanism.sum_reduction: f_α <= copies·f_α of `one`'s sum over `clients`.
+    # exp((α-1)·k·f) = (exp((α-1)f))^k stays convex where exp((α-1)f) is, so
+    # the chord intervals carry over.
+    curve = divergence_curve(one, orders, clients, t_grid=t_grid, cells=cells,
+                             exact_splits=exact_splits, others=others)
     return dataclasses.replace(
         curve, values={a: copies * v for a, v in curve.values.items()},
-        method=f'{curve.method} ({copies} independent trials)')
+        method=f'{curve.method} ({mech.sum_reduction(num_clients).why})',
+        num_clients=num_clients)
   own = mech.sum_divergences(orders, num_clients, t_grid)
   if own is not None:   # exact at every t (closed form / translation invariance)
     return DivergenceCurve(t_grid, {a: np.maximum(np.asarray(own[a]), 0.0)
                                     for a in orders}, 'exact', num_clients)
-  cost = estimated_operations(mech, num_clients, finite.size, len(t_grid), cells)
+  local = mech.local_divergences(orders, t_grid)
+  cost = _search_operations(mech, num_clients, finite.size, len(t_grid), cells)
+  if cost > MAX_OPERATIONS and local is not None:
+    return DivergenceCurve(t_grid, local, _LOCAL_METHOD, num_clients)
   if cost > MAX_OPERATIONS:
     raise CostError(
         f'The search over target pairs (ℓ2 route, or the coordinate route\'s '
@@ -637,15 +664,22 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
   ratio = np.where(np.isfinite(local_up[up]), ratio, -np.inf)
   d_inf = np.max(ratio, axis=1)
   if finite.size:
-    if others == 'any':
-      # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
-      log_mass = special.logsumexp(local_up[up], axis=1)
-      with np.errstate(invalid='ignore'):
-        log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
-      log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
-                             exact_splits)
-    else:
-      log_e = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
+    try:
+      if others == 'any':
+        # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
+        log_mass = special.logsumexp(local_up[up], axis=1)
+        with np.errstate(invalid='ignore'):
+          log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
+        log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
+                               exact_splits)
+      else:
+        log_e = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
+    except divergence.UnresolvedSumError:
+      if local is None:
+        raise
+      # E.g. the quantized Gaussian at huge σ: interior levels ~1e-300.
+      return DivergenceCurve(t_grid, local, f'{_LOCAL_METHOD} (the search\'s '
+                             'sum law was unresolved)', num_clients)
     worst = log_e / (finite[:, None] - 1)
   values = {}
   for a in orders:
@@ -653,6 +687,10 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
     per_pair = np.maximum(per_pair, 0.0)
     values[a] = np.asarray([per_pair[targets.distance <= t * (1 + 1e-12)].max()
                             for t in t_grid])
+  method = targets.method
+  if local is not None:   # both bound f_α at each grid point: take the smaller
+    values = {a: np.minimum(v, local[a]) for a, v in values.items()}
+    method += f' or {_LOCAL_METHOD}, the smaller'
   convex_on = None
   if targets.breakpoints is not None:
     left = np.concatenate([[0.0], t_grid[:-1]])
@@ -661,7 +699,7 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
     inside = (np.searchsorted(targets.breakpoints, t_grid * (1 - _TIE), 'left') -
               np.searchsorted(targets.breakpoints, left * (1 + _TIE), 'right'))
     convex_on = inside == 0
-  return DivergenceCurve(t_grid, values, targets.method, num_clients, convex_on)
+  return DivergenceCurve(t_grid, values, method, num_clients, convex_on)
 
 
 def order_ladder(orders: Sequence[float]) -> List[float]:
@@ -693,15 +731,18 @@ def focused_grid(c: float, t_star: float, t_points: int) -> np.ndarray:
   return np.unique(np.clip(np.concatenate(grid), lo, 2 * c))
 
 
-def with_breakpoints(mech, t_grid: np.ndarray, limit: int) -> np.ndarray:
-  """`t_grid` plus every critical-input distance in (0, 2c] when there are at
-  most `limit` of them (vertex targets only): then every interval is
-  breakpoint-free and takes the chord bound (`DivergenceCurve`)."""
-  mech = _searched(mech)[0]
-  if not getattr(mech, 'piecewise_affine', False) or mech.has_exact_divergences:
-    return t_grid
-  gaps = _breakpoints(_critical(mech), mech.input_bound)
-  if gaps.size > limit:
+def _vertex_breakpoints(one) -> Optional[np.ndarray]:
+  """The critical-input distances of a searched mechanism with vertex targets
+  (`target_pairs`), else None (envelopes or exact divergences: no chords)."""
+  if not getattr(one, 'piecewise_affine', False) or one.has_exact_divergences:
+    return None
+  return _breakpoints(_critical(one), one.input_bound)
+
+
+def _merged(t_grid: np.ndarray, gaps: Optional[np.ndarray], limit: int
+            ) -> np.ndarray:
+  """`t_grid` plus `gaps` when there are at most `limit` of them."""
+  if gaps is None or gaps.size > limit:
     return t_grid
   merged = np.union1d(t_grid, gaps)
   keep = np.concatenate([[True], np.diff(merged) > _TIE * merged[1:]])
@@ -710,17 +751,26 @@ def with_breakpoints(mech, t_grid: np.ndarray, limit: int) -> np.ndarray:
   return merged
 
 
-def l2_grid(mech, t_star: float, t_points: int) -> np.ndarray:
-  """The distances `vector_rdp` evaluates: `focused_grid` at t* = √u* plus the
-  breakpoints, about `t_points` in all (with chords, 8 focused points beside 15
-  breakpoints bound within 1% of 24 beside them: RQM, 256 levels, measured)."""
+def with_breakpoints(mech, t_grid: np.ndarray, limit: int,
+                     num_clients: int) -> np.ndarray:
+  """`t_grid` plus every critical-input distance in (0, 2c] of the mechanism
+  searched for `num_clients` clients (`Mechanism.sum_reduction`) when there are
+  at most `limit` of them (vertex targets only): then every interval is
+  breakpoint-free and takes the chord bound (`DivergenceCurve`)."""
+  one = _searched(mech, num_clients)[0]
+  return _merged(t_grid, _vertex_breakpoints(one), limit)
+
+
+def l2_grid(mech, t_star: float, t_points: int, num_clients: int) -> np.ndarray:
+  """The distances `vector_rdp` evaluates for `num_clients` clients:
+  `focused_grid` at t* = √u* plus the breakpoints, about `t_points` in all
+  (with chords, 8 focused points beside 15 breakpoints bound within 1% of 24
+  beside them: RQM, 256 levels, measured)."""
+  gaps = _vertex_breakpoints(_searched(mech, num_clients)[0])
   base = t_points
-  one = _searched(mech)[0]
-  if getattr(one, 'piecewise_affine', False) and not one.has_exact_divergences:
-    count = _breakpoints(_critical(one), one.input_bound).size
-    base = t_points if count > t_points else max(8, t_points - count)
-  return with_breakpoints(mech, focused_grid(mech.input_bound, t_star, base),
-                          t_points)
+  if gaps is not None:
+    base = t_points if gaps.size > t_points else max(8, t_points - gaps.size)
+  return _merged(focused_grid(mech.input_bound, t_star, base), gaps, t_points)
 
 
 def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
@@ -754,7 +804,7 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
   # Closed-form (central) divergences are cheap at every order: no ladder.
   rungs = (sorted(set(float(a) for a in orders)) if mech.central
            else order_ladder(orders))
-  grid = l2_grid(mech, math.sqrt(u), t_points)
+  grid = l2_grid(mech, math.sqrt(u), t_points, clients_per_round)
   curve = divergence_curve(mech, rungs, clients_per_round, t_grid=grid,
                            cells=cells, others=others)
   per_rung = {a: dim * curve.majorant(a, u) for a in rungs}

@@ -181,6 +181,22 @@ def geometric(shape, seed, keep_prob, dtype=None):
   return tf.floor(tf.math.log(v) / math.log1p(-keep_prob))
 
 
+def gaussian_local_divergences(orders, distances, sigma: float
+                               ) -> Dict[float, np.ndarray]:
+  """{order: α t²/(2σ²)}: D_α of N(x, σ²) against N(x', σ²) at |x - x'| <= t,
+  which bounds any mechanism that adds N(0, σ²) to its input before further
+  input-free processing (data processing); inf at α = ∞ or σ = 0."""
+  t = np.asarray(distances, np.float64)
+  out = {}
+  for a in orders:
+    a = float(a)
+    if math.isinf(a) or sigma == 0:
+      out[a] = np.where(t > 0, math.inf, 0.0)
+    else:
+      out[a] = a * t * t / (2 * sigma * sigma)
+  return out
+
+
 def truncated_geometric(seed, p, support_size):
   """Samples G in {0, ..., K-1} with P(G=g) proportional to p(1-p)^g, K=support_size.
 
@@ -200,6 +216,17 @@ def truncated_geometric_log_pmf(p: float, support_size: int) -> np.ndarray:
   q = 1.0 - p
   g = np.arange(support_size, dtype=np.float64)
   return math.log(p) + g * math.log(q) - math.log1p(-q**support_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class SumReduction:
+  """f_α of an n-client secure sum <= copies × f_α of `mechanism`'s secure sum
+  over `num_clients` clients, for any inputs of the others; `why` says by what
+  argument (data processing, composition), for the guarantee's text."""
+  mechanism: 'Mechanism'
+  copies: int
+  num_clients: int
+  why: str
 
 
 class Mechanism(abc.ABC):
@@ -367,14 +394,30 @@ class Mechanism(abc.ABC):
     return max(var / num_clients + (mean - x)**2
                for x, mean, var in self._moments_at_extremes())
 
-  def trial_decomposition(self) -> Optional[Tuple['Mechanism', int]]:
-    """(one, k) when each output is a function of k independent draws of `one`
-    at the same input (PBM: a sum of Bernoulli trials); None otherwise.
+  def sum_reduction(self, num_clients: int) -> Optional['SumReduction']:
+    """A simpler secure sum whose f_α, times `copies`, bounds this one's for
+    any inputs of the others (`SumReduction`); None: the accountant searches
+    this mechanism's own n-client sum."""
+    del num_clients
+    return None
 
-    The accountant then bounds the secure sum's f_α by k × one's: the server's
-    view is a function of the k per-trial sums (data processing), and Rényi
-    divergence adds over independent releases, for any inputs of the others.
+  @property
+  def has_local_bound(self) -> bool:
+    """True when the class overrides `local_divergences`."""
+    return type(self).local_divergences is not Mechanism.local_divergences
+
+  def local_divergences(self, orders, distances
+                        ) -> Optional[Dict[float, np.ndarray]]:
+    """{order: [len(distances)] upper bound on D_α of ONE client's output over
+    input pairs |x - x'| <= t}, in closed form; None (default): none known.
+
+    By data processing it bounds the secure sum for any inputs of the others
+    (their outputs are independent of the target's), so the accountant takes
+    the smaller of it and its search, and uses it alone where the search is
+    over its cost limit. It ignores the others' noise, so it is loose by
+    about the number of clients where that noise dominates.
     """
+    del orders, distances
     return None
 
   @property

@@ -15,6 +15,8 @@ Departures from the paper (derived from the sampler, checked by Monte Carlo):
   uses a De Moivre-Laplace approximation, see accounting.bounds.bq_lemma_1.
 """
 
+import copy
+
 import numpy as np
 from scipy import special, stats
 
@@ -77,6 +79,24 @@ class BQ(base.Mechanism):
       return special.logsumexp(
           np.stack([noise(low), noise(low + 1)]), axis=0,
           b=np.array([[1.0 - frac], [frac]]))
+
+  def sum_reduction(self, num_clients):
+    """One client whose noise is every client's: Binomial(n·m, 1/2).
+
+    The n-client sum is [u + Σ_i o_i] + Σ_others u_j: the others' rounded
+    inputs are independent of the target, so dropping them is data processing,
+    and the bound is attained when they sit on the grid {lC/s} (no rounding).
+    Exact for any inputs of the others, and one client's law instead of n.
+    """
+    if num_clients == 1:
+      return None
+    one = copy.copy(self)
+    one.__dict__.pop('_encode_fn', None)
+    one.m = self.m * num_clients   # may exceed the tunable's range: never sampled
+    return base.SumReduction(
+        one, 1, 1, f'the {num_clients} clients\' Binomial({self.m}, 1/2) noise on '
+        'the target, the others\' rounded inputs dropped (data processing; '
+        'attained with the others on the grid)')
 
   def critical_inputs(self):
     # Piecewise linear in x with breakpoints on the grid {lC/s}.

@@ -40,14 +40,22 @@ class PBM(base.Mechanism):
     """One trial (2 levels): P_x(1) = 1/2 + θx/c is affine on [-c, c]."""
     return self.m == 2
 
-  def trial_decomposition(self):
+  def sum_reduction(self, num_clients):
     """m - 1 Bernoulli trials, each the 2-level PBM at the same θ and clip.
 
-    Envelopes over cells of x charge the whole cell's spread to every pair
-    (~θ/32 per round at 64 cells), which dwarfs the true θ²t²/c²-sized
-    divergence at calibrated θ; per trial the law is affine in x, so exact.
+    The server's view is a function of the m - 1 per-trial secure sums (data
+    processing), and Rényi divergence adds over independent releases, for any
+    inputs of the others. Per trial the law is affine in x, so its search is
+    exact; cell envelopes over x charged each cell's whole spread (~θ/32 per
+    coordinate at 64 cells), which dwarfs the true θ²t²/c²-sized divergence at
+    calibrated θ.
     """
-    return (PBM(self.clip, 2, self.theta), self.m - 1) if self.m > 2 else None
+    if self.m == 2:
+      return None
+    return base.SumReduction(
+        PBM(self.clip, 2, self.theta), self.m - 1, num_clients,
+        f'{self.m - 1} independent one-trial releases bound the secure sum '
+        '(data processing, composition)')
 
   def params(self):
     return dict(clip=self.clip, num_levels=self.m, theta=self.theta)

@@ -121,6 +121,10 @@ class QuantizedGaussian(base.Mechanism):
     out[-1] = np.logaddexp(out[-1], special.log_ndtr(-zs[-1]))  # saturate high
     return out
 
+  def local_divergences(self, orders, distances):
+    """α t²/(2σ²): the output is input-free processing of x + N(0, σ²)."""
+    return base.gaussian_local_divergences(orders, distances, self.sigma)
+
   def _encode(self, x, seed):
     s_noise, s_round = tf.unstack(base.split_seed(seed, 2))
     y = x + self.sigma * tf.random.stateless_normal(tf.shape(x), s_noise,

@@ -16,6 +16,8 @@ Not unbiased (projection); `input_bound` is the range of the pre-noise value
 (e.g. M + ηC for w_t - η·grad with w_t in [-M, M]).
 """
 
+import math
+
 import numpy as np
 from scipy import special
 
@@ -94,6 +96,26 @@ class RandomizedProjection(base.Mechanism):
     a = self.nearest_level_probs(x)
     other = (1.0 - self.q) / (self.num_levels - 1)
     return np.log(a * self.q + (1.0 - a) * other)
+
+  def local_divergences(self, orders, distances):
+    """The smaller of the Gaussian's α t²/(2σ²) (the rest is input-free
+    processing of x + N(0, σ²)) and the L-ary randomized response's D_α
+    between two different nearest levels (any law of the nearest level is a
+    mixture of those, and Σ P^α Q^(1-α) is jointly convex)."""
+    big_l, q = self.num_levels, self.q
+    r = (1.0 - q) / (big_l - 1)
+    out = base.gaussian_local_divergences(orders, distances, self.sigma)
+    for a in out:
+      if math.isinf(a):
+        rr = math.log(q / r)
+      else:
+        lq, lr = math.log(q), math.log(r)
+        terms = [a * lq + (1 - a) * lr, a * lr + (1 - a) * lq]
+        if big_l > 2:
+          terms.append(math.log((big_l - 2) * r))
+        rr = float(special.logsumexp(terms)) / (a - 1)
+      out[a] = np.where(np.asarray(distances) > 0, np.minimum(out[a], rr), 0.0)
+    return out
 
   def _encode(self, x, seed):
     s_noise, s_keep, s_other = tf.unstack(base.split_seed(seed, 3))
