@@ -373,4 +373,7 @@ def test_bq_reduces_to_one_client_with_every_clients_noise():
       1.0, 8))
   assert 'Binomial(20, 1/2) noise' in curve.method and curve.num_clients == 40
   assert np.all(np.isinf(curve.values[2.0]))
+  # Priced as one client's law (no convolution), not n clients' sum.
+  one = vector.estimated_operations(mech, 1, 1, 8)
+  assert vector.estimated_operations(mech, 40, 1, 8) < 2 * 40 * one
   assert math.isinf(divergence.renyi_divergence_of_sum(mech, 2.0, 40).value)

@@ -75,3 +75,9 @@ def test_skellam_is_below_the_equal_variance_gaussian():
   exact = accounting.per_round_rdp(mech, 1, 1, [2, 32])
   assert exact[2] == pytest.approx(0.99145, abs=1e-5)
   assert exact[32] / (32 * 64 / (2 * 64)) == pytest.approx(0.52677, abs=1e-4)
+
+
+@pytest.mark.parametrize('variance', [0.0, -1.0, math.nan])
+def test_log_pmf_rejects_a_variance_that_is_not_positive(variance):
+  with pytest.raises(ValueError, match='`variance` must be > 0'):
+    skellam.skellam_log_pmf(np.arange(3), variance)

@@ -64,3 +64,18 @@ def test_rows_are_rebased_on_their_settings_current_gaussian():
   assert float(out[1]['gaussian_noise_to_signal']) == pytest.approx(0.2)
   assert out[2] == rows[2]   # nothing calibrated: untouched
   assert out[3] == rows[3]   # no Gaussian row for its setting: untouched
+
+
+def test_fewest_bits_are_found_per_setting():
+  """Rows group by setting_of (ε, δ, d, n, N, rounds); a mechanism with no
+  bits within the factor is listed as None."""
+  base = dict(epsilon='10.0', delta='0.01', dim='100', clients_per_round='40',
+              total_clients='100', rounds='10')
+  rows = [dict(base, mechanism='pbm', bits='4', mse_ratio_to_gaussian='1.3'),
+          dict(base, mechanism='pbm', bits='8', mse_ratio_to_gaussian='1.05'),
+          dict(base, mechanism='rqm', bits='8', mse_ratio_to_gaussian='2.0'),
+          dict(base, epsilon='3.0', mechanism='pbm', bits='2',
+               mse_ratio_to_gaussian='1.0')]
+  out = frontier.fewest_bits_within(rows)
+  assert out == {frontier.setting_of(rows[0]): {'pbm': 8, 'rqm': None},
+                 frontier.setting_of(rows[3]): {'pbm': 2}}

@@ -571,7 +571,8 @@ def _search_operations(mech, num_clients: int, num_orders: int, t_points: int,
     rows, pairs = 2 * (cells + crit), (cells + crit)**2
   length = num_clients * (levels - 1) + 1
   sums = len(split_groups(0, num_clients - 1, (num_clients - 1) // 2))
-  return sums * length * (rows * levels + pairs * num_orders)
+  convolve = rows * levels if num_clients > 1 else rows   # n = 1: nothing to add
+  return sums * length * (convolve + pairs * num_orders)
 
 
 def estimated_operations(mech, num_clients: int, num_orders: int,

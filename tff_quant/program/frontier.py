@@ -38,6 +38,16 @@ def key(row):
   return tuple(str(row[c]) for c in KEY)
 
 
+# The columns of KEY that a Gaussian reference serves: every mechanism and bits.
+SETTING = ('epsilon', 'delta', 'dim', 'clients_per_round', 'total_clients',
+           'rounds')
+
+
+def setting_of(row):
+  """(ε, δ, d, n, N, rounds): the setting a row's cell belongs to."""
+  return tuple(str(row[c]) for c in SETTING)
+
+
 def _cell_cost(name, bits, clients, coordinate_clip):
   """Estimated operations of one ε evaluation at the cheapest point of the first
   scanned parameter's grid, the others at their defaults (0 where the law is
@@ -193,13 +203,12 @@ def as_float(v):
 
 
 def fewest_bits_within(rows, factor=1.1):
-  """{(ε, d, n, rounds): {mechanism: fewest bits with MSE <= factor × Gaussian}}."""
+  """{setting_of(row): {mechanism: fewest bits with MSE <= factor × Gaussian}}."""
   out = {}
   for r in rows:
     if r['mechanism'] == GAUSSIAN:
       continue
-    setting = (r['epsilon'], r['dim'], r['clients_per_round'], r['rounds'])
-    mine = out.setdefault(setting, {})
+    mine = out.setdefault(setting_of(r), {})
     if as_float(r['mse_ratio_to_gaussian']) <= factor:
       b = int(r['bits'])
       mine[r['mechanism']] = min(b, mine.get(r['mechanism']) or b)
@@ -224,13 +233,11 @@ def on_one_reference(rows):
   from it) is their setting's current Gaussian row: cells computed in earlier
   runs keep their own calibration, but one setting has one reference (a fix
   to the Gaussian's calibration otherwise left old rows against an older one)."""
-  setting = lambda r: (r['epsilon'], r['delta'], r['dim'], r['clients_per_round'],
-                       r['total_clients'], r['rounds'])
-  ref = {setting(r): as_float(r['mse_per_coordinate']) for r in rows
+  ref = {setting_of(r): as_float(r['mse_per_coordinate']) for r in rows
          if r['mechanism'] == GAUSSIAN}
   out = []
   for r in rows:
-    g = ref.get(setting(r))
+    g = ref.get(setting_of(r))
     if g is not None and math.isfinite(g) and g > 0 and r['gaussian_mse'] != '':
       r = dict(r, gaussian_mse=str(g),
                gaussian_noise_to_signal=str(as_float(r['dim']) * g),
@@ -257,11 +264,11 @@ def write_report(rows, output_dir):
               f'MSE in {wins} of {both} cells where both are calibrated.']
   for setting, mechs in sorted(fewest_bits_within(rows).items(),
                                key=lambda kv: tuple(map(as_float, kv[0]))):
-    eps, dim, n, rounds = setting
+    eps, _, dim, n, _, rounds = setting
     parts = [f'{m} {b}' if b is not None else f'{m} none'
              for m, b in sorted(mechs.items())]
     nsr = [as_float(r['gaussian_noise_to_signal']) for r in rows
-           if (r['epsilon'], r['dim'], r['clients_per_round'], r['rounds']) == setting]
+           if setting_of(r) == setting]
     nsr = max(nsr) if nsr else math.nan
     note = (f' [Gaussian noise energy {nsr:.3g}× the update\'s: ratios < 1 there '
             'reflect bounded ranges, not better mechanisms]' if nsr > 1 else '')
