@@ -89,6 +89,7 @@ from scipy import special
 
 from tff_quant.accounting import divergence
 from tff_quant.common import validation
+from tff_quant.mechanisms import base as mech_base
 
 DEFAULT_T_POINTS = 48      # distance grid: half geometric from 2c·1e-3, half linear
 DEFAULT_CELLS = 64         # cells per [-c, c] for the envelope bound
@@ -553,11 +554,10 @@ def _upper_hull(x: np.ndarray, y: np.ndarray) -> List[int]:
 
 
 def _searched(mech, num_clients: int):
-  """(mechanism whose secure sum is searched, copies, its clients):
-  `Mechanism.sum_reduction` where the mechanism has one, else (mech, 1, n)."""
+  """The `SumReduction` whose sum is searched: the mechanism's own
+  (`Mechanism.sum_reduction`), else the identity (mech, 1 copy, n clients)."""
   red = mech.sum_reduction(num_clients)
-  return ((mech, 1, num_clients) if red is None else
-          (red.mechanism, red.copies, red.num_clients))
+  return red or mech_base.SumReduction(mech, 1, num_clients, '')
 
 
 def _search_operations(mech, num_clients: int, num_orders: int, t_points: int,
@@ -581,11 +581,12 @@ def estimated_operations(mech, num_clients: int, num_orders: int,
   """Elementary operations `divergence_curve` will do, counted before it starts
   (0 where it takes a closed form: exact divergences, or a local bound in
   place of a search over MAX_OPERATIONS)."""
-  one, _, clients = _searched(mech, num_clients)
-  if one.has_exact_divergences:
+  red = _searched(mech, num_clients)
+  if red.mechanism.has_exact_divergences:
     return 0.0
-  cost = _search_operations(one, clients, num_orders, t_points, cells)
-  return 0.0 if cost > MAX_OPERATIONS and one.has_local_bound else cost
+  cost = _search_operations(red.mechanism, red.num_clients, num_orders,
+                            t_points, cells)
+  return 0.0 if cost > MAX_OPERATIONS and red.mechanism.has_local_bound else cost
 
 
 def divergence_curve(mech, orders: Sequence[float], num_clients: int,
@@ -630,17 +631,17 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
           and abs(t_grid[-1] - 2 * c) <= 1e-12 * c):
     raise ValueError('`t_grid` must increase within (0, 2c] and end at 2c = '
                      f'{2 * c!r}.')
-  one, copies, clients = _searched(mech, num_clients)
-  if (one, clients) != (mech, num_clients):
-    # Mechanism.sum_reduction: f_α <= copies·f_α of `one`'s sum over `clients`.
+  red = _searched(mech, num_clients)
+  if red.mechanism is not mech:
+    # Mechanism.sum_reduction: f_α <= copies·f_α of the reduced sum.
     # exp((α-1)·k·f) = (exp((α-1)f))^k stays convex where exp((α-1)f) is, so
     # the chord intervals carry over.
-    curve = divergence_curve(one, orders, clients, t_grid=t_grid, cells=cells,
+    curve = divergence_curve(red.mechanism, orders, red.num_clients,
+                             t_grid=t_grid, cells=cells,
                              exact_splits=exact_splits, others=others)
     return dataclasses.replace(
-        curve, values={a: copies * v for a, v in curve.values.items()},
-        method=f'{curve.method} ({mech.sum_reduction(num_clients).why})',
-        num_clients=num_clients)
+        curve, values={a: red.copies * v for a, v in curve.values.items()},
+        method=f'{curve.method} ({red.why})', num_clients=num_clients)
   own = mech.sum_divergences(orders, num_clients, t_grid)
   if own is not None:   # exact at every t (closed form / translation invariance)
     return DivergenceCurve(t_grid, {a: np.maximum(np.asarray(own[a]), 0.0)
@@ -758,7 +759,7 @@ def with_breakpoints(mech, t_grid: np.ndarray, limit: int,
   searched for `num_clients` clients (`Mechanism.sum_reduction`) when there are
   at most `limit` of them (vertex targets only): then every interval is
   breakpoint-free and takes the chord bound (`DivergenceCurve`)."""
-  one = _searched(mech, num_clients)[0]
+  one = _searched(mech, num_clients).mechanism
   return _merged(t_grid, _vertex_breakpoints(one), limit)
 
 
@@ -767,7 +768,7 @@ def l2_grid(mech, t_star: float, t_points: int, num_clients: int) -> np.ndarray:
   `focused_grid` at t* = √u* plus the breakpoints, about `t_points` in all
   (with chords, 8 focused points beside 15 breakpoints bound within 1% of 24
   beside them: RQM, 256 levels, measured)."""
-  gaps = _vertex_breakpoints(_searched(mech, num_clients)[0])
+  gaps = _vertex_breakpoints(_searched(mech, num_clients).mechanism)
   base = t_points
   if gaps is not None:
     base = t_points if gaps.size > t_points else max(8, t_points - gaps.size)
