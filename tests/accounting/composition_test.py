@@ -6,6 +6,7 @@ import pytest
 
 from tff_quant import mechanisms
 from tff_quant.accounting import composition as C
+from tff_quant.accounting import divergence
 
 
 def test_gaussian_equivalent_matches_dp_accounting():
@@ -103,3 +104,13 @@ def test_end_pair_is_the_worst_target_pair_for_the_smooth_mechanisms(name, n):
         q = C.divergence.sum_log_pmf([(mech.log_pmf(x2), 1)] + parts)
         for a, b in ((p, q), (q, p)):
           assert C.divergence.renyi_divergence(a, b, alpha) <= ends * (1 + 1e-9)
+
+
+def test_extremes_fall_back_to_the_local_bound_where_the_sum_is_unresolved():
+  # σ = 1e6·Cq: interior levels ~1e-300, beyond what the tilted FFTs resolve.
+  mech = mechanisms.get('quantized_gaussian')(clip=2.0, num_levels=16, sigma=2e6)
+  with pytest.raises(divergence.UnresolvedSumError):
+    divergence.renyi_divergence_of_sum(mech, [2, 3], 3)
+  rdp = C.per_round_rdp(mech, 3, dim=2, orders=[3], others='extremes')
+  assert rdp[2] == pytest.approx(2 * 2 * 2.0**2 / (2 * 2e6**2), rel=1e-12)
+  assert rdp[3] == pytest.approx(1.5 * rdp[2], rel=1e-12)

@@ -54,7 +54,7 @@ def test_pbm_trial_reduction_is_near_the_exact_mixes_and_beats_envelopes(
   for a in (2.0, 8.0):
     mixes = divergence.renyi_divergence_of_sum(mech, a, n).value
     assert mixes * (1 - 1e-9) <= split.values[a][-1] <= 1.03 * mixes
-  monkeypatch.setattr(type(mech), 'sum_reduction', lambda self, n: None)
+  monkeypatch.setattr(type(mech), '_sum_reduction', lambda self, n: None)
   envelopes = vector.divergence_curve(mech, [2.0], n, t_grid=grid)
   assert np.all(envelopes.values[2.0] >= 4 * split.values[2.0])
 
@@ -258,6 +258,11 @@ def test_bad_input(kwargs, match):
     vector.divergence_curve(_mech('rqm'), [2], 2, t_grid=np.array([0.5, 1.0]))
   with pytest.raises(ValueError, match='l2_clip'):
     composition.RoundAccountant(_mech('rqm'), 2, 10, 1e-5, 4, l2_clip=-1.0)
+  for bad in (0, 1.5):
+    with pytest.raises((ValueError, TypeError), match='`num_clients`'):
+      vector.with_breakpoints(_mech('pbm'), vector.distance_grid(1.0, 8), 64, bad)
+    with pytest.raises((ValueError, TypeError), match='`num_clients`'):
+      vector.l2_grid(_mech('rqm'), 0.1, 24, bad)
 
 
 def test_refuses_a_too_costly_evaluation_before_starting(monkeypatch):
@@ -377,3 +382,32 @@ def test_bq_reduces_to_one_client_with_every_clients_noise():
   one = vector.estimated_operations(mech, 1, 1, 8)
   assert vector.estimated_operations(mech, 40, 1, 8) < 2 * 40 * one
   assert math.isinf(divergence.renyi_divergence_of_sum(mech, 2.0, 40).value)
+
+
+def test_over_the_limit_the_largest_affordable_sub_sum_is_searched(monkeypatch):
+  """f_α(n) <= f_α(n') for n' <= n (the other clients' outputs dropped): with
+  the limit between the costs of 2 and 3 clients, n = 6 is searched as n' = 2,
+  an upper bound on the exact 6-client curve and at most the 1-client one."""
+  mech = _mech('rqm', num_levels=8)
+  grid = vector.distance_grid(1.0, 8)
+  orders = [2.0, 8.0]
+  exact = vector.divergence_curve(mech, orders, 6, t_grid=grid)
+  two = vector.divergence_curve(mech, orders, 2, t_grid=grid)
+  one = vector.divergence_curve(mech, orders, 1, t_grid=grid)
+  cost = lambda n: vector._search_operations(mech, n, 2, len(grid),
+                                             vector.DEFAULT_CELLS)
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(2) + cost(3)) / 2)
+  assert vector.affordable_clients(mech, 6, 2, len(grid)) == 2
+  assert vector.estimated_operations(mech, 6, 2, len(grid)) == cost(2)
+  sub = vector.divergence_curve(mech, orders, 6, t_grid=grid)
+  assert 'the target and 1 of the 5 others searched' in sub.method
+  assert sub.num_clients == 6
+  for a in orders:
+    np.testing.assert_array_equal(sub.values[a], two.values[a])
+    assert np.all(exact.values[a] <= sub.values[a] * (1 + 1e-12))
+    assert np.all(sub.values[a] <= one.values[a] * (1 + 1e-12))
+  assert np.any(exact.values[2.0] < 0.9 * sub.values[2.0])   # the price of dropping
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', cost(1) / 2)
+  assert vector.affordable_clients(mech, 6, 2, len(grid)) == 0
+  with pytest.raises(vector.CostError):
+    vector.divergence_curve(mech, orders, 6, t_grid=grid)

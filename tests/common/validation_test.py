@@ -49,3 +49,19 @@ def test_bool_choice_order_and_optional():
   assert v.check_optional(v.check_positive, 'x', None) is None
   with pytest.raises(ValueError, match='`x`'):
     v.check_optional(v.check_positive, 'x', -1.0)
+
+
+def test_orders_and_distances():
+  assert v.check_orders('orders', [2, math.inf]) == [2.0, math.inf]
+  assert v.check_orders('alpha', 1, low_open=False) == [1.0]
+  for bad in ([1.0], [math.nan], [0.5, 2.0]):
+    with pytest.raises(ValueError, match=r'`orders` must be in \(1, inf\]'):
+      v.check_orders('orders', bad)
+  with pytest.raises(ValueError, match='at least one'):
+    v.check_orders('orders', [])
+  with pytest.raises(TypeError, match='`orders`'):
+    v.check_orders('orders', ['2'])
+  assert v.check_distances('t', 0.5).tolist() == [0.5]
+  for bad in ([-0.1], [math.nan], [[0.1]]):
+    with pytest.raises(ValueError, match=r'`t` must be finite distances in \[0, inf\)'):
+      v.check_distances('t', bad)

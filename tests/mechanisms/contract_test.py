@@ -137,3 +137,17 @@ def test_unknown_parameter_and_bad_flag_text_are_rejected(name):
   first = cls.TUNABLES[0]
   assert cls.parse_params(f'{first.name}={first.default}') == {
       first.name: first.default}
+
+
+@pytest.mark.parametrize('name', sorted(REGISTRY))
+def test_accounting_hooks_reject_bad_arguments_by_name(name):
+  mech = REGISTRY[name].for_coordinate_bound(1.0)
+  for bad in (0, -3):
+    with pytest.raises(ValueError, match=r'`num_clients` must be in \[1, inf\)'):
+      mech.sum_reduction(bad)
+  with pytest.raises(ValueError, match=r'`orders` must be in \[1, inf\]'):
+    mech.local_divergences([0.5], [0.1])
+  with pytest.raises(ValueError, match='`distances`'):
+    mech.local_divergences([2.0], [-0.1])
+  bound = mech.local_divergences([1, 2.0, math.inf], [0.0, 0.5])
+  assert bound is None or all(v[0] == 0 and v[1] > 0 for v in bound.values())

@@ -100,7 +100,7 @@ def standard_inputs(mech):
   return [-b, b, 0.0, 0.37 * b, -0.81 * b] + on_level
 
 
-def assert_local_bound_holds(mech, orders=(2.0, 8.0, np.inf), seed=0):
+def assert_local_bound_holds(mech, orders=(1.0, 2.0, 8.0, np.inf), seed=0):
   """`local_divergences` >= the exact D_α of the secure sum at random target
   pairs and random inputs of 0 or 2 others (data processing says for any)."""
   from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top

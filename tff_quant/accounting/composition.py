@@ -132,8 +132,16 @@ def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
   if others == 'any' and not mech.has_exact_divergences:
     rdp = {a: 0.0 for a in all_orders}
   else:
-    res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
-    rdp = {r.alpha: dim * r.value for r in res}
+    try:
+      res = divergence.renyi_divergence_of_sum(mech, all_orders, clients_per_round)
+      rdp = {r.alpha: dim * r.value for r in res}
+    except divergence.UnresolvedSumError:
+      # An exact value is never above the local bound (data processing), so
+      # the bound only matters where the sum's law cannot be resolved.
+      local = mech.local_divergences(all_orders, [2 * mech.input_bound])
+      if local is None:
+        raise
+      rdp = {a: dim * float(local[a][0]) for a in all_orders}
   if not mech.has_exact_divergences and (mech.piecewise_affine or
                                          others == 'any'):
     # Targets at every vertex pair, not only ±c (at n = 1 an interior pair is

@@ -432,10 +432,7 @@ def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
     SumDivergence (or a list of them, one per order when `alpha` is a sequence).
   """
   validation.check_integer('num_clients', num_clients, 1)
-  alphas = [alpha] if np.isscalar(alpha) else list(alpha)
-  for a in alphas:
-    if not (a >= 1):
-      raise ValueError(f'`alpha` must be in [1, inf], got {a!r}.')
+  alphas = validation.check_orders('alpha', alpha, low_open=False)
   own = mech.sum_divergences(alphas, num_clients, [2 * mech.input_bound])
   if own is not None:   # exact for any others (closed form / translation invariance)
     results = [SumDivergence(float(a), num_clients, float(own[a][0]), 0,

@@ -5,7 +5,7 @@ for a flag) and the allowed set or range, with open ends printed as open.
 """
 
 import math
-from typing import Callable, Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 
@@ -59,6 +59,33 @@ def check_positive(name: str, value):
 def check_probability(name: str, value, low_open=True, high_open=True):
   """A number in (0, 1) (ends closed on request)."""
   return check_number(name, value, 0, 1, low_open=low_open, high_open=high_open)
+
+
+def check_orders(name: str, orders, low_open: bool = True) -> List[float]:
+  """Rényi orders as floats: each a number > 1 (>= 1 unless `low_open`), math.inf
+  allowed; a single number or an iterable of them, at least one."""
+  items = [orders] if np.isscalar(orders) else list(orders)
+  allowed = f'{"(" if low_open else "["}1, inf]'
+  out = []
+  for a in items:
+    if isinstance(a, (bool, np.bool_)) or not isinstance(
+        a, (int, float, np.integer, np.floating)):
+      raise TypeError(f'{_label(name)} must be numbers in {allowed}, got {a!r}.')
+    if not (a > 1 if low_open else a >= 1):   # NaN fails too
+      raise ValueError(f'{_label(name)} must be in {allowed}, got {a!r}.')
+    out.append(float(a))
+  if not out:
+    raise ValueError(f'{_label(name)} must hold at least one order in {allowed}.')
+  return out
+
+
+def check_distances(name: str, distances) -> np.ndarray:
+  """A 1-d float array of finite distances >= 0."""
+  t = np.atleast_1d(np.asarray(distances, np.float64))
+  if t.ndim != 1 or not np.all(np.isfinite(t)) or np.any(t < 0):
+    raise ValueError(f'{_label(name)} must be finite distances in [0, inf), got '
+                     f'{distances!r}.')
+  return t
 
 
 def check_bool(name: str, value) -> bool:

@@ -9,7 +9,7 @@ sampled in training is what is accounted for.
 import abc
 import dataclasses
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -397,14 +397,18 @@ class Mechanism(abc.ABC):
   def sum_reduction(self, num_clients: int) -> Optional['SumReduction']:
     """A simpler secure sum whose f_α, times `copies`, bounds this one's for
     any inputs of the others (`SumReduction`); None: the accountant searches
-    this mechanism's own n-client sum."""
+    this mechanism's own n-client sum. Subclasses override `_sum_reduction`."""
+    return self._sum_reduction(
+        validation.check_integer('num_clients', num_clients, 1))
+
+  def _sum_reduction(self, num_clients: int) -> Optional['SumReduction']:
     del num_clients
     return None
 
   @property
   def has_local_bound(self) -> bool:
-    """True when the class overrides `local_divergences`."""
-    return type(self).local_divergences is not Mechanism.local_divergences
+    """True when the class overrides `_local_divergences`."""
+    return type(self)._local_divergences is not Mechanism._local_divergences
 
   def local_divergences(self, orders, distances
                         ) -> Optional[Dict[float, np.ndarray]]:
@@ -415,8 +419,15 @@ class Mechanism(abc.ABC):
     (their outputs are independent of the target's), so the accountant takes
     the smaller of it and its search, and uses it alone where the search is
     over its cost limit. It ignores the others' noise, so it is loose by
-    about the number of clients where that noise dominates.
+    about the number of clients where that noise dominates. Orders in [1, inf],
+    distances >= 0; subclasses override `_local_divergences`.
     """
+    return self._local_divergences(
+        validation.check_orders('orders', orders, low_open=False),
+        validation.check_distances('distances', distances))
+
+  def _local_divergences(self, orders: List[float], distances: np.ndarray
+                         ) -> Optional[Dict[float, np.ndarray]]:
     del orders, distances
     return None
 

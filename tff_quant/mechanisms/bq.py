@@ -80,7 +80,7 @@ class BQ(base.Mechanism):
           np.stack([noise(low), noise(low + 1)]), axis=0,
           b=np.array([[1.0 - frac], [frac]]))
 
-  def sum_reduction(self, num_clients):
+  def _sum_reduction(self, num_clients):
     """One client whose noise is every client's: Binomial(n·m, 1/2).
 
     The n-client sum is [u + Σ_i o_i] + Σ_others u_j: the others' rounded

@@ -40,7 +40,7 @@ class PBM(base.Mechanism):
     """One trial (2 levels): P_x(1) = 1/2 + θx/c is affine on [-c, c]."""
     return self.m == 2
 
-  def sum_reduction(self, num_clients):
+  def _sum_reduction(self, num_clients):
     """m - 1 Bernoulli trials, each the 2-level PBM at the same θ and clip.
 
     The server's view is a function of the m - 1 per-trial secure sums (data

@@ -97,7 +97,7 @@ class RandomizedProjection(base.Mechanism):
     other = (1.0 - self.q) / (self.num_levels - 1)
     return np.log(a * self.q + (1.0 - a) * other)
 
-  def local_divergences(self, orders, distances):
+  def _local_divergences(self, orders, distances):
     """The smaller of the Gaussian's α t²/(2σ²) (the rest is input-free
     processing of x + N(0, σ²)) and the L-ary randomized response's D_α
     between two different nearest levels (any law of the nearest level is a
@@ -108,6 +108,8 @@ class RandomizedProjection(base.Mechanism):
     for a in out:
       if math.isinf(a):
         rr = math.log(q / r)
+      elif a == 1:   # KL: q log(q/r) + r log(r/q)
+        rr = (q - r) * math.log(q / r)
       else:
         lq, lr = math.log(q), math.log(r)
         terms = [a * lq + (1 - a) * lr, a * lr + (1 - a) * lq]
