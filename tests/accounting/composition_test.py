@@ -7,6 +7,7 @@ import pytest
 from tff_quant import mechanisms
 from tff_quant.accounting import composition as C
 from tff_quant.accounting import divergence
+from tff_quant.accounting import vector
 
 
 def test_gaussian_equivalent_matches_dp_accounting():
@@ -114,3 +115,20 @@ def test_extremes_fall_back_to_the_local_bound_where_the_sum_is_unresolved():
   rdp = C.per_round_rdp(mech, 3, dim=2, orders=[3], others='extremes')
   assert rdp[2] == pytest.approx(2 * 2 * 2.0**2 / (2 * 2e6**2), rel=1e-12)
   assert rdp[3] == pytest.approx(1.5 * rdp[2], rel=1e-12)
+
+
+def test_guarantee_says_when_a_sub_sum_was_searched(monkeypatch):
+  """With the cost limit at 3 clients (a cost model of one per client), the
+  6-client ℓ2 route searches the target and 2 others, and the text says so."""
+  mech = mechanisms.get('rqm').for_coordinate_bound(0.5, num_levels=8)
+  monkeypatch.setattr(vector, '_search_operations', lambda m, n, *a: float(n))
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 3.0)
+  rdp = vector.vector_rdp(mech, [2.0, 4.0], 6, 16, 2.0)
+  assert 'the target and 2 of the 5 others searched' in rdp.method
+  g = C.training_guarantee(mech, 3, 6, 60, 1e-5, dim=16, l2_clip=1.0,
+                           orders=[2, 4])
+  assert 'the target and 2 of the 5 others searched' in g.assumptions
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 10.0)   # all 6 searched
+  g_all = C.training_guarantee(mech, 3, 6, 60, 1e-5, dim=16, l2_clip=1.0,
+                               orders=[2, 4])
+  assert 'searched' not in g_all.assumptions and g_all.epsilon <= g.epsilon

@@ -367,6 +367,13 @@ def test_local_bound_caps_the_envelopes_and_replaces_a_refused_search(
   np.testing.assert_array_equal(refused.values[8.0], local[8.0])
   with pytest.raises(vector.CostError):   # no local bound: still refused
     vector.divergence_curve(_mech('rqm'), [2.0], 5, t_grid=grid)
+  # A sub-sum would fit, but the instant local bound is preferred to it.
+  cost = lambda n: vector._search_operations(mech, n, 2, len(grid),
+                                             vector.DEFAULT_CELLS)
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(2) + cost(3)) / 2)
+  assert vector.estimated_operations(mech, 5, 2, len(grid)) == 0.0
+  assert vector.divergence_curve(mech, [2.0], 5, t_grid=grid).method.startswith(
+      'local')
 
 
 def test_bq_reduces_to_one_client_with_every_clients_noise():

@@ -360,6 +360,10 @@ class RoundAccountant:
         'without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target '
         f'participation revealed, pessimistic); {coords}; {others}; D∞ = sup '
         'over all inputs.')
+    method = getattr(self.rdp, 'method', '')
+    if method:   # what the ℓ2 route's curve did (a sub-sum, a local bound)
+      assumptions += f' Per-coordinate divergences: {method}.'
+
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp, assumptions,
                      note)

@@ -51,15 +51,15 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   Gaussian D_α = α t²/(2σ²) bounds the sum for any others (data processing;
   `Mechanism.local_divergences`, for the randomized projection also its
   randomized response's): the curve takes the smaller at each grid point, and
-  the local bound alone where the search is over MAX_OPERATIONS and no
-  sub-sum fits (below). It ignores the others' noise (about n× too much noise
-  where that dominates).
+  the local bound alone where the search is over MAX_OPERATIONS (instant,
+  where a sub-sum's search, below, costs up to the limit per evaluation). It
+  ignores the others' noise (about n× too much noise where that dominates).
 * Sums too costly to search (over MAX_OPERATIONS): the n-client sum is the
   sum of the target and n'-1 others plus the remaining others' independent
   outputs, so by data processing f_α(n) <= f_α(n') for every n' <= n, for any
   inputs of the others (or under the same ±c assumption). The largest n'
-  whose search fits is searched instead (`affordable_clients`); n' = 1 is
-  one client's own output. Loose by about n/n' where the others' noise
+  whose search fits is searched instead (`affordable_clients`) by mechanisms
+  without a closed-form local bound; n' = 1 is one client's own output. Loose by about n/n' where the others' noise
   dominates, but finite and proved where the search used to be refused.
 * Others (default, others='any'): any inputs in [-c, c], proved. Every input's
   law is β·R + (1-β)·W_x, with β·R(y) = min over inputs of P(y) (attained at a
@@ -596,10 +596,10 @@ def estimated_operations(mech, num_clients: int, num_orders: int,
   cost = _search_operations(one, red.num_clients, num_orders, t_points, cells)
   if cost <= MAX_OPERATIONS:
     return cost
+  if one.has_local_bound:
+    return 0.0
   sub = affordable_clients(one, red.num_clients, num_orders, t_points, cells)
-  if sub:
-    return _search_operations(one, sub, num_orders, t_points, cells)
-  return 0.0 if one.has_local_bound else cost
+  return _search_operations(one, sub, num_orders, t_points, cells) if sub else cost
 
 
 def affordable_clients(mech, num_clients: int, num_orders: int,
@@ -677,8 +677,11 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
                                     for a in orders}, 'exact', num_clients)
   local = mech.local_divergences(orders, t_grid)
   cost = _search_operations(mech, num_clients, finite.size, len(t_grid), cells)
+  # Over the limit: the closed-form local bound where there is one (instant;
+  # a sub-sum's envelope search cost up to the limit per evaluation and did
+  # not beat it in the noise-dominated frontier cells measured), else a sub-sum.
   sub = (affordable_clients(mech, num_clients, finite.size, len(t_grid), cells)
-         if cost > MAX_OPERATIONS else num_clients)
+         if cost > MAX_OPERATIONS and local is None else num_clients)
   if 0 < sub < num_clients:
     # f_α(n) <= f_α(n'): the other n - n' clients' outputs dropped.
     curve = divergence_curve(mech, orders, sub, t_grid=t_grid, cells=cells,
@@ -837,7 +840,8 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
     others: the others' inputs: 'any' (proved) or 'extremes' (`divergence_curve`).
 
   Returns:
-    {order: RDP of one round, before subsampling}.
+    {order: RDP of one round, before subsampling} (a `RoundRdp`: its `method`
+    says how the secure sum's divergences were bounded).
   """
   validation.check_integer('dim', dim, 1)
   validation.check_positive('l2_sensitivity', l2_sensitivity)
@@ -850,7 +854,17 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
   curve = divergence_curve(mech, rungs, clients_per_round, t_grid=grid,
                            cells=cells, others=others)
   per_rung = {a: dim * curve.majorant(a, u) for a in rungs}
-  return between_rungs(per_rung, orders)
+  return RoundRdp(between_rungs(per_rung, orders), curve.method)
+
+
+class RoundRdp(dict):
+  """{order: round RDP} (`vector_rdp`) that also says how f_α was bounded:
+  `method` is the `DivergenceCurve.method` (a sub-sum or a local bound shows
+  there, for the guarantee's text)."""
+
+  def __init__(self, values: Dict[float, float], method: str):
+    super().__init__(values)
+    self.method = method
 
 
 def between_rungs(per_rung: Dict[float, float], orders: Sequence[float]
