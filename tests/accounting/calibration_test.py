@@ -177,3 +177,17 @@ def test_order_cap_follows_the_optimum_and_never_lowers_epsilon():
         build(q), orders=calibration.FAST_ORDERS, **schedule).epsilon
     assert capped >= full * (1 - 1e-12)
     assert capped <= full * 1.05   # the cap follows α*: little is lost
+
+
+def test_report_carries_the_chosen_mechanisms_guarantee_text(monkeypatch):
+  """Over the cost limit the quantized Gaussian is accounted by one client's
+  local bound; the report's text says so, as the guarantee's does."""
+  schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
+  report = calibration.calibration_report('quantized_gaussian', 3.0, **schedule,
+                                          bits=2, compare_gaussian=False)
+  del schedule['coordinate_clip']   # in the mechanism
+  again = composition.training_guarantee(
+      report.mechanism, orders=calibration.FAST_ORDERS, **schedule)
+  assert 'Per-coordinate divergences: local' in report.assumptions
+  assert report.assumptions == again.assumptions

@@ -82,3 +82,12 @@ def test_fewest_bits_are_found_per_setting():
   out = frontier.fewest_bits_within(rows)
   assert out == {frontier.setting_of(rows[0]): {'pbm': 8, 'rqm': None},
                  frontier.setting_of(rows[3]): {'pbm': 2}}
+
+
+def test_a_cell_bounded_loosely_over_the_cost_limit_says_so():
+  """compute_cell with a limit no search fits: the quantized Gaussian is
+  calibrated through its local bound, and the row's reason names it."""
+  row = frontier.compute_cell(('quantized_gaussian', 2, 10.0, 0.01, 100, 10,
+                               1000, 10), 1.0, [3.0], 1e-2)
+  assert math.isfinite(row['mse_per_coordinate'])
+  assert 'a looser bound over --max_operations: local' in row['reason']

@@ -51,6 +51,7 @@ class _Epsilon:
   def __init__(self, schedule):
     self.schedule, self.orders = dict(schedule), FAST_ORDERS
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
+    self.assumptions = {}  # repr(mechanism) -> its guarantee's text
 
   def __call__(self, mech) -> float:
     try:
@@ -63,6 +64,7 @@ class _Epsilon:
     except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
       self.unresolved = str(err)
       return math.inf
+    self.assumptions[repr(mech)] = g.assumptions
     if math.isfinite(g.rdp_order) and g.rdp_order < max(self.orders):
       cap = max(8, 2 * g.rdp_order + 2)
       self.orders = tuple(a for a in FAST_ORDERS if a <= cap)
@@ -283,6 +285,9 @@ class Calibration:
       exceeds `vector.MAX_OPERATIONS` (the optimum may lie among them).
     pruned: grid points skipped after one ε evaluation: at the least private
       value whose MSE beats the incumbent's, ε already missed the target.
+    assumptions: the chosen mechanism's guarantee text (`Guarantee.assumptions`:
+      what is assumed, and on the ℓ2 route how the divergences were bounded,
+      e.g. through a sub-sum or one client's local bound).
   """
   mechanism: object
   params: Dict[str, object]
@@ -296,6 +301,7 @@ class Calibration:
   candidates: int = 0
   refused: Sequence[Dict[str, object]] = ()
   pruned: int = 0
+  assumptions: str = ''
 
 
 def _levels_from_bits(cls, params, tune, bits):
@@ -523,7 +529,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
   mech = best[1]
   report = Calibration(mech, best[2], best[3], epsilon, delta,
                        best[0], candidates=evaluated,
-                       refused=[g for g, _ in refused], pruned=pruned)
+                       refused=[g for g, _ in refused], pruned=pruned,
+                       assumptions=epsilon_of.assumptions.get(repr(mech), ''))
   if compare_gaussian:
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,

@@ -162,6 +162,9 @@ def compute_cell(cell, max_operations, ks, rtol):
   _, k, c, rep = best
   if rep.refused:
     reasons.append(f'k={k:g}: not evaluated (over --max_operations): {rep.refused}')
+  method = rep.assumptions.partition('Per-coordinate divergences: ')[2].rstrip('.')
+  if method.startswith('local') or 'the rest dropped' in method:
+    reasons.append(f'k={k:g}: a looser bound over --max_operations: {method}')
   row.update(params=json.dumps(dict(clip=c, **rep.params), default=float),
              mse_per_coordinate=rep.mse,
              mse_ratio_to_gaussian=rep.mse / gauss.mse,
