@@ -59,8 +59,9 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   outputs, so by data processing f_α(n) <= f_α(n') for every n' <= n, for any
   inputs of the others (or under the same ±c assumption). The largest n'
   whose search fits is searched instead (`affordable_clients`) by mechanisms
-  without a closed-form local bound; n' = 1 is one client's own output. Loose by about n/n' where the others' noise
-  dominates, but finite and proved where the search used to be refused.
+  without a closed-form local bound; n' = 1 is one client's own output.
+  Loose by about n/n' where the others' noise dominates, but finite and
+  proved where the search used to be refused.
 * Others (default, others='any'): any inputs in [-c, c], proved. Every input's
   law is β·R + (1-β)·W_x, with β·R(y) = min over inputs of P(y) (attained at a
   critical input; `common_part`). Each other client draws from R with
