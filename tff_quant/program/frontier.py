@@ -302,20 +302,25 @@ def plot(rows, path):
   epsilons = sorted({r['epsilon'] for r in quantized}, key=float)
   fig, axes = plt.subplots(1, len(epsilons), figsize=(4 * len(epsilons), 3.4),
                            squeeze=False, sharey=True)
+  mechs = sorted({r['mechanism'] for r in quantized})
+  color = {m: f'C{i % 10}' for i, m in enumerate(mechs)}   # one per mechanism
+  shown = {}
   for ax, eps in zip(axes[0], epsilons):
-    for mech in sorted({r['mechanism'] for r in quantized}):
+    for mech in mechs:
       pts = sorted((int(r['bits']), as_float(r['mse_ratio_to_gaussian']))
                    for r in quantized if r['mechanism'] == mech and
                    r['epsilon'] == eps and all(r[c] == v for c, v in setting.items()))
       pts = [(b, v) for b, v in pts if math.isfinite(v)]
       if pts:
-        ax.plot(*zip(*pts), marker='o', label=mech)
+        shown[mech], = ax.plot(*zip(*pts), marker='o', color=color[mech],
+                               label=mech)
     ax.axhline(1.0, color='k', lw=0.8, ls='--')
     ax.set_yscale('log')
     ax.set_xlabel('bits per coordinate')
     ax.set_title(f'ε = {eps}')
   axes[0][0].set_ylabel('MSE / Gaussian MSE')
-  axes[0][-1].legend(fontsize=7)
+  axes[0][-1].legend([shown[m] for m in mechs if m in shown],
+                     [m for m in mechs if m in shown], fontsize=7)
   fig.suptitle(f'd={setting["dim"]}, n={setting["clients_per_round"]}, '
                f'{setting["rounds"]} rounds (no data: exact accounting)', fontsize=9)
   fig.tight_layout()
