@@ -110,6 +110,11 @@ class Guarantee:
             f'PLD ε={pld}]' + (f' ({self.pld_note})' if self.pld_note else ''))
 
 
+# Introduces, in a guarantee's text, how the ℓ2 route bounded the divergences
+# (`vector.RoundRdp.method`).
+DIVERGENCES_NOTE = 'Per-coordinate divergences: '
+
+
 def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
                   orders: Sequence[int] = DEFAULT_ORDERS,
                   others: str = 'any') -> Dict[float, float]:
@@ -362,7 +367,7 @@ class RoundAccountant:
         'over all inputs.')
     method = getattr(self.rdp, 'method', '')
     if method:   # what the ℓ2 route's curve did (a sub-sum, a local bound)
-      assumptions += f' Per-coordinate divergences: {method}.'
+      assumptions += f' {DIVERGENCES_NOTE}{method}.'
 
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp, assumptions,

@@ -479,6 +479,13 @@ def _log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray) -> np.ndar
 
 
 _LOCAL_METHOD = 'local (one client\'s output, the others\' noise not counted)'
+_SUB_SUM_METHOD = 'the rest dropped: data processing'
+
+
+def is_loose_method(method: str) -> bool:
+  """True for a `DivergenceCurve.method` that took a bound looser than the
+  search over every client: one client's local bound alone, or a sub-sum."""
+  return method.startswith(_LOCAL_METHOD) or _SUB_SUM_METHOD in method
 
 CHORD_STEPS = 32   # sub-steps per interval of the chord bound (`DivergenceCurve`)
 
@@ -594,13 +601,27 @@ def estimated_operations(mech, num_clients: int, num_orders: int,
   one = red.mechanism
   if one.has_exact_divergences:
     return 0.0
-  cost = _search_operations(one, red.num_clients, num_orders, t_points, cells)
-  if cost <= MAX_OPERATIONS:
-    return cost
-  if one.has_local_bound:
-    return 0.0
-  sub = affordable_clients(one, red.num_clients, num_orders, t_points, cells)
-  return _search_operations(one, sub, num_orders, t_points, cells) if sub else cost
+  sub = _clients_searched(one, red.num_clients, num_orders, t_points, cells)
+  if sub:
+    return _search_operations(one, sub, num_orders, t_points, cells)
+  return 0.0 if one.has_local_bound else _search_operations(
+      one, red.num_clients, num_orders, t_points, cells)
+
+
+def _clients_searched(mech, num_clients: int, num_orders: int, t_points: int,
+                      cells: int) -> int:
+  """How many clients' sum `divergence_curve` searches for `mech`'s own
+  n-client sum: n within MAX_OPERATIONS; over it, 0 where the closed-form
+  local bound takes its place (instant, where a sub-sum's envelope search
+  costs up to the limit per evaluation and did not beat it in the
+  noise-dominated frontier cells measured), else the largest affordable
+  sub-sum (`affordable_clients`; 0: refused)."""
+  if _search_operations(mech, num_clients, num_orders, t_points,
+                        cells) <= MAX_OPERATIONS:
+    return num_clients
+  if mech.has_local_bound:
+    return 0
+  return affordable_clients(mech, num_clients, num_orders, t_points, cells)
 
 
 def affordable_clients(mech, num_clients: int, num_orders: int,
@@ -678,11 +699,7 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
                                     for a in orders}, 'exact', num_clients)
   local = mech.local_divergences(orders, t_grid)
   cost = _search_operations(mech, num_clients, finite.size, len(t_grid), cells)
-  # Over the limit: the closed-form local bound where there is one (instant;
-  # a sub-sum's envelope search cost up to the limit per evaluation and did
-  # not beat it in the noise-dominated frontier cells measured), else a sub-sum.
-  sub = (affordable_clients(mech, num_clients, finite.size, len(t_grid), cells)
-         if cost > MAX_OPERATIONS and local is None else num_clients)
+  sub = _clients_searched(mech, num_clients, finite.size, len(t_grid), cells)
   if 0 < sub < num_clients:
     # f_α(n) <= f_α(n'): the other n - n' clients' outputs dropped.
     curve = divergence_curve(mech, orders, sub, t_grid=t_grid, cells=cells,
@@ -690,11 +707,11 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
     return dataclasses.replace(
         curve, num_clients=num_clients,
         method=f'{curve.method} (the target and {sub - 1} of the '
-        f'{num_clients - 1} others searched, the rest dropped: data processing; '
+        f'{num_clients - 1} others searched, {_SUB_SUM_METHOD}; '
         f'all {num_clients} need ~{cost:.2g} operations)')
-  if cost > MAX_OPERATIONS and local is not None:
+  if not sub and local is not None:
     return DivergenceCurve(t_grid, local, _LOCAL_METHOD, num_clients)
-  if cost > MAX_OPERATIONS:
+  if not sub:
     raise CostError(
         f'The search over target pairs (ℓ2 route, or the coordinate route\'s '
         f'vertex pairs) for {mech!r} with {num_clients} clients and {finite.size} '

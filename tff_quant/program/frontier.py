@@ -15,7 +15,7 @@ from scipy import stats
 
 from tff_quant import accounting
 from tff_quant import mechanisms
-from tff_quant.accounting import calibration, vector
+from tff_quant.accounting import calibration, composition, vector
 
 COLUMNS = ('mechanism', 'bits', 'epsilon', 'delta', 'dim', 'clients_per_round',
            'total_clients', 'rounds', 'params', 'mse_per_coordinate',
@@ -162,8 +162,8 @@ def compute_cell(cell, max_operations, ks, rtol):
   _, k, c, rep = best
   if rep.refused:
     reasons.append(f'k={k:g}: not evaluated (over --max_operations): {rep.refused}')
-  method = rep.assumptions.partition('Per-coordinate divergences: ')[2].rstrip('.')
-  if method.startswith('local') or 'the rest dropped' in method:
+  method = rep.assumptions.partition(composition.DIVERGENCES_NOTE)[2].rstrip('.')
+  if vector.is_loose_method(method):
     reasons.append(f'k={k:g}: a looser bound over --max_operations: {method}')
   row.update(params=json.dumps(dict(clip=c, **rep.params), default=float),
              mse_per_coordinate=rep.mse,
@@ -312,8 +312,7 @@ def plot(rows, path):
                    r['epsilon'] == eps and all(r[c] == v for c, v in setting.items()))
       pts = [(b, v) for b, v in pts if math.isfinite(v)]
       if pts:
-        shown[mech], = ax.plot(*zip(*pts), marker='o', color=color[mech],
-                               label=mech)
+        shown[mech], = ax.plot(*zip(*pts), marker='o', color=color[mech])
     ax.axhline(1.0, color='k', lw=0.8, ls='--')
     ax.set_yscale('log')
     ax.set_xlabel('bits per coordinate')
