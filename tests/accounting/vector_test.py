@@ -414,6 +414,11 @@ def test_over_the_limit_the_largest_affordable_sub_sum_is_searched(monkeypatch):
     assert np.all(exact.values[a] <= sub.values[a] * (1 + 1e-12))
     assert np.all(sub.values[a] <= one.values[a] * (1 + 1e-12))
   assert np.any(exact.values[2.0] < 0.9 * sub.values[2.0])   # the price of dropping
+  for bad, name in ((dict(num_clients=0), 'num_clients'),
+                    (dict(num_orders=-1), 'num_orders')):
+    args = dict(dict(num_clients=6, num_orders=2, t_points=len(grid)), **bad)
+    with pytest.raises(ValueError, match=f'`{name}`'):
+      vector.affordable_clients(mech, **args)
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', cost(1) / 2)
   assert vector.affordable_clients(mech, 6, 2, len(grid)) == 0
   with pytest.raises(vector.CostError):

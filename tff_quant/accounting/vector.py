@@ -630,6 +630,8 @@ def affordable_clients(mech, num_clients: int, num_orders: int,
   """The largest n' <= n whose search of `mech`'s own sum is within
   MAX_OPERATIONS (0: not even one client's): f_α(n) <= f_α(n') by data
   processing (module docstring). The cost grows with n', so bisection."""
+  validation.check_integer('num_clients', num_clients, 1)
+  validation.check_integer('num_orders', num_orders, 0)
   cost = lambda n: _search_operations(mech, n, num_orders, t_points, cells)
   if cost(1) > MAX_OPERATIONS:
     return 0
