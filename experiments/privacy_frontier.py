@@ -17,7 +17,9 @@ Cost: a cell whose exact search is estimated (before it starts) above
 target no setting reaches (with the best ε) or bits a mechanism cannot use.
 Cells are independent: --workers processes, and a killed run started again
 with the same flags resumes (finished cells are kept; other flags: an error,
-or --fresh). numpy/scipy only.
+or --fresh). --max_operations may change between runs (each row it shaped says
+so); --retry_limited recomputes those rows under the new limits. numpy/scipy
+only.
 
   python -m experiments.privacy_frontier --dims=61706 --clients=1000 \
       --rounds=300 --output_dir=results/frontier
@@ -56,6 +58,11 @@ flags.DEFINE_float('max_seconds_per_cell', 900, 'A cell still running after '
 flags.DEFINE_string('output_dir', 'results/frontier', 'Where frontier.csv, '
                     'frontier.md and frontier.png go.')
 flags.DEFINE_bool('fresh', False, 'Discard earlier cells in output_dir.')
+flags.DEFINE_bool('retry_limited', False, 'Recompute the asked-for cells whose '
+                  'earlier row a cost or time limit shaped (refused, stopped, '
+                  'or loosely bounded: frontier.limited_by_budget), e.g. after '
+                  'raising --max_operations; each row is replaced only when '
+                  'its new one is written.')
 
 def cells_from_flags():
   """Every (mechanism, bits, ε, δ, d, n, N, rounds) cell the flags ask for."""
@@ -110,12 +117,17 @@ def main(argv):
       if os.path.exists(cfg_path):
         with open(cfg_path) as f:
           earlier = json.load(f)
-      if earlier != json.loads(json.dumps(settings)):
+      # The cost limit only decides which cells are refused or loosely
+      # bounded, and each such row says so in its reason: it may change.
+      same = lambda cfg: {k: v for k, v in (cfg or {}).items()
+                          if k != 'max_operations'}
+      if same(earlier) != same(json.loads(json.dumps(settings))):
         raise ValueError(f'{out} holds cells computed with {earlier}; these flags '
                          f'give {settings}. Use another --output_dir or --fresh.')
       rows = results_io.read_csv(csv_path)
     results_io.write_json(cfg_path, settings)
-    done = {frontier.key(r) for r in rows}
+    done = {frontier.key(r) for r in rows
+            if not (FLAGS.retry_limited and frontier.limited_by_budget(r))}
     todo = [c for c in cells if frontier.key(dict(zip(KEY, c))) not in done]
     print(f'[privacy_frontier] {len(cells)} cells, {len(cells) - len(todo)} already '
           f'in {csv_path}, {len(todo)} to compute with {FLAGS.workers} worker(s).',
@@ -123,7 +135,7 @@ def main(argv):
     for row in frontier.run_cells(todo, FLAGS.workers, FLAGS.max_seconds_per_cell,
                          FLAGS.max_operations, ks, FLAGS.rtol):
       row = {k: str(v) for k, v in row.items()}
-      rows.append(row)
+      rows = [r for r in rows if frontier.key(r) != frontier.key(row)] + [row]
       results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS]
                                                for r in rows])
       ratio = frontier.as_float(row['mse_ratio_to_gaussian'])

@@ -423,3 +423,39 @@ def test_over_the_limit_the_largest_affordable_sub_sum_is_searched(monkeypatch):
   assert vector.affordable_clients(mech, 6, 2, len(grid)) == 0
   with pytest.raises(vector.CostError):
     vector.divergence_curve(mech, orders, 6, t_grid=grid)
+
+
+def test_power_sums_near_one_err_above_the_exact_value():
+  """Where the laws nearly coincide (PBM, θ = 1e-7: D_α ~ 1e-13) float64's
+  log-sum carries rounding of the order of its floor. Against exact rational
+  arithmetic the value sits above the truth (conservative) by < 1e-13."""
+  from fractions import Fraction
+  from math import comb
+  theta, levels, n = Fraction(1, 10**7), 16, 20
+  mech = mechanisms.get('pbm')(clip=1.0, num_levels=levels, theta=1e-7)
+
+  def law(s):   # PBM's level is Binomial(levels - 1, 1/2 + θ·x)
+    p = Fraction(1, 2) + theta * s
+    return [comb(levels - 1, k) * p**k * (1 - p)**(levels - 1 - k)
+            for k in range(levels)]
+
+  def conv(a, b):
+    out = [Fraction(0)] * (len(a) + len(b) - 1)
+    for i, u in enumerate(a):
+      for j, v in enumerate(b):
+        out[i + j] += u * v
+    return out
+
+  others = [Fraction(1)]
+  for _ in range(n - 1):
+    others = conv(others, law(0))
+  exact_p, exact_q = conv(law(1), others), conv(law(-1), others)
+  rest = [(mech.log_pmf(0.0), n - 1)]
+  p = divergence.sum_log_pmf([(mech.log_pmf(1.0), 1)] + rest)
+  q = divergence.sum_log_pmf([(mech.log_pmf(-1.0), 1)] + rest)
+  for alpha in (2, 4):
+    excess = sum(a**alpha / b**(alpha - 1) for a, b in zip(exact_p, exact_q)) - 1
+    exact = math.log1p(float(excess)) / (alpha - 1)
+    ours = vector._log_power_sums(p[None], q[None], np.array([float(alpha)]))[
+        0, 0] / (alpha - 1)
+    assert exact <= ours <= exact + 1e-13, (alpha, exact, ours)

@@ -68,3 +68,25 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert res.returncode != 0
     assert 'Traceback' not in res.stderr, res.stderr[-1000:]
     assert not out.exists()
+
+
+def test_cells_shaped_by_a_limit_are_recomputed_only_when_asked(tmp_path):
+  out = tmp_path / 'f'
+  args = [a for a in SMALL if not a.startswith('--mechanisms')] + [
+      '--mechanisms=rqm', f'--output_dir={out}']
+  read = lambda: {r['mechanism']: r for r in csv.DictReader(open(out / 'frontier.csv'))}
+  res = run_binary(args + ['--max_operations=1e3'])
+  assert res.returncode == 0, res.stderr[-2000:]
+  first = read()['rqm']
+  assert '--max_operations' in first['reason']
+  # Another limit is accepted on resume; without --retry_limited the row stays.
+  again = run_binary(args)
+  assert again.returncode == 0 and '2 already in' in again.stdout
+  assert read()['rqm'] == first
+  retried = run_binary(args + ['--retry_limited'])
+  assert retried.returncode == 0, retried.stderr[-2000:]
+  assert '1 already in' in retried.stdout   # the Gaussian's row is kept
+  rows = read()
+  assert len(list(csv.DictReader(open(out / 'frontier.csv')))) == 2
+  assert math.isfinite(float(rows['rqm']['mse_per_coordinate']))
+  assert '--max_operations' not in rows['rqm']['reason']

@@ -91,3 +91,19 @@ def test_a_cell_bounded_loosely_over_the_cost_limit_says_so():
                                1000, 10), 1.0, [3.0], 1e-2)
   assert math.isfinite(row['mse_per_coordinate'])
   assert 'a looser bound over --max_operations: local' in row['reason']
+
+
+def test_rows_shaped_by_a_limit_are_recognised_and_counted():
+  base = dict(mechanism='rqm', bits='4', epsilon='10.0', delta='0.01',
+              dim='100', clients_per_round='10', total_clients='1000',
+              rounds='10', mse_per_coordinate='2.0', reason='')
+  loose = dict(base, reason=f'k=3: {frontier.LOOSER}: local')
+  assert not frontier.limited_by_budget(base)
+  assert frontier.limited_by_budget(loose)
+  assert frontier.limited_by_budget(dict(
+      base, reason='calibration still running after --max_seconds_per_cell=9 s'))
+  pbm = dict(base, mechanism='pbm', mse_per_coordinate='1.0')
+  assert frontier.rqm_vs_pbm([base, pbm]) == (1, 0, 0)
+  assert frontier.rqm_vs_pbm([loose, pbm]) == (1, 0, 1)
+  assert frontier.rqm_vs_pbm([dict(base, mse_per_coordinate='inf'), pbm]) == (
+      0, 0, 0)
