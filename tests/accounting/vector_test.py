@@ -459,3 +459,34 @@ def test_power_sums_near_one_err_above_the_exact_value():
     ours = vector._log_power_sums(p[None], q[None], np.array([float(alpha)]))[
         0, 0] / (alpha - 1)
     assert exact <= ours <= exact + 1e-13, (alpha, exact, ours)
+
+
+@pytest.mark.parametrize('name,params', [
+    ('rqm', dict(num_levels=16)), ('qmgeo', dict(num_levels=8, p=0.3,
+                                                  full_support=True)),
+    ('quantized_gaussian', dict(num_levels=8))])
+def test_mirror_images_are_evaluated_once(name, params):
+  """A mirrored mechanism's pairs come in mirror-image couples with equal sums
+  (the others' common part is symmetric): half are evaluated, and the curve
+  equals the one that evaluates every pair up to float64's floor."""
+  mech = _mech(name, **params)
+  targets = vector.target_pairs(mech, vector.distance_grid(1.0, 12))
+  log_r = vector.common_part(mech)[1]
+  kept, expand = vector._mirror_classes(targets, log_r)
+  assert targets.symmetric and len(kept) < 0.55 * len(targets.pairs)
+  rows = targets.upper_weights.shape[0]
+  where = {tuple(p): i for i, p in enumerate(targets.pairs)}
+  for i, p in enumerate(targets.pairs):   # a pair and its image: one class
+    assert expand[i] == expand[where[tuple(rows - 1 - p)]]
+  np.testing.assert_array_equal(targets.distance[kept][expand], targets.distance)
+  # An asymmetric others' law (or target set) keeps every pair.
+  skew = log_r + np.linspace(0.0, 1e-6, log_r.size)
+  assert len(vector._mirror_classes(targets, skew)[0]) == len(targets.pairs)
+  halved = vector.divergence_curve(mech, ORDERS, 4, t_points=12)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(vector, '_mirror_classes',
+               lambda t, r: (np.arange(len(t.pairs)),) * 2)
+    every = vector.divergence_curve(mech, ORDERS, 4, t_points=12)
+  for a in ORDERS:
+    np.testing.assert_allclose(halved.values[a], every.values[a], rtol=1e-9,
+                               atol=1e-13)

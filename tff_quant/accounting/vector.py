@@ -75,6 +75,9 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   exact ±c mixes (and below their grouped bound at n = 100); where they barely
   overlap it is much looser (at n = 40, α = 2, t = 2c: the papers' RQM,
   Δ = c, q = 0.42, 7.3x; PBM at its defaults 19x).
+  For a mechanism that mirrors its levels R is symmetric, so a target pair
+  and its mirror image have the same sums: one of each is evaluated
+  (`_mirror_classes`).
 * Others with others='extremes': every mix of the n-1 others at ±c, the same
   family as `divergence.renyi_divergence_of_sum`: an assumption. Mixes are
   bounded in groups (`split_groups`): for k in [k0, k1] others at +c, the
@@ -144,8 +147,11 @@ class TargetPairs:
     pairs: [M, 2] indices (into upper rows, into lower rows).
     distance: [M] the least |x - x'| a pair stands for.
     method: 'vertices' (exact) or 'envelopes' (cell bounds).
-    symmetric: the candidate set is closed under x -> -x and the mechanism
-      mirrors its levels there, so mixes k and n-1-k give the same sup.
+    symmetric: the candidate set is closed under x -> -x, row r of the
+      upper (lower) laws stands for the mirror image of row R-1-r, and the
+      mechanism mirrors its levels there: so mixes k and n-1-k give the same
+      sup, and against a symmetric others' law a pair and its mirror image
+      the same sums (`_mirror_classes`).
     breakpoints: for 'vertices', every distance between two critical inputs:
       between consecutive ones f_α is a max of convex functions (`convex_on`).
   """
@@ -210,7 +216,8 @@ def target_pairs(mech, t_grid: np.ndarray, cells: int = DEFAULT_CELLS) -> Target
     pairs = np.unique(np.asarray(pairs), axis=0)
     dist = np.abs(xs[pairs[:, 0]] - xs[pairs[:, 1]])
     return TargetPairs(basis, weights, weights, pairs, dist, 'vertices',
-                       _mirrored(mech, crit, basis),
+                       _mirrored(mech, crit, basis)
+                       and np.array_equal(xs, -xs[::-1]),
                        _breakpoints(crit, c))
   validation.check_integer('cells', cells, 2)
   line = np.linspace(-c, c, cells + 1)
@@ -341,6 +348,39 @@ def _pair_log_sums(targets: TargetPairs, conv: np.ndarray,
              else _mix_rows(targets.lower_weights, conv))
   return _log_power_sums(conv_up[targets.pairs[:, 0]],
                          conv_lo[targets.pairs[:, 1]], orders)
+
+
+def _mirror_classes(targets: TargetPairs, log_r: np.ndarray
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+  """(kept, expand): one pair of each mirror-image couple, and for every pair
+  the position in `kept` of its couple's.
+
+  With a symmetric target set (`TargetPairs.symmetric`) and an others' law
+  symmetric about its centre (R^{*m}: the common part of a mirrored
+  mechanism is; `log_r`, checked), the secure sums of a pair's targets are
+  the reversed sums of its mirror image's, so Σ P^α Q^(1-α), D∞ and the
+  distance agree: half the pairs are evaluated. Without symmetry (or a pair
+  whose image is missing) every pair is its own class."""
+  m = len(targets.pairs)
+  every = (np.arange(m), np.arange(m))
+  flipped = log_r[::-1]
+  finite = np.isfinite(log_r)
+  if not (targets.symmetric and np.array_equal(finite, np.isfinite(flipped))
+          and np.allclose(log_r[finite], flipped[finite], rtol=0, atol=1e-12)):
+    return every
+  rows = targets.upper_weights.shape[0]
+  code = targets.pairs[:, 0] * rows + targets.pairs[:, 1]
+  image = (rows - 1 - targets.pairs[:, 0]) * rows + (rows - 1 - targets.pairs[:, 1])
+  order = np.argsort(code)
+  at = np.searchsorted(code[order], image)
+  if np.any(at >= m) or np.any(code[order][np.minimum(at, m - 1)] != image):
+    return every
+  canonical = np.minimum(code, image)
+  _, first, expand = np.unique(canonical, return_index=True,
+                               return_inverse=True)
+  # The kept pair of a class is the one whose own code is the canonical code.
+  kept = order[np.searchsorted(code[order], canonical[first])]
+  return kept, expand
 
 
 def _extreme_mixes(mech, targets: TargetPairs, num_clients: int,
@@ -735,8 +775,11 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
         log_mass = special.logsumexp(local_up[up], axis=1)
         with np.errstate(invalid='ignore'):
           log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
-        log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
-                               exact_splits)
+        kept, expand = _mirror_classes(targets, common_part(mech)[1])
+        half = dataclasses.replace(targets, pairs=targets.pairs[kept],
+                                   distance=targets.distance[kept])
+        log_e = others_mixture(mech, half, num_clients - 1, finite,
+                               log_cap[:, kept], exact_splits)[:, expand]
       else:
         log_e = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
     except divergence.UnresolvedSumError:
