@@ -111,45 +111,52 @@ def main(argv):
                     max_operations=FLAGS.max_operations, l2_clip=1.0,
                     others='any')
     cfg_path = os.path.join(out, 'frontier_config.json')
-    rows = []
-    if os.path.exists(csv_path) and not FLAGS.fresh:
-      earlier = None
-      if os.path.exists(cfg_path):
-        with open(cfg_path) as f:
-          earlier = json.load(f)
-      # The cost limit only decides which cells are refused or loosely
-      # bounded, and each such row says so in its reason: it may change.
-      same = lambda cfg: {k: v for k, v in (cfg or {}).items()
-                          if k != 'max_operations'}
-      if same(earlier) != same(json.loads(json.dumps(settings))):
-        raise ValueError(f'{out} holds cells computed with {earlier}; these flags '
-                         f'give {settings}. Use another --output_dir or --fresh.')
-      rows = results_io.read_csv(csv_path)
-    results_io.write_json(cfg_path, settings)
-    done = {frontier.key(r) for r in rows
-            if not (FLAGS.retry_limited and frontier.limited_by_budget(r))}
-    todo = [c for c in cells if frontier.key(dict(zip(KEY, c))) not in done]
-    print(f'[privacy_frontier] {len(cells)} cells, {len(cells) - len(todo)} already '
-          f'in {csv_path}, {len(todo)} to compute with {FLAGS.workers} worker(s).',
-          flush=True)
-    for row in frontier.run_cells(todo, FLAGS.workers, FLAGS.max_seconds_per_cell,
-                         FLAGS.max_operations, ks, FLAGS.rtol):
-      row = {k: str(v) for k, v in row.items()}
-      rows = [r for r in rows if frontier.key(r) != frontier.key(row)] + [row]
-      results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS]
-                                               for r in rows])
-      ratio = frontier.as_float(row['mse_ratio_to_gaussian'])
-      print(f'  {row["mechanism"]:>18} bits={row["bits"]:>3} ε={row["epsilon"]:>4} '
-            f'd={row["dim"]} n={row["clients_per_round"]} rounds={row["rounds"]}: '
-            f'ratio {ratio:.3g} ({frontier.as_float(row["seconds"]):.0f} s)'
-            + ('' if math.isfinite(ratio) else f' [{row["reason"][:120]}]'),
-            flush=True)
-    rows = frontier.on_one_reference(rows)
-    results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
-    verdicts = frontier.write_report(rows, out)
+    with results_io.exclusive(out, 'privacy_frontier run'):
+      verdicts = _run(cells, settings, ks, csv_path, cfg_path)
   print('Data: none (exact accounting of the mechanisms; no training).')
   print('\n'.join(verdicts))
   print(f'Wrote {csv_path}, frontier.md, frontier.png')
+
+
+def _run(cells, settings, ks, csv_path, cfg_path):
+  """Resumes the cells in csv_path (same settings) and writes the report."""
+  out = FLAGS.output_dir
+  rows = []
+  if os.path.exists(csv_path) and not FLAGS.fresh:
+    earlier = None
+    if os.path.exists(cfg_path):
+      with open(cfg_path) as f:
+        earlier = json.load(f)
+    # The cost limit only decides which cells are refused or loosely
+    # bounded, and each such row says so in its reason: it may change.
+    same = lambda cfg: {k: v for k, v in (cfg or {}).items()
+                        if k != 'max_operations'}
+    if same(earlier) != same(json.loads(json.dumps(settings))):
+      raise ValueError(f'{out} holds cells computed with {earlier}; these flags '
+                       f'give {settings}. Use another --output_dir or --fresh.')
+    rows = results_io.read_csv(csv_path)
+  results_io.write_json(cfg_path, settings)
+  done = {frontier.key(r) for r in rows
+          if not (FLAGS.retry_limited and frontier.limited_by_budget(r))}
+  todo = [c for c in cells if frontier.key(dict(zip(KEY, c))) not in done]
+  print(f'[privacy_frontier] {len(cells)} cells, {len(cells) - len(todo)} already '
+        f'in {csv_path}, {len(todo)} to compute with {FLAGS.workers} worker(s).',
+        flush=True)
+  for row in frontier.run_cells(todo, FLAGS.workers, FLAGS.max_seconds_per_cell,
+                               FLAGS.max_operations, ks, FLAGS.rtol):
+    row = {k: str(v) for k, v in row.items()}
+    rows = [r for r in rows if frontier.key(r) != frontier.key(row)] + [row]
+    results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS]
+                                             for r in rows])
+    ratio = frontier.as_float(row['mse_ratio_to_gaussian'])
+    print(f'  {row["mechanism"]:>18} bits={row["bits"]:>3} ε={row["epsilon"]:>4} '
+          f'd={row["dim"]} n={row["clients_per_round"]} rounds={row["rounds"]}: '
+          f'ratio {ratio:.3g} ({frontier.as_float(row["seconds"]):.0f} s)'
+          + ('' if math.isfinite(ratio) else f' [{row["reason"][:120]}]'),
+          flush=True)
+  rows = frontier.on_one_reference(rows)
+  results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
+  return frontier.write_report(rows, out)
 
 
 if __name__ == '__main__':

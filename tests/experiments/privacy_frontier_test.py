@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from tff_quant.program import frontier as privacy_frontier
+from tff_quant.program import results_io
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = ['--mechanisms=skellam,rqm', '--bits=4', '--epsilons=10', '--dims=1000',
@@ -90,3 +91,12 @@ def test_cells_shaped_by_a_limit_are_recomputed_only_when_asked(tmp_path):
   assert len(list(csv.DictReader(open(out / 'frontier.csv')))) == 2
   assert math.isfinite(float(rows['rqm']['mse_per_coordinate']))
   assert '--max_operations' not in rows['rqm']['reason']
+
+
+def test_a_second_run_on_the_same_output_is_refused_at_once(tmp_path):
+  out = tmp_path / 'f'
+  with results_io.exclusive(str(out), 'privacy_frontier run'):
+    res = run_binary(SMALL + [f'--output_dir={out}'])
+  assert res.returncode != 0 and 'Traceback' not in res.stderr
+  assert 'Another privacy_frontier run is writing' in res.stderr + res.stdout
+  assert not (out / 'frontier.csv').exists()

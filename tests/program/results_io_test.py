@@ -26,3 +26,13 @@ def test_failed_write_keeps_the_previous_file(tmp_path):
   with pytest.raises(RuntimeError):
     results_io.write_csv(path, ['x'], rows())
   assert results_io.read_csv(path) == [{'x': '1'}]
+
+
+def test_exclusive_admits_one_writer_at_a_time(tmp_path):
+  out = tmp_path / 'runs'
+  with results_io.exclusive(str(out), 'demo run'):
+    with pytest.raises(ValueError, match=f'Another demo run is writing to {out}'):
+      with results_io.exclusive(str(out), 'demo run'):
+        pass
+  with results_io.exclusive(str(out), 'demo run'):   # released on exit
+    pass

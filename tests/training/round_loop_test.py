@@ -65,3 +65,15 @@ def test_sparse_checkpoints_rerun_the_rounds_after_the_last_one(tmp_path):
   assert int(state) == 6 and [int(r['round']) for r in rows] == [1, 2, 3, 4, 5, 6]
   with pytest.raises(ValueError, match='checkpoint_every'):
     round_loop.run_rounds(np.int32(0), 6, str(tmp_path), step, checkpoint_every=0)
+
+
+def test_a_second_run_on_the_same_directory_is_refused(tmp_path):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  step = lambda s, r: (s + 1, {'x': float(r)})
+  with results_io.exclusive(str(tmp_path), 'training run'):
+    with pytest.raises(ValueError, match='Another training run is writing'):
+      round_loop.run_rounds(np.int32(0), 2, str(tmp_path), step, log=lambda s: None)
+  assert not (tmp_path / 'metrics.csv').exists()
+  state, rows, _ = round_loop.run_rounds(np.int32(0), 2, str(tmp_path), step,
+                                         log=lambda s: None)
+  assert int(state) == 2 and len(rows) == 2

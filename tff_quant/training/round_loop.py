@@ -82,6 +82,13 @@ def run_rounds(initial_state, rounds: int, run_dir: str,
   after its last checkpoint and replaces their rows).
   """
   validation.check_integer('checkpoint_every', checkpoint_every, 1)
+  with results_io.exclusive(run_dir, 'training run'):
+    return _run_rounds(initial_state, rounds, run_dir, step, log,
+                       checkpoint_every)
+
+
+def _run_rounds(initial_state, rounds, run_dir, step, log, checkpoint_every):
+  """`run_rounds` under its directory lock."""
   ckpt_root = os.path.join(run_dir, 'checkpoints')
   manager = tff.program.FileProgramStateManager(ckpt_root, keep_total=3)
   csv_path = os.path.join(run_dir, 'metrics.csv')
