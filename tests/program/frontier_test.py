@@ -107,3 +107,15 @@ def test_rows_shaped_by_a_limit_are_recognised_and_counted():
   assert frontier.rqm_vs_pbm([loose, pbm]) == (1, 0, 1)
   assert frontier.rqm_vs_pbm([dict(base, mse_per_coordinate='inf'), pbm]) == (
       0, 0, 0)
+
+
+def test_rqm_vs_pbm_is_also_counted_per_bit_width():
+  base = dict(mechanism='rqm', bits='4', epsilon='10.0', delta='0.01',
+              dim='100', clients_per_round='10', total_clients='1000',
+              rounds='10', mse_per_coordinate='2.0', reason='')
+  rows = [base, dict(base, mechanism='pbm', mse_per_coordinate='1.0'),
+          dict(base, bits='8', mse_per_coordinate='1.0'),
+          dict(base, bits='8', mechanism='pbm', mse_per_coordinate='1.5'),
+          dict(base, bits='8', epsilon='3.0', mse_per_coordinate='inf'),
+          dict(base, bits='8', epsilon='3.0', mechanism='pbm')]
+  assert frontier.rqm_vs_pbm_by_bits(rows) == {4: (1, 0), 8: (1, 1)}

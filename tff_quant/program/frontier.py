@@ -246,6 +246,16 @@ def rqm_vs_pbm(rows):
           sum(v['rqm'][1] or v['pbm'][1] for v in both))
 
 
+def rqm_vs_pbm_by_bits(rows):
+  """{bits: (cells where both are finite, cells where RQM's MSE is lower)}."""
+  out = {}
+  for bits in sorted({int(r['bits']) for r in rows if r['mechanism'] == 'rqm'}):
+    both, wins, _ = rqm_vs_pbm([r for r in rows if r['bits'] == str(bits)])
+    if both:
+      out[bits] = (both, wins)
+  return out
+
+
 def on_one_reference(rows):
   """Rows whose Gaussian reference (gaussian_mse and the ratio and noise-to-signal
   from it) is their setting's current Gaussian row: cells computed in earlier
@@ -281,7 +291,10 @@ def write_report(rows, output_dir):
   verdicts = [f'RQM vs PBM at equal whole-model (ε, δ) and bits: RQM has the lower '
               f'MSE in {wins} of {both} cells where both are calibrated'
               + (f' ({loose} of them with a looser bound over the cost limit '
-                 'for one of the two)' if loose else '') + '.']
+                 'for one of the two)' if loose else '') + '; by bits: '
+              + ', '.join(f'{b}: {w} of {n}'
+                          for b, (n, w) in rqm_vs_pbm_by_bits(rows).items())
+              + '.']
   for setting, mechs in sorted(fewest_bits_within(rows).items(),
                                key=lambda kv: tuple(map(as_float, kv[0]))):
     eps, _, dim, n, _, rounds = setting
