@@ -45,7 +45,8 @@ def plot(run_dirs, output):
   runs = [read_run(d) for d in run_dirs]
   names = [config['mechanism'] for _, config, _ in runs]
   for i, (run_dir, (rows, config, data)) in enumerate(zip(run_dirs, runs)):
-    color = f'C{i % 10}'   # one colour per run in every panel
+    # One colour per run in every panel (tab20 beyond the 10 default colours).
+    color = f'C{i}' if len(runs) <= 10 else plt.get_cmap('tab20')(i % 20)
     data_line = data_line or data
     # The mechanism, or the run folder where several runs share one.
     label = (config['mechanism'] if names.count(config['mechanism']) == 1
