@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from tff_quant import mechanisms
@@ -191,3 +193,24 @@ def test_report_carries_the_chosen_mechanisms_guarantee_text(monkeypatch):
       report.mechanism, orders=calibration.FAST_ORDERS, **schedule)
   assert 'Per-coordinate divergences: local' in report.assumptions
   assert report.assumptions == again.assumptions
+
+
+def test_the_reported_orders_reproduce_the_calibrated_epsilon(monkeypatch):
+  """An accountant given `Calibration.orders` reports the ε calibration proved;
+  with every order the search can cost more than the limit and fall back to a
+  looser sub-sum (an RQM run calibrated to 10 was reported at 13.8)."""
+  dim, n, total, delta, rounds = 1000, 6, 200, 1e-3, 20
+  rep = calibration.calibration_report(
+      'rqm', 5.0, delta, rounds, n, total, dim, bits=4, l2_clip=1.0,
+      coordinate_clip=3 / math.sqrt(dim), compare_gaussian=False)
+  assert rep.epsilon <= 5.0 and max(rep.orders) < max(composition.DEFAULT_ORDERS)
+  account = lambda orders: composition.RoundAccountant(
+      rep.mechanism, n, total, delta, dim, orders=orders,
+      l2_clip=1.0).epsilon_rdp(rounds)[0]
+  # A limit between the two searches' costs: the calibration's orders fit.
+  rungs = lambda orders: len(vector.order_ladder(sorted(set(range(2, max(orders) + 1))))) + 1
+  cost = lambda orders: vector.estimated_operations(rep.mechanism, n, rungs(orders))
+  assert cost(rep.orders) < cost(composition.DEFAULT_ORDERS)
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', cost(rep.orders) * 1.01)
+  assert account(rep.orders) == pytest.approx(rep.epsilon, rel=1e-9)
+  assert account(composition.DEFAULT_ORDERS) > rep.epsilon * 1.01

@@ -52,6 +52,7 @@ class _Epsilon:
     self.schedule, self.orders = dict(schedule), FAST_ORDERS
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
     self.assumptions = {}  # repr(mechanism) -> its guarantee's text
+    self.orders_used = {}  # repr(mechanism) -> the orders its ε came from
 
   def __call__(self, mech) -> float:
     try:
@@ -65,6 +66,7 @@ class _Epsilon:
       self.unresolved = str(err)
       return math.inf
     self.assumptions[repr(mech)] = g.assumptions
+    self.orders_used[repr(mech)] = tuple(self.orders)
     if math.isfinite(g.rdp_order) and g.rdp_order < max(self.orders):
       cap = max(8, 2 * g.rdp_order + 2)
       self.orders = tuple(a for a in FAST_ORDERS if a <= cap)
@@ -302,6 +304,11 @@ class Calibration:
   refused: Sequence[Dict[str, object]] = ()
   pruned: int = 0
   assumptions: str = ''
+  #: The Rényi orders `epsilon` was computed from: an accountant given these
+  #: (`RoundAccountant(..., orders=...)`) reproduces it. With all orders the
+  #: search may cost more, go over `vector.MAX_OPERATIONS` and fall back to a
+  #: looser sub-sum (an RQM run calibrated to 10 was reported at 13.8).
+  orders: Sequence[int] = FAST_ORDERS
 
 
 def _levels_from_bits(cls, params, tune, bits):
@@ -530,7 +537,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
   report = Calibration(mech, best[2], best[3], epsilon, delta,
                        best[0], candidates=evaluated,
                        refused=[g for g, _ in refused], pruned=pruned,
-                       assumptions=epsilon_of.assumptions.get(repr(mech), ''))
+                       assumptions=epsilon_of.assumptions.get(repr(mech), ''),
+                       orders=epsilon_of.orders_used.get(repr(mech), FAST_ORDERS))
   if compare_gaussian:
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,

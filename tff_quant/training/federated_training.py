@@ -24,6 +24,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_quant import accounting, aggregators, mechanisms, models
+from tff_quant.accounting import composition
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import results_io, runtime
@@ -327,8 +328,11 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
     peer = build_peer(config, models.num_params(keras_fn()), log)
   process, used = build_process(config, keras_fn, input_spec, peer,
                                 clients_per_slot)
+  orders = composition.DEFAULT_ORDERS
   if config.target_epsilon is not None and used:
-    calibrate_config(config, used[0].dim, log)
+    # The run is accounted with the orders its calibration used, so it reports
+    # the ε the calibration proved (more orders can cost a looser route).
+    orders = calibrate_config(config, used[0].dim, log).orders
     process, used = build_process(config, keras_fn, input_spec,
                                   clients_per_slot=clients_per_slot)
   mech, dim = ((used[0].mechanism, used[0].dim) if used
@@ -340,7 +344,7 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   if mech is not None:
     acct = accounting.RoundAccountant(mech, config.clients_per_round,
                                       config.total_clients, delta, dim,
-                                      l2_clip=config.clip_norm)
+                                      orders=orders, l2_clip=config.clip_norm)
     if not acct.gives_privacy:
       raise ValueError(f'{mech} gives no privacy: its per-round Rényi divergence is '
                        'infinite at every order (ε = inf). Change its parameters.')
