@@ -105,22 +105,21 @@ def main(argv):
     if not 0 < FLAGS.rtol <= 0.5:
       raise ValueError(f'--rtol must be in (0, 0.5], got {FLAGS.rtol}.')
     out = FLAGS.output_dir
-    csv_path = os.path.join(out, 'frontier.csv')
     # others: the accountant's default, any inputs of the other clients (proved).
     settings = dict(coordinate_clip_multiples=ks, rtol=FLAGS.rtol,
                     max_operations=FLAGS.max_operations, l2_clip=1.0,
                     others='any')
-    cfg_path = os.path.join(out, 'frontier_config.json')
     with results_io.exclusive(out, 'privacy_frontier run'):
-      verdicts = _run(cells, settings, ks, csv_path, cfg_path)
+      verdicts = _run(cells, settings, ks, out)
   print('Data: none (exact accounting of the mechanisms; no training).')
   print('\n'.join(verdicts))
-  print(f'Wrote {csv_path}, frontier.md, frontier.png')
+  print(f'Wrote frontier.csv, frontier.md and frontier.png in {out}')
 
 
-def _run(cells, settings, ks, csv_path, cfg_path):
-  """Resumes the cells in csv_path (same settings) and writes the report."""
-  out = FLAGS.output_dir
+def _run(cells, settings, ks, out):
+  """Resumes the cells in out/frontier.csv (same settings) and writes the report."""
+  csv_path = os.path.join(out, 'frontier.csv')
+  cfg_path = os.path.join(out, 'frontier_config.json')
   rows = []
   if os.path.exists(csv_path) and not FLAGS.fresh:
     earlier = None

@@ -51,8 +51,8 @@ class _Epsilon:
   def __init__(self, schedule):
     self.schedule, self.orders = dict(schedule), FAST_ORDERS
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
-    self.assumptions = {}  # repr(mechanism) -> its guarantee's text
-    self.orders_used = {}  # repr(mechanism) -> the orders its ε came from
+    # repr(mechanism) -> (its guarantee's text, the orders its ε came from)
+    self.seen = {}
 
   def __call__(self, mech) -> float:
     try:
@@ -65,8 +65,7 @@ class _Epsilon:
     except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
       self.unresolved = str(err)
       return math.inf
-    self.assumptions[repr(mech)] = g.assumptions
-    self.orders_used[repr(mech)] = tuple(self.orders)
+    self.seen[repr(mech)] = (g.assumptions, tuple(self.orders))
     if math.isfinite(g.rdp_order) and g.rdp_order < max(self.orders):
       cap = max(8, 2 * g.rdp_order + 2)
       self.orders = tuple(a for a in FAST_ORDERS if a <= cap)
@@ -534,11 +533,11 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
         + (f'; settings {[g for g, _ in refused]} were not evaluated (cost over '
            f'vector.MAX_OPERATIONS)' if refused else '') + '.')
   mech = best[1]
+  assumptions, orders = epsilon_of.seen.get(repr(mech), ('', FAST_ORDERS))
   report = Calibration(mech, best[2], best[3], epsilon, delta,
                        best[0], candidates=evaluated,
                        refused=[g for g, _ in refused], pruned=pruned,
-                       assumptions=epsilon_of.assumptions.get(repr(mech), ''),
-                       orders=epsilon_of.orders_used.get(repr(mech), FAST_ORDERS))
+                       assumptions=assumptions, orders=orders)
   if compare_gaussian:
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,

@@ -165,14 +165,18 @@ class TargetPairs:
   breakpoints: Optional[np.ndarray] = None
 
 
+def _reversal_invariant(log_rows: np.ndarray) -> bool:
+  """log_rows equals itself reversed along every axis, up to rounding (the
+  same zeros, finite entries within 1e-12)."""
+  flipped = np.flip(log_rows)
+  finite = np.isfinite(log_rows)
+  return (np.array_equal(finite, np.isfinite(flipped)) and
+          np.allclose(log_rows[finite], flipped[finite], rtol=0, atol=1e-12))
+
+
 def _mirrored(mech, xs: np.ndarray, rows: np.ndarray) -> bool:
   """xs == -xs as a set and log_pmf(-x) is log_pmf(x) with the levels reversed."""
-  if not np.array_equal(np.sort(-xs), xs):
-    return False
-  flipped = rows[::-1, ::-1]
-  same_zero = np.array_equal(np.isinf(rows), np.isinf(flipped))
-  finite = np.isfinite(rows)
-  return same_zero and np.allclose(rows[finite], flipped[finite], rtol=0, atol=1e-12)
+  return np.array_equal(np.sort(-xs), xs) and _reversal_invariant(rows)
 
 
 def _critical(mech) -> np.ndarray:
@@ -363,10 +367,7 @@ def _mirror_classes(targets: TargetPairs, log_r: np.ndarray
   whose image is missing) every pair is its own class."""
   m = len(targets.pairs)
   every = (np.arange(m), np.arange(m))
-  flipped = log_r[::-1]
-  finite = np.isfinite(log_r)
-  if not (targets.symmetric and np.array_equal(finite, np.isfinite(flipped))
-          and np.allclose(log_r[finite], flipped[finite], rtol=0, atol=1e-12)):
+  if not (targets.symmetric and _reversal_invariant(log_r)):
     return every
   rows = targets.upper_weights.shape[0]
   code = targets.pairs[:, 0] * rows + targets.pairs[:, 1]
@@ -438,9 +439,21 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
   Groups start as `split_groups` around the mean count (singles next to it and
   to the ends) and are split, or their start evaluated, while one holds more
   than _REFINE of the excess over 1 of a pair that sets f̄ (a record in distance
-  order) at some order.
+  order) at some order. Of a pair and its mirror image only one is evaluated
+  where R is symmetric (`_mirror_classes`).
   """
   log_beta, log_r = common_part(mech)
+  kept, expand = _mirror_classes(targets, log_r)
+  half = dataclasses.replace(targets, pairs=targets.pairs[kept],
+                             distance=targets.distance[kept])
+  return _mixture_bound(half, log_beta, log_r, num_others, orders,
+                        log_cap[:, kept], exact)[:, expand]
+
+
+def _mixture_bound(targets: TargetPairs, log_beta: float, log_r: np.ndarray,
+                   num_others: int, orders: np.ndarray, log_cap: np.ndarray,
+                   exact: int) -> np.ndarray:
+  """`others_mixture` for the common part (log β, log R) given."""
   log_b = _log_binomial(num_others, log_beta)
   centre = int(round(num_others * math.exp(log_beta)))
   groups = split_groups(0, num_others, centre, exact)
@@ -775,11 +788,8 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
         log_mass = special.logsumexp(local_up[up], axis=1)
         with np.errstate(invalid='ignore'):
           log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
-        kept, expand = _mirror_classes(targets, common_part(mech)[1])
-        half = dataclasses.replace(targets, pairs=targets.pairs[kept],
-                                   distance=targets.distance[kept])
-        log_e = others_mixture(mech, half, num_clients - 1, finite,
-                               log_cap[:, kept], exact_splits)[:, expand]
+        log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
+                               exact_splits)
       else:
         log_e = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
     except divergence.UnresolvedSumError:
