@@ -9,6 +9,7 @@ a fresh process, so the peaks do not mix).
 
 import math
 import multiprocessing
+import queue
 import resource
 import time
 
@@ -80,7 +81,27 @@ def _peak_mb():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _guarantee_row(args, queue):
+def _in_fresh_process(target, args):
+  """target(args, queue)'s row, computed in a spawned process (so peaks and
+  caches do not mix); an error, not a hang, if it dies without one (e.g.
+  killed for memory)."""
+  ctx = multiprocessing.get_context('spawn')
+  rows = ctx.Queue()
+  proc = ctx.Process(target=target, args=(args, rows))
+  proc.start()
+  try:
+    while True:
+      try:
+        return rows.get(timeout=5)
+      except queue.Empty:
+        if not proc.is_alive():
+          raise RuntimeError(f'{target.__name__}{args!r} exited with code '
+                             f'{proc.exitcode} before reporting a row.')
+  finally:
+    proc.join()
+
+
+def _guarantee_row(args, rows):
   name, c_inf, rounds, n, total, dim, others = args
   mech = mechanisms.build(name, c_inf)   # defaults: RQM (Δ = c, q = 0.42, m = 16)
   t0 = time.perf_counter()
@@ -88,7 +109,7 @@ def _guarantee_row(args, queue):
                                     others=others)
   seconds = time.perf_counter() - t0
   peak_mb = _peak_mb()
-  queue.put((g.epsilon, g.route, g.pld_note, seconds, peak_mb))
+  rows.put((g.epsilon, g.route, g.pld_note, seconds, peak_mb))
 
 
 def guarantees():
@@ -100,19 +121,14 @@ def guarantees():
                for d in (61_706, 1_206_590)]
   print('\n| training_guarantee | others | rounds | n of N | d | ε (δ = 1/N) | '
         'route | s | peak MB | note |\n|---|---|---|---|---|---|---|---|---|---|')
-  ctx = multiprocessing.get_context('spawn')
   for case in cases:
     name, _, rounds, n, total, dim, others = case
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_guarantee_row, args=(case, queue))
-    proc.start()
-    eps, route, note, seconds, peak = queue.get()
-    proc.join()
+    eps, route, note, seconds, peak = _in_fresh_process(_guarantee_row, case)
     print(f'| {name} | {others} | {rounds} | {n} of {total} | {dim} | {eps:.4g} | '
           f'{route} | {seconds:.1f} | {peak:.0f} | {note or "—"} |')
 
 
-def _calibration_row(args, queue):
+def _calibration_row(args, rows):
   name, bits, target, schedule = args
   t0 = time.perf_counter()
   try:
@@ -121,7 +137,7 @@ def _calibration_row(args, queue):
            f'{r.candidates} ({r.pruned} pruned)', '')
   except ValueError as err:   # infeasible or refused: the reason is the row
     row = ('—', math.nan, math.nan, math.nan, 0, str(err)[:160])
-  queue.put(row + (time.perf_counter() - t0,))
+  rows.put(row + (time.perf_counter() - t0,))
 
 
 def calibrations(names=('gaussian', 'skellam', 'ddgauss', 'qmgeo', 'rqm', 'pbm'),
@@ -137,14 +153,10 @@ def calibrations(names=('gaussian', 'skellam', 'ddgauss', 'qmgeo', 'rqm', 'pbm')
         f'{clients}, {bits} bits, '
         'k = 3) | s | ε | variance/coord | ratio to Gaussian | candidates | '
         'mechanism or reason |\n|---|---|---|---|---|---|---|')
-  ctx = multiprocessing.get_context('spawn')
   for name in names:
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_calibration_row, args=(
-        (name, None if name == 'gaussian' else bits, 10.0, schedule), queue))
-    proc.start()
-    mech, eps, var, ratio, cands, why, seconds = queue.get()
-    proc.join()
+    mech, eps, var, ratio, cands, why, seconds = _in_fresh_process(
+        _calibration_row, (name, None if name == 'gaussian' else bits, 10.0,
+                           schedule))
     print(f'| {name} | {seconds:.1f} | {eps:.4g} | {var:.3g} | {ratio:.3g} | '
           f'{cands} | {why or mech} |')
 

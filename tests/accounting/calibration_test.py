@@ -90,25 +90,27 @@ def test_bad_numbers_name_the_parameter(kwargs, match):
 def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
   """RQM with 16 levels: small Δ puts many levels inside ±c (costly vertex
   search). Over the limit a sub-sum of fewer clients is searched (a looser,
-  still proved bound); with even one client's search over it between Δ = 4c
-  and Δ = 8c, only Δ >= 8c is searched, and the report names what was left
-  out; with every point over it, one error."""
+  still proved bound); with even one client's search over it up to Δ = 2c
+  (Δ = 4c and 8c cost less: at 4c the critical inputs are a lattice, whose
+  breakpoints add no targets), only Δ >= 4c is searched, and the report names
+  what was left out; with every point over it, one error."""
   schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
   rungs = len(vector.order_ladder(calibration.FAST_ORDERS))
   mech = lambda ratio: mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5)
   cost = lambda ratio, n: vector._search_operations(   # t* = S/√d, as vector_rdp
-      mech(ratio), n, rungs, len(vector.l2_grid(mech(ratio), 2.0 / 100**0.5, 24, n)),
+      mech(ratio), n, rungs, vector.off_lattice(
+          mech(ratio), vector.l2_grid(mech(ratio), 2.0 / 100**0.5, 24, n)),
       vector.DEFAULT_CELLS)
-  assert cost(4.0, 1) > cost(8.0, 1)
-  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(4.0, 10) * cost(8.0, 10))**0.5)
+  assert cost(2.0, 1) > max(cost(4.0, 1), cost(8.0, 1))
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(2.0, 10) * cost(8.0, 10))**0.5)
   report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,
                                           compare_gaussian=False)
   assert not report.refused and report.epsilon <= 3.0
-  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(4.0, 1) * cost(8.0, 1))**0.5)
+  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(2.0, 1) * cost(8.0, 1))**0.5)
   report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,
                                           compare_gaussian=False)
-  assert report.mechanism.delta >= 8 * 0.3 - 1e-12
-  assert [g['delta_ratio'] for g in report.refused] == [0.25, 0.5, 1.0, 2.0, 4.0]
+  assert report.mechanism.delta >= 4 * 0.3 - 1e-12
+  assert [g['delta_ratio'] for g in report.refused] == [0.25, 0.5, 1.0, 2.0]
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
   with pytest.raises(vector.CostError, match='Every setting of delta_ratio, q'):
     calibration.calibrate('rqm', 3.0, **schedule, bits=4)

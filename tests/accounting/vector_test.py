@@ -10,6 +10,7 @@ from tff_quant import mechanisms
 from tff_quant.accounting import calibration
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
+from tff_quant.accounting import matrix_sums
 from tff_quant.accounting import vector
 
 ORDERS = (2.0, 8.0, math.inf)
@@ -304,7 +305,7 @@ def test_power_sums_in_pair_blocks_equal_one_block(monkeypatch):
   """Memory is bounded by computing the pairs in blocks; the curve is unchanged."""
   mech = mechanisms.RQM(1.0, 1.0, 8, 0.42)
   whole = vector.divergence_curve(mech, [2.0, 8.0], 5, t_points=8)
-  monkeypatch.setattr(vector, '_POWER_BLOCK', 50)   # a few pairs per block
+  monkeypatch.setattr(matrix_sums, '_BLOCK', 50)   # a few pairs per block
   blocked = vector.divergence_curve(mech, [2.0, 8.0], 5, t_points=8)
   for order in (2.0, 8.0):
     np.testing.assert_allclose(blocked.values[order], whole.values[order],
@@ -456,9 +457,51 @@ def test_power_sums_near_one_err_above_the_exact_value():
   for alpha in (2, 4):
     excess = sum(a**alpha / b**(alpha - 1) for a, b in zip(exact_p, exact_q)) - 1
     exact = math.log1p(float(excess)) / (alpha - 1)
-    ours = vector._log_power_sums(p[None], q[None], np.array([float(alpha)]))[
-        0, 0] / (alpha - 1)
-    assert exact <= ours <= exact + 1e-13, (alpha, exact, ours)
+    ours = matrix_sums.log_power_sums(p[None], q[None], np.array([float(alpha)]),
+                                      0.0)[0, 0] / (alpha - 1)
+    assert exact <= ours <= exact + 1e-12, (alpha, exact, ours)
+
+
+def test_critical_inputs_are_mirrored_without_rounding_twins():
+  """QMGeo's 256 levels mirrored: 256 critical inputs (not 512 whose halves
+  differ by ~1e-16), symmetric, equally spaced."""
+  mech = mechanisms.QMGeo(0.0121, 256, 2e-4, full_support=True)
+  crit = vector._critical(mech)
+  assert crit.size == 256 and np.array_equal(crit, -crit[::-1])
+  assert vector._on_lattice(crit)
+  assert not vector._on_lattice(vector._critical(mechanisms.RQM(1.0, 1.0, 16, 0.42)))
+
+
+def test_lattice_grid_keeps_every_target_on_a_critical_input():
+  """On a lattice of critical inputs `l2_grid` is every breakpoint: the
+  targets are the critical inputs only (no mixed rows), nothing is off the
+  lattice, every interval takes the chord, and the bound at u* is below the
+  focused grid's (chords, not steps); it still bounds random pairs within
+  each t, the others anywhere."""
+  mech, n = mechanisms.QMGeo(1.0, 32, 0.2, full_support=True), 3
+  t_star = 0.9
+  grid = vector.l2_grid(mech, t_star, 24, n)
+  assert grid.size == 31 and vector.off_lattice(mech, grid) == 0
+  assert vector.off_lattice(mech, 24) == 0
+  assert vector.off_lattice(mech, vector.focused_grid(1.0, t_star, 24)) > 0
+  targets = vector.target_pairs(mech, grid)
+  assert targets.upper_weights.shape[0] == 32 and len(targets.pairs) == 32**2
+  curve = vector.divergence_curve(mech, ORDERS, n, t_grid=grid)
+  assert np.all(curve.convex_on)
+  focused = vector.divergence_curve(mech, ORDERS, n,
+                                    t_grid=vector.focused_grid(1.0, t_star, 24))
+  for alpha in (2.0, 8.0):
+    assert curve.majorant(alpha, t_star**2) < focused.majorant(alpha, t_star**2)
+  rng = np.random.default_rng(3)
+  for s, t in enumerate(curve.t[::5]):
+    for _ in range(4):
+      x = rng.uniform(-1, 1)
+      x_prime = float(np.clip(x + rng.uniform(-t, t), -1, 1))
+      others = list(rng.uniform(-1, 1, n - 1))
+      for alpha in (2.0, 8.0):
+        true = _exact(mech, x, x_prime, others, alpha)
+        bound = curve.values[alpha][5 * s]
+        assert true <= bound * (1 + 1e-9) + 1e-12, (t, x, x_prime)
 
 
 @pytest.mark.parametrize('name,params', [
