@@ -220,10 +220,7 @@ def _on_lattice(crit: np.ndarray) -> bool:
   """The critical inputs are equally spaced (to _TIE): then b ± (a distance
   between two of them) is one of them or outside [-c, c], so a grid of those
   distances makes every target pair a pair of critical inputs (`l2_grid`)."""
-  crit = np.unique(crit)
-  if crit.size > 1:   # rounding twins (a mirrored input and its own) merged
-    crit = crit[np.concatenate([[True], np.diff(crit) > _TIE * (crit[-1] - crit[0])])]
-  gaps = np.diff(crit)
+  gaps = np.diff(crit)   # `_critical`'s: sorted, rounding twins merged
   return bool(gaps.size and np.all(np.abs(gaps - gaps[0]) <= _TIE * gaps[0]))
 
 
@@ -699,8 +696,7 @@ def off_lattice(mech, t_grid) -> int:
   crit = _critical(mech)
   gaps = _breakpoints(crit, mech.input_bound)
   if np.ndim(t_grid) == 0:
-    lattice = _on_lattice(crit) and t_grid <= gaps.size <= LATTICE_POINTS
-    return 0 if lattice else int(t_grid)
+    return 0 if _lattice_grid(mech, t_grid) is not None else int(t_grid)
   t_grid = np.asarray(t_grid, np.float64)
   if not _on_lattice(crit):
     return t_grid.size
@@ -953,6 +949,19 @@ def with_breakpoints(mech, t_grid: np.ndarray, limit: int,
 LATTICE_POINTS = 4096   # most distances `l2_grid` puts on a lattice's grid
 
 
+def _lattice_grid(one, t_points: int) -> Optional[np.ndarray]:
+  """Every breakpoint of the searched mechanism `one` (ending at 2c) where its
+  critical inputs are a lattice with t_points..LATTICE_POINTS breakpoints
+  (`l2_grid`), else None."""
+  gaps = _vertex_breakpoints(one)
+  if (gaps is None or not t_points <= gaps.size <= LATTICE_POINTS
+      or not _on_lattice(_critical(one))):
+    return None
+  grid = gaps.copy()
+  grid[-1] = 2 * one.input_bound
+  return grid
+
+
 def l2_grid(mech, t_star: float, t_points: int, num_clients: int) -> np.ndarray:
   """The distances `vector_rdp` evaluates for `num_clients` clients:
   `focused_grid` at t* = √u* plus the breakpoints, about `t_points` in all
@@ -966,12 +975,10 @@ def l2_grid(mech, t_star: float, t_points: int, num_clients: int) -> np.ndarray:
   summed one by one).
   """
   one = _searched(mech, num_clients).mechanism
+  lattice = _lattice_grid(one, t_points)
+  if lattice is not None:
+    return lattice
   gaps = _vertex_breakpoints(one)
-  if (gaps is not None and t_points <= gaps.size <= LATTICE_POINTS
-      and _on_lattice(_critical(one))):
-    grid = gaps.copy()
-    grid[-1] = 2 * mech.input_bound
-    return grid
   base = t_points
   if gaps is not None:
     base = t_points if gaps.size > t_points else max(8, t_points - gaps.size)
