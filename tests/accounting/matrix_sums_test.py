@@ -144,3 +144,20 @@ def test_matrix_sums_match_the_tilted_fft_route():
   fft = vector._with_sum(basis, [(log_r, 19)])
   np.testing.assert_allclose(ours, fft, rtol=0, atol=1e-10)
   assert err < 1e-11
+
+
+@pytest.mark.parametrize('call,match', [
+    (lambda: matrix_sums.Powers(np.log([0.5, 0.5]))(-1), '`m`'),
+    (lambda: matrix_sums.Powers(np.log([0.5, 0.5]))(1.5), '`m`'),
+    (lambda: matrix_sums.convolve(np.zeros((1, 2)), -1.0, np.zeros(3), 0.0),
+     'rows_err'),
+    (lambda: matrix_sums.convolve(np.zeros((1, 2)), 0.0, np.zeros(3), math.nan),
+     'law_err'),
+    (lambda: matrix_sums.convolve(np.zeros((1, 2)), 0.0, np.zeros(0), 0.0),
+     'log_law'),
+])
+def test_bad_input_names_the_parameter(call, match):
+  """A count or error bound out of range, or an empty law: one error naming it
+  (a non-integer count is a TypeError, as `validation` raises everywhere)."""
+  with pytest.raises((ValueError, TypeError), match=match):
+    call()

@@ -25,6 +25,8 @@ import numpy as np
 from numpy.lib import stride_tricks
 from scipy import special
 
+from tff_quant.common import validation
+
 U = 2.0**-53              # unit roundoff of float64
 _KEEP = -708.0            # exp of an argument below this may lose precision: dropped, bounded
 _TINY = -900 * math.log(2)   # scaled sums below e^this are recomputed in the log domain
@@ -85,8 +87,13 @@ def convolve(log_rows: np.ndarray, rows_err: float, log_law: np.ndarray,
     log_law: [N] log-pmf of the others' sum.
     law_err: bound on |log_law - exact| at finite entries.
   """
+  validation.check_number('rows_err', rows_err, 0, None)
+  validation.check_number('law_err', law_err, 0, None)
   log_rows = np.atleast_2d(np.asarray(log_rows, np.float64))
   log_law = np.asarray(log_law, np.float64)
+  if log_rows.ndim != 2 or log_law.ndim != 1 or not log_law.size:
+    raise ValueError('`log_rows` must be [K, L] and `log_law` a non-empty '
+                     f'vector, got shapes {log_rows.shape} and {log_law.shape}.')
   k, width = log_rows.shape
   length = log_law.size + width - 1
   padded = np.concatenate([np.full(width - 1, -np.inf), log_law,
@@ -141,6 +148,7 @@ class Powers:
     self._lock = threading.Lock()
 
   def __call__(self, m: int) -> Tuple[np.ndarray, float]:
+    validation.check_integer('m', m, 0)
     with self._lock:
       if m not in self._kept:
         start = max(j for j in self._kept if j <= m)
