@@ -3,7 +3,7 @@ import math
 import pytest
 
 from tff_quant import mechanisms
-from tff_quant.accounting import calibration, composition, vector
+from tff_quant.accounting import calibration, composition, lower_bound, vector
 
 SCHEDULE = dict(delta=1e-5, rounds=20, clients_per_round=10, total_clients=1000)
 
@@ -66,6 +66,10 @@ def test_calibration_takes_levels_from_bits_and_compares_with_the_gaussian(
   assert report.gaussian_mse > 0 and report.ratio_to_gaussian > 0
   if name == 'gaussian':
     assert report.ratio_to_gaussian == pytest.approx(1.0, rel=1e-9)
+  if name in ('gaussian', 'skellam'):   # closed forms: no floor offered
+    assert report.rdp_floor is None
+  else:
+    assert 0 < report.rdp_floor <= report.epsilon
 
 
 def test_bits_below_what_a_mechanism_needs_is_one_clear_error():
@@ -93,7 +97,8 @@ def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
   still proved bound); with even one client's search over it up to Δ = 2c
   (Δ = 4c and 8c cost less: at 4c the critical inputs are a lattice, whose
   breakpoints add no targets), only Δ >= 4c is searched, and the report names
-  what was left out; with every point over it, one error."""
+  what was left out (Δ <= c are not among them: `lower_bound` certifies them
+  out of reach before any cost arises); with every point over it, one error."""
   schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
   rungs = len(vector.order_ladder(calibration.FAST_ORDERS))
   mech = lambda ratio: mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5)
@@ -110,9 +115,12 @@ def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
   report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,
                                           compare_gaussian=False)
   assert report.mechanism.delta >= 4 * 0.3 - 1e-12
-  assert [g['delta_ratio'] for g in report.refused] == [0.25, 0.5, 1.0, 2.0]
+  assert [g['delta_ratio'] for g in report.refused] == [2.0]
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
-  with pytest.raises(vector.CostError, match='Every setting of delta_ratio, q'):
+  with pytest.raises(vector.CostError,
+                     match=r'No setting of delta_ratio, q could be evaluated.*'
+                     r'\[\{.delta_ratio.: 0.25\}, \{.delta_ratio.: 0.5\}, '
+                     r'\{.delta_ratio.: 1.0\}\] are out of reach'):
     calibration.calibrate('rqm', 3.0, **schedule, bits=4)
 
 
@@ -216,3 +224,39 @@ def test_the_reported_orders_reproduce_the_calibrated_epsilon(monkeypatch):
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', cost(rep.orders) * 1.01)
   assert account(rep.orders) == pytest.approx(rep.epsilon, rel=1e-9)
   assert account(composition.DEFAULT_ORDERS) > rep.epsilon * 1.01
+
+
+def test_screening_by_a_lower_bound_changes_no_answer(monkeypatch):
+  """Candidates `lower_bound` certifies out of reach skip the accountant: the
+  calibration found is the unscreened one (Δ the same, q to the search's
+  tolerance) with fewer evaluations, and an unreachable target's error names
+  the same exact ε (the closest grid point evaluated, not bounded)."""
+  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=40,
+                  total_clients=3400, dim=1000, l2_clip=1.0,
+                  coordinate_clip=3 / 1000**0.5)
+  calls = []
+  exact = calibration._Epsilon.exact
+  monkeypatch.setattr(calibration._Epsilon, 'exact',
+                      lambda self, mech: calls.append(mech) or exact(self, mech))
+
+  def run(target, **kwargs):
+    calls.clear()
+    try:
+      out = calibration.calibration_report('rqm', target, **kwargs,
+                                           compare_gaussian=False)
+    except ValueError as err:
+      out = str(err)
+    return out, len(calls)
+
+  screened, screened_calls = run(10.0, **schedule, bits=3)
+  unreachable = run(1e-3, **SCHEDULE, dim=1000, bits=3)[0]   # all bounded
+  monkeypatch.setattr(lower_bound, 'epsilon_at_least', lambda *a, **k: None)
+  plain, plain_calls = run(10.0, **schedule, bits=3)
+  assert screened_calls < plain_calls
+  assert screened.params['delta_ratio'] == plain.params['delta_ratio']
+  assert screened.params['q'] == pytest.approx(plain.params['q'], rel=4e-3)
+  assert screened.epsilon <= 10.0
+  # The floor: the same RDP route from clipped inputs' exact divergences
+  assert 0 < screened.rdp_floor <= screened.epsilon
+  assert 'not reachable' in unreachable
+  assert unreachable == run(1e-3, **SCHEDULE, dim=1000, bits=3)[0]

@@ -106,6 +106,25 @@ def test_power_sums_lie_at_or_above_the_exact_value(spread):
         assert exact <= sparse[n, m] <= exact + 1e-9 * (alpha - 1)
 
 
+@pytest.mark.parametrize('spread', [1e-3, 0.5, 8.0])
+def test_lower_power_sums_lie_at_or_below_the_exact_value(spread):
+  """`lower=True`: the same sums with the allowance taken the other way, in
+  [exact - 1e-9·(α-1), exact], for inputs exact and inputs off by their err."""
+  rng = np.random.default_rng(2)
+  base = _sharp_law(300, 0.05, 5)
+  rows = base + spread * rng.uniform(-1, 1, (2, base.size))
+  rows -= np.logaddexp.reduce(rows, axis=1)[:, None]
+  orders = np.array([2.0, 8.0, 64.0])
+  err = 1e-10
+  for off in (0.0, err):
+    # the worst inputs within err for a lower bound: P down, Q up
+    got = matrix_sums.log_power_sums((rows[0] + off)[None], (rows[1] - off)[None],
+                                     orders, err, lower=True)[:, 0]
+    for n, alpha in enumerate(orders):
+      exact = _exact_power_sum(rows[0], rows[1], alpha)
+      assert exact - 1e-9 * (alpha - 1) <= got[n] <= exact, (alpha, off)
+
+
 def test_matrix_path_leaves_out_orders_it_cannot_scale():
   """A zero where another law is positive, or (α-1)·log ratio over 700: the
   order is left to the pair-by-pair sums (which give +inf for a zero)."""

@@ -170,8 +170,11 @@ def _allowance(orders: np.ndarray, err: float, terms: int, rounding: float
 
 
 def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
-                   err: float) -> np.ndarray:
+                   err: float, lower: bool = False) -> np.ndarray:
   """[orders, M] log Σ_k exp(α a[m,k] + (1-α) b[m,k]); +inf where a > -inf = b.
+
+  At or above the exact value; with `lower`, at or below it (the allowance
+  subtracted; dropped terms only lower the sum).
 
   Pairs go in blocks of _BLOCK entries, so memory stays bounded however
   many pairs there are (3,780 pairs × 25,800 indices took ~780 MB per temporary);
@@ -208,8 +211,10 @@ def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
         out[n, rows] = np.log(np.sum(buf, axis=1)) + top
     out[:, rows][:, bad] = np.inf
   terms = a.shape[1]
-  return out + (_allowance(orders, err, terms, worst + 4)
-                + terms * math.exp(-745))[:, None]
+  allowance = _allowance(orders, err, terms, worst + 4)
+  if lower:
+    return out - allowance[:, None]
+  return out + (allowance + terms * math.exp(-745))[:, None]
 
 
 def _power_matrices(up: np.ndarray, lo: np.ndarray, orders: np.ndarray,

@@ -1,0 +1,123 @@
+"""Tests for tff_quant/accounting/lower_bound.py: the bound never exceeds what
+the accountant reports (per order and in ε, on both routes, for either
+assumption on the others), equals the exact divergence where the configuration
+is the whole story, and steps aside where it does not apply."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tff_quant import mechanisms
+from tff_quant.accounting import composition
+from tff_quant.accounting import divergence
+from tff_quant.accounting import lower_bound
+
+ORDERS = tuple(range(2, 17))
+DIM = 100
+SCHEDULE = dict(clients_per_round=5, total_clients=100, delta=1e-5)
+
+MECHANISMS = {
+    'rqm': lambda c: mechanisms.RQM(c, 2 * c, 16, 0.3),
+    'pbm': lambda c: mechanisms.PBM(c, 8, 0.2),
+    'qmgeo': lambda c: mechanisms.QMGeo(c, 16, 0.1, full_support=True),
+    'bq': lambda c: mechanisms.BQ(c, 2, 20),
+    'quantized_gaussian': lambda c: mechanisms.QuantizedGaussian(2 * c, 16, c),
+    'randomized_projection': lambda c: mechanisms.get(
+        'randomized_projection').for_coordinate_bound(c, bits=3, q=0.6),
+}
+
+
+@pytest.mark.parametrize('name', sorted(MECHANISMS))
+@pytest.mark.parametrize('l2_clip', [None, 1.0])
+@pytest.mark.parametrize('others', ['any', 'extremes'])
+def test_never_above_the_accountant(name, l2_clip, others):
+  """Per order, and in ε after 50 rounds: the bound <= the accountant's value,
+  on the coordinate route (c = 0.5, no ℓ2 clip) and the ℓ2 route (c = 3/√d)."""
+  c = 0.5 if l2_clip is None else 3 / math.sqrt(DIM)
+  mech = MECHANISMS[name](c)
+  accountant = composition.RoundAccountant(mech, dim=DIM, orders=ORDERS,
+                                           l2_clip=l2_clip, others=others,
+                                           **SCHEDULE)
+  low = lower_bound.round_rdp_at_least(mech, ORDERS, SCHEDULE['clients_per_round'],
+                                       DIM, l2_clip)
+  assert set(low) == set(ORDERS) | {math.inf}
+  for order, value in low.items():
+    assert value <= accountant.rdp[order] * (1 + 1e-12), order
+  eps = lower_bound.epsilon_at_least(mech, 50, dim=DIM, orders=ORDERS,
+                                     l2_clip=l2_clip, **SCHEDULE)
+  assert eps <= accountant.epsilon_rdp(50)[0] * (1 + 1e-12)
+  if name != 'bq':   # BQ's laws have different supports: both are infinite
+    assert 0 < eps < math.inf
+
+
+@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'pbm'])
+def test_one_client_is_the_exact_end_pair_divergence(name):
+  """n = 1 on the coordinate route: the ±c pair's D_α of one client's pmf,
+  to rounding and never above it."""
+  mech = MECHANISMS[name](1.0)
+  low = lower_bound.round_rdp_at_least(mech, ORDERS, 1, 1, None)
+  for alpha in ORDERS:
+    exact = divergence.renyi_divergence(mech.log_pmf(1.0), mech.log_pmf(-1.0),
+                                        alpha)
+    assert exact * (1 - 1e-10) <= low[alpha] <= exact, alpha
+  assert low[math.inf] == pytest.approx(divergence.renyi_divergence(
+      mech.log_pmf(1.0), mech.log_pmf(-1.0), math.inf), rel=1e-9)
+
+
+def test_tight_where_the_configuration_is_the_worst():
+  """PBM at n = 1 (affine in x: the ±c pair is the worst) on the coordinate
+  route: the bound is the accountant's round RDP at every order."""
+  mech = MECHANISMS['pbm'](1.0)
+  rdp = composition.per_round_rdp(mech, 1, DIM, ORDERS, others='extremes')
+  low = lower_bound.round_rdp_at_least(mech, ORDERS, 1, DIM, None)
+  for alpha in ORDERS:
+    assert low[alpha] == pytest.approx(rdp[alpha], rel=1e-9)
+
+
+def test_the_l2_route_moves_the_target_by_the_sensitivity_per_coordinate():
+  """On the ℓ2 route the pairs are t* = 2·l2_clip/√d apart, not 2c: at c =
+  3/√d the bound is well below the coordinate route's and at least the pair
+  (t*/2, -t*/2)'s exact value with the others at +c."""
+  c = 3 / math.sqrt(DIM)
+  mech = MECHANISMS['rqm'](c)
+  l2 = lower_bound.round_rdp_at_least(mech, ORDERS, 1, DIM, 1.0)
+  ends = lower_bound.round_rdp_at_least(mech, ORDERS, 1, DIM, None)
+  t = 2 / math.sqrt(DIM)
+  exact = DIM * divergence.renyi_divergence(mech.log_pmf(t / 2),
+                                            mech.log_pmf(-t / 2), 2)
+  assert exact * (1 - 1e-10) <= l2[2] < ends[2] / 2
+
+
+def test_steps_aside_for_closed_forms_and_costly_laws():
+  """No bound for mechanisms accounted in closed form or with their own
+  subsampling analysis, nor where the others' law costs over MAX_OPERATIONS."""
+  for name in ('gaussian', 'skellam', 'ddgauss'):
+    cls = mechanisms.get(name)
+    mech = cls.for_coordinate_bound(0.1, **cls.complete_params({}))
+    assert lower_bound.epsilon_at_least(mech, 10, dim=DIM, **SCHEDULE) is None
+  big = mechanisms.RQM(1.0, 1.0, 256, 0.3)
+  assert lower_bound.applies(big, 100)
+  assert not lower_bound.applies(big, 1000)   # 256²·999²/2 = 3.3e10
+  assert lower_bound.epsilon_at_least(big, 10, 1000, 3400, 1e-5) is None
+
+
+def test_worthwhile_only_before_a_costly_accountant():
+  """RQM's vertex search at 256 levels, n = 100 costs ~30x the bound; PBM's
+  per-trial reduction costs less than the bound itself."""
+  rqm = mechanisms.RQM(1.0, 32.0, 256, 0.005)
+  pbm = mechanisms.PBM(1.0, 256, 0.0013)
+  assert lower_bound.worthwhile(rqm, 100, 7)
+  assert lower_bound.applies(pbm, 100) and not lower_bound.worthwhile(pbm, 100, 7)
+
+
+def test_laws_are_the_secure_sum_with_the_others_at_the_top():
+  """The others' law is R(+c)^{*(n-1)}: at n = 3 the pair's power sum from the
+  bound equals one from numpy's convolutions of the pmfs."""
+  mech = MECHANISMS['qmgeo'](1.0)
+  top = mech.pmf(1.0)
+  law = np.convolve(top, top)
+  p, q = np.convolve(mech.pmf(1.0), law), np.convolve(mech.pmf(-1.0), law)
+  want = math.log(np.sum(p**2 / q))
+  low = lower_bound.round_rdp_at_least(mech, (2,), 3, 1, None)
+  assert low[2] == pytest.approx(want, rel=1e-9)
