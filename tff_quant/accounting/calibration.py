@@ -50,11 +50,11 @@ class _Epsilon:
 
   With a `target`, a candidate whose accountant costs >= 10x the bound
   (`lower_bound.worthwhile`) is first bounded below from one input
-  configuration (~0.06 s for RQM at 256 levels, n = 100): when that already
+  configuration (~0.1 s for RQM at 256 levels, n = 100): when that already
   exceeds the target, the bound is returned instead of the accountant's ε
   (which is larger) and `bounded` holds the mechanism, so a search sees the
   same side of the target either way (RQM 8 bits, n = 100: its most private
-  ends at Δ <= 8c, 9-20 s each, ε 3e7 to 1560, are certified in 0.06 s). Not
+  ends at Δ <= 8c, 9-20 s each, ε 3e7 to 1560, are certified in ~0.1 s). Not
   with the PLD route (the bound is the RDP route's).
   """
 
