@@ -65,14 +65,15 @@ class _Epsilon:
     # repr(mechanism) -> (its guarantee's text, the orders its ε came from)
     self.seen = {}
     self.bounded = None    # the last mechanism answered by a lower bound
+    self._bound_schedule = {k: v for k, v in self.schedule.items()
+                            if k not in ('use_pld', 'others')}
 
   def __call__(self, mech) -> float:
     self.bounded = None
     if self.target is not None and lower_bound.worthwhile(
         mech, self.schedule['clients_per_round'], len(self.orders)):
-      schedule = {k: v for k, v in self.schedule.items()
-                  if k not in ('use_pld', 'others')}
-      low = lower_bound.epsilon_at_least(mech, orders=FAST_ORDERS, **schedule)
+      low = lower_bound.epsilon_at_least(mech, orders=FAST_ORDERS,
+                                         **self._bound_schedule)
       if low is not None and low > self.target:
         self.bounded = mech
         return low

@@ -2,21 +2,22 @@
 
 A certificate that a mechanism misses a target ε, at a fraction of the
 accountant's cost: calibration screens every candidate it would account at
-high cost with it. The target client sits at x vs x' with |x - x'| <= t*
-(t* = 2c on the coordinate route, S/√d on the ℓ2 route) in every coordinate
-and every other client at +c, a configuration every route's bound covers
-(others='extremes' included; on the ℓ2 route it is not an ℓ2-clipped input,
-but f_α is a sup over the box). With `attainable` the inputs are ones
-clipped updates can have, so the figure is a floor for any sound accountant
-using the same subsampling bound and conversion (`Calibration.rdp_floor`). The secure sum's laws for it are built
-with `matrix_sums` (proved error bounds), and log Σ P^α Q^(1-α) is taken at
-or below its exact value, so d·D_α of that pair is at most the round RDP the
-accountant reports: d·ĝ_α(t*²) >= d·f_α(t*) on the ℓ2 route, d × the worst
-pair at ±c on the coordinate route (D∞: the largest log ratio of the same
-laws, less its error). WBK19 subsampling
-and the RDP-to-ε conversion are non-decreasing in every per-round value, so
-the ε composed from these is at most the accountant's ε at any subset of the
-orders. Only the RDP route: the PLD route may be smaller.
+high cost with it. The target client sits at x vs x' with |x - x'| = t in
+every coordinate, the d coordinates splitting the ℓ2 budget of t* (t* = 2c on
+the coordinate route, S/√d on the ℓ2 route), and every other client at +c: a
+configuration every route's bound covers (others='extremes' included; on the
+ℓ2 route not an ℓ2-clipped input, but f_α is a sup over the box). With
+`attainable` the inputs are ones clipped updates can have, so the figure is a
+floor for any sound accountant using the same subsampling bound and
+conversion (`Calibration.rdp_floor`). The secure sum's laws are built with
+`matrix_sums` (proved error bounds) and log Σ P^α Q^(1-α) is taken at or below
+its exact value, so the round RDP is at most the accountant's:
+d·ĝ_α(t*²) >= any split of f_α on the ℓ2 route, d × the worst pair at ±c on
+the coordinate route (D∞: the largest log ratio of the same laws, less its
+error). WBK19 subsampling and the RDP-to-ε conversion are non-decreasing in
+every per-round value, so the ε composed from these is at most the
+accountant's ε at any subset of the orders. Only the RDP route: the PLD route
+may be smaller.
 """
 
 import math
@@ -51,7 +52,8 @@ def applies(mech, clients_per_round: int) -> bool:
   """True when `epsilon_at_least` bounds `mech`'s ε: its divergences come from
   the accountant's search (not closed form), the generic subsampling bound is
   the one used, and the others' law costs <= MAX_OPERATIONS."""
-  own_subsampling = type(mech).subsampled_rdp is not base.Mechanism.subsampled_rdp
+  own_subsampling = (type(mech).subsampled_rdp is not
+                     base.Mechanism.subsampled_rdp)
   if mech.central or mech.has_exact_divergences or own_subsampling:
     return False
   return operations(mech, clients_per_round) <= MAX_OPERATIONS
@@ -105,7 +107,7 @@ def round_rdp_at_least(mech, orders: Sequence[int], clients_per_round: int,
   f = np.maximum(logs / (finite[:, None] - 1), 0.0)
   with np.errstate(invalid='ignore'):   # -inf - -inf: outside both supports
     ratio = np.nan_to_num(sums[0::2] - sums[1::2], nan=-np.inf)
-  d_inf = np.maximum(np.max(ratio, axis=1) - 2 * err, 0.0)   # the largest log ratio
+  d_inf = np.maximum(np.max(ratio, axis=1) - 2 * err, 0.0)   # largest log ratio
   f = np.vstack([f, d_inf[None]])   # D∞ adds over coordinates as D_α does
   f = np.maximum.reduce(np.split(f, len(pairs) // ts.size, axis=1))  # [.., ts]
   # Splits: (t_lo, t_hi) with t_lo <= t* <= t_hi, t_lo = 0 (f = 0) included.
