@@ -121,3 +121,15 @@ def test_laws_are_the_secure_sum_with_the_others_at_the_top():
   want = math.log(np.sum(p**2 / q))
   low = lower_bound.round_rdp_at_least(mech, (2,), 3, 1, None)
   assert low[2] == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(clients_per_round=0), 'clients_per_round'),
+    (dict(dim=0), 'dim'),
+    (dict(l2_clip=-1.0), 'l2_clip'),
+    (dict(l2_clip=math.nan), 'l2_clip'),
+])
+def test_bad_input_names_the_parameter(kwargs, match):
+  args = dict(dict(clients_per_round=5, dim=DIM, l2_clip=1.0), **kwargs)
+  with pytest.raises(ValueError, match=match):
+    lower_bound.round_rdp_at_least(MECHANISMS['rqm'](0.3), ORDERS, **args)

@@ -28,6 +28,7 @@ import numpy as np
 from tff_quant.accounting import composition
 from tff_quant.accounting import matrix_sums
 from tff_quant.accounting import vector
+from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 # Multiply-adds the others' law may take (m copies of L levels: L²m²/2);
@@ -85,6 +86,9 @@ def round_rdp_at_least(mech, orders: Sequence[int], clients_per_round: int,
   since ĝ is a non-decreasing concave majorant of f_α(√u)); the best split
   over the grid is taken (coarse mechanisms: f_α far from concave in u).
   """
+  validation.check_integer('clients_per_round', clients_per_round, 1)
+  validation.check_integer('dim', dim, 1)
+  validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
   c = mech.input_bound
   t_star, others = 2 * c, c
   if l2_clip is not None and not vector.coordinate_route_applies(mech, dim,
