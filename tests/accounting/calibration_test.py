@@ -187,7 +187,9 @@ def test_order_cap_follows_the_optimum_and_never_lowers_epsilon():
     capped = epsilon_of(build(q))
     full = composition.training_guarantee(
         build(q), orders=calibration.FAST_ORDERS, **schedule).epsilon
-    assert capped >= full * (1 - 1e-12)
+    # (1e-9: which of the others' constructions is completed is priced at
+    # the orders asked, so two order sets may differ at rounding level.)
+    assert capped >= full * (1 - 1e-9)
     assert capped <= full * 1.05   # the cap follows α*: little is lost
 
 

@@ -9,9 +9,12 @@ d × D_α(scalar sum) with every coordinate moving from +c to -c (attainable: th
 ℓ2 route (c > l2_clip/√d, e.g. c = k·l2_clip/√d after a random rotation):
 `vector.vector_rdp`, d·ĝ_α(S²/d) with S = 2·l2_clip. In both, by default
 (others='any') the bound holds for any inputs of the n-1 others
-(`vector.others_mixture`, proved); others='extremes' puts them at ±c in the worst
-mix (a search-backed assumption, tighter where the laws barely overlap; the
-papers' setting). D∞ is the sup over all inputs (`divergence.epsilon_infinity`).
+(`accounting.others`, proved); others='extremes' puts them at ±c in the worst
+mix (the papers' setting: an assumption, and not a worst case, see
+`accounting.attained`). D∞ is the sup over all inputs
+(`divergence.epsilon_infinity`). Every guarantee also carries the ε that
+named inputs attain on the same route (`Guarantee.epsilon_attained`):
+ε ∈ [attained, proved].
 
 Two routes, both valid for sampling `clients_per_round` of `total_clients`
 uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
@@ -33,6 +36,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
+from tff_quant.accounting import attained as attained_lib
 from tff_quant.accounting import divergence
 from tff_quant.accounting import loss_pmf
 from tff_quant.accounting import vector
@@ -102,12 +106,34 @@ class Guarantee:
   per_round_rdp: Dict[float, float]
   assumptions: str
   pld_note: str = ''   # why the PLD route was not computed, if it was not
+  #: The same route's ε from per-round divergences that named inputs attain
+  #: (`attained`): no sound bound over the others' inputs reports less on
+  #: this route. None where no configuration search applies.
+  epsilon_attained: Optional[float] = None
+  #: The inputs attaining the per-round divergence at the ε's order.
+  attained_inputs: str = ''
+
+  @property
+  def slack(self) -> Optional[float]:
+    """epsilon / epsilon_attained: how far the proved ε may be above the
+    best any bound over the others' inputs could report on this route."""
+    if not self.epsilon_attained:
+      return None
+    return self.epsilon / self.epsilon_attained
+
+  def interval(self) -> str:
+    """'ε ∈ [attained, proved]' (or the proved ε alone where nothing is attained)."""
+    if self.epsilon_attained is None:
+      return f'ε = {self.epsilon:.4g} (no attained value: {self.attained_inputs})'
+    return (f'ε ∈ [{self.epsilon_attained:.4g}, {self.epsilon:.4g}] '
+            '[attained by named inputs, proved]')
 
   def summary(self) -> str:
     pld = 'n/a' if self.epsilon_pld is None else f'{self.epsilon_pld:.4g}'
-    return (f'(ε={self.epsilon:.4g}, δ={self.delta:.3g}) after {self.rounds} rounds '
-            f'[{self.route}; RDP ε={self.epsilon_rdp:.4g} at α={self.rdp_order:g}, '
-            f'PLD ε={pld}]' + (f' ({self.pld_note})' if self.pld_note else ''))
+    return (f'(ε={self.epsilon:.4g}, δ={self.delta:.3g}) after {self.rounds} rounds; '
+            f'{self.interval()} [{self.route}; RDP ε={self.epsilon_rdp:.4g} at '
+            f'α={self.rdp_order:g}, PLD ε={pld}]' +
+            (f' ({self.pld_note})' if self.pld_note else ''))
 
 
 # Introduces, in a guarantee's text, how the ℓ2 route bounded the divergences
@@ -242,14 +268,49 @@ class RoundAccountant:
                                    others=others)
     else:
       self.rdp = per_round_rdp(mech, clients_per_round, dim, orders, others)
-    self._sub = [subsampled_rdp_without_replacement(self.rdp, self.gamma, a)
-                 for a in self.orders]
-    sensitivity = (2 * l2_clip if self.l2_route
-                   else 2 * mech.input_bound * math.sqrt(dim))
-    own = (mech.subsampled_rdp(self.orders, clients_per_round, total_clients,
-                               sensitivity) if self.gamma < 1 else None)
-    if own is not None:   # both are upper bounds: keep the smaller
-      self._sub = [min(a, float(b)) for a, b in zip(self._sub, own)]
+    self._sub = self._subsampled(self.rdp)
+    self._attained = None
+
+  def _subsampled(self, rdp: Dict[float, float]):
+    """[orders] round RDP after sampling: WBK19 Thm 9, or the mechanism's
+    own analysis where it gives less (both are upper bounds)."""
+    sub = [subsampled_rdp_without_replacement(rdp, self.gamma, a)
+           for a in self.orders]
+    if self.mech is None or self.gamma >= 1:
+      return sub
+    sensitivity = (2 * self.l2_clip if self.l2_route
+                   else 2 * self.mech.input_bound * math.sqrt(self.dim))
+    own = self.mech.subsampled_rdp(self.orders, self.n, self.population,
+                                   sensitivity)
+    if own is None:
+      return sub
+    return [min(a, float(b)) for a, b in zip(sub, own)]
+
+  @property
+  def attained(self) -> Optional[Dict[float, float]]:
+    """{order: per-round RDP attained by named inputs} (`attained.round_rdp`,
+    its `describe(order)` names them), computed on first use; the proved
+    values themselves where the divergences are exact in closed form; None
+    where no search applies."""
+    if self._attained is None and self.mech is not None:
+      if self.mech.has_exact_divergences:
+        self._attained = attained_lib.AttainedRdp(
+            dict(self.rdp), {}, self.mech.input_bound)
+      else:
+        every = sorted(set(range(2, max(self.orders) + 1)))
+        self._attained = attained_lib.round_rdp(
+            self.mech, every + [math.inf], self.n, self.dim,
+            self.l2_clip if self.l2_route else None) or False
+    return self._attained or None
+
+  def epsilon_attained(self, rounds: int):
+    """(ε, order) after `rounds` rounds by the RDP route from the attained
+    per-round RDP (None, nan where none is attained): the lower end of
+    ε ∈ [attained, proved] (`attained` module docstring)."""
+    validation.check_integer('rounds', rounds, 1)
+    if self.attained is None:
+      return None, math.nan
+    return self._epsilon(self._subsampled(self.attained), rounds)
 
   @classmethod
   def from_round_rdp(cls, rdp: Dict[float, float], clients_per_round: int,
@@ -266,9 +327,8 @@ class RoundAccountant:
     self.delta, self.dim, self.orders = delta, dim, list(orders)
     self.gamma = clients_per_round / total_clients
     self.l2_clip, self.l2_route, self.rdp = None, True, dict(rdp)
-    self._sub = [subsampled_rdp_without_replacement(self.rdp, self.gamma, a)
-                 for a in self.orders]
-    self._assumptions = assumptions
+    self._sub = self._subsampled(self.rdp)
+    self._assumptions, self._attained = assumptions, None
     return self
 
   @property
@@ -279,7 +339,11 @@ class RoundAccountant:
   def epsilon_rdp(self, rounds: int):
     """(ε, order) after `rounds` rounds by the RDP route."""
     validation.check_integer('rounds', rounds, 1)
-    finite = [(o, rounds * v) for o, v in zip(self.orders, self._sub)
+    return self._epsilon(self._sub, rounds)
+
+  def _epsilon(self, sub, rounds: int):
+    """(ε, order) at self.delta from per-round subsampled RDP `sub`."""
+    finite = [(o, rounds * v) for o, v in zip(self.orders, sub)
               if math.isfinite(v)]
     if not finite:
       return math.inf, math.nan
@@ -289,46 +353,81 @@ class RoundAccountant:
 
   def guarantee(self, rounds: int, use_pld: bool = True,
                 pld_interval: float = 1e-3,
-                pld_max_points: int = DEFAULT_PLD_MAX_POINTS) -> Guarantee:
+                pld_max_points: int = DEFAULT_PLD_MAX_POINTS,
+                attained: bool = True) -> Guarantee:
     """(ε, δ) after `rounds` rounds: the RDP route, and the PLD route when
-    `use_pld` and its grid fits `pld_max_points` (else `pld_note` says why)."""
+    `use_pld` and its grid fits `pld_max_points` (else `pld_note` says why);
+    with `attained`, the lower end of ε ∈ [attained, proved] too."""
     eps_rdp, order = self.epsilon_rdp(rounds)
-    eps_pld, note = None, ''
     if self.mech is None:
       return Guarantee(eps_rdp, self.delta, 'RDP', eps_rdp, order, None, rounds,
                        self.n, self.population, self.dim, self.rdp,
                        self._assumptions, 'PLD route not available: the '
-                       'per-round RDP was given in closed form')
-    if not use_pld:
-      note = 'PLD route not requested (use_pld=False)'
-    elif self.mech.has_exact_divergences:
-      note = (f'PLD route not implemented for {type(self.mech).__name__} (its '
-              'divergences are exact in closed form / by translation invariance); '
-              'the RDP route is reported')
-    elif self.l2_route:
-      note = ('PLD route not used: it composes d coordinates each moving end '
-              'to end, which ℓ2 clipping with c > l2_clip/√d rules out; the ℓ2 '
-              'RDP route is reported')
-    elif self.others == 'any':
-      note = ('PLD route not used: it composes the worst mix of the others at '
-              '±c, an assumption (others=\'extremes\'); the RDP route holds '
-              'for any inputs of the others')
-    elif not vector.end_pair_is_worst(self.mech, self.n):
-      note = ('PLD route not used: it composes the ±c target pair, and an '
-              'interior pair of critical inputs is worse here; the RDP route '
-              '(every vertex pair) is reported')
-    else:  # also when every RDP order is infinite (BQ): δ can absorb that mass
-      validation.check_positive('pld_interval', pld_interval)
-      validation.check_integer('pld_max_points', pld_max_points, 2)
-      worst = {divergence.renyi_divergence_of_sum(self.mech, a, self.n)
-               .worst_num_plus for a in (1, 2, 8)}
-      eps_pld, note = _pld_epsilon(self.mech, self.n, self.dim, rounds,
-                                   self.gamma, self.delta, sorted(worst),
-                                   pld_interval, pld_max_points)
+                       'per-round RDP was given in closed form',
+                       attained_inputs='the per-round RDP was given in closed '
+                       'form')
+    eps_pld, note = self._pld_route(rounds, use_pld, pld_interval,
+                                    pld_max_points)
     if eps_pld is not None and eps_pld < eps_rdp:
       eps, route = eps_pld, 'PLD'
     else:
       eps, route = eps_rdp, 'RDP'
+    low, inputs = None, 'not requested (attained=False)'
+    if attained and route == 'PLD':
+      # The PLD route composes named pairs' exact loss distributions.
+      low, inputs = eps, 'the pair the PLD route composes (exact law)'
+    elif attained and self.attained is None:
+      inputs = ('no configuration search applies (closed form or a '
+                'secure-sum law over attained.MAX_OPERATIONS)')
+    elif attained:
+      low, at = self.epsilon_attained(rounds)
+      if not self.attained.configurations:
+        inputs = 'exact per-round divergences (closed form)'
+      elif math.isnan(at):   # every order infinite
+        inputs = self.attained.describe(math.inf)
+      else:
+        inputs = self.attained.describe(at)
+    return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
+                     self.n, self.population, self.dim, self.rdp,
+                     self._assumptions_text(), note, low, inputs)
+
+  def _pld_route(self, rounds, use_pld, pld_interval, pld_max_points):
+    """(ε by the PLD route, '') or (None, why it was not computed).
+
+    It composes the ±c pair's exact loss distribution: with the others at
+    their worst ±c mix under others='extremes', and for any others where the
+    sum reduces exactly to one client (`SumReduction.exact`: BQ)."""
+    red = self.mech.sum_reduction(self.n)
+    exact_one = red is not None and red.exact and red.num_clients == 1
+    if not use_pld:
+      return None, 'PLD route not requested (use_pld=False)'
+    if self.mech.has_exact_divergences:
+      return None, (f'PLD route not implemented for {type(self.mech).__name__} '
+                    '(its divergences are exact in closed form / by '
+                    'translation invariance); the RDP route is reported')
+    if self.l2_route:
+      return None, ('PLD route not used: it composes d coordinates each moving '
+                    'end to end, which ℓ2 clipping with c > l2_clip/√d rules '
+                    'out; the ℓ2 RDP route is reported')
+    if self.others == 'any' and not exact_one:
+      return None, ('PLD route not used: it composes the worst mix of the '
+                    'others at ±c, an assumption (others=\'extremes\'); the '
+                    'RDP route holds for any inputs of the others')
+    mech, n = (red.mechanism, 1) if exact_one else (self.mech, self.n)
+    if not vector.end_pair_is_worst(mech, n):
+      return None, ('PLD route not used: it composes the ±c target pair, and '
+                    'an interior pair of critical inputs is worse here; the '
+                    'RDP route (every vertex pair) is reported')
+    # Also when every RDP order is infinite (BQ): δ can absorb that mass.
+    validation.check_positive('pld_interval', pld_interval)
+    validation.check_integer('pld_max_points', pld_max_points, 2)
+    worst = {divergence.renyi_divergence_of_sum(mech, a, n).worst_num_plus
+             for a in (1, 2, 8)}
+    return _pld_epsilon(mech, n, self.dim, rounds, self.gamma, self.delta,
+                        sorted(worst), pld_interval, pld_max_points)
+
+  def _assumptions_text(self) -> str:
+    """The neighbouring relation, sampling, route and worst cases, in words."""
     if self.l2_route:
       coords = (f'ℓ2 route: update norm <= {self.l2_clip:g}, {self.dim} '
                 f'coordinates in [-c, c], c = {self.mech.input_bound:.4g} = '
@@ -354,12 +453,13 @@ class RoundAccountant:
       else:
         others = 'targets at ±c (grid search finds none worse for n <= 2)'
       if self.others == 'any':
-        others += ('; any inputs of the others in [-c, c] (common-part '
-                   'mixture bound, proved)')
+        others += ('; any inputs of the others in [-c, c] (the part of their '
+                   'noise no input removes: blanket or aligned-block mixture '
+                   'bound, proved; accounting/others.py)')
       else:
-        others += ('; ASSUMED: others at ±c (worst mix; exhaustive search over '
-                   'critical inputs finds none worse for n <= 3)')
-    assumptions = (
+        others += ('; ASSUMED: others at ±c (worst mix; the papers\' setting, '
+                   'not a worst case: interior inputs can give more)')
+    text = (
         f'replace-one neighbouring (participant count public); {self.n} of '
         f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '
         'without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target '
@@ -367,11 +467,8 @@ class RoundAccountant:
         'over all inputs.')
     method = getattr(self.rdp, 'method', '')
     if method:   # what the ℓ2 route's curve did (a sub-sum, a local bound)
-      assumptions += f' {DIVERGENCES_NOTE}{method}.'
-
-    return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
-                     self.n, self.population, self.dim, self.rdp, assumptions,
-                     note)
+      text += f' {DIVERGENCES_NOTE}{method}.'
+    return text
 
 
 def training_guarantee(mech, rounds: int, clients_per_round: int,
@@ -381,7 +478,7 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
                        pld_interval: float = 1e-3,
                        pld_max_points: int = None,
                        l2_clip: Optional[float] = None,
-                       others: str = 'any') -> Guarantee:
+                       others: str = 'any', attained: bool = True) -> Guarantee:
   """(ε, δ) after `rounds` rounds of `clients_per_round` sampled from `total_clients`.
 
   Args:
@@ -398,9 +495,11 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
     l2_clip: the ℓ2 bound of each update (None: coordinates move end to end);
       see `RoundAccountant`.
     others: the other clients' inputs, 'any' or 'extremes' (`RoundAccountant`).
+    attained: also the lower end of ε ∈ [attained, proved] (`attained`).
   """
   validation.check_integer('rounds', rounds, 1)
   accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
                                dim, orders, l2_clip, others)
   return accountant.guarantee(rounds, use_pld, pld_interval,
-                              pld_max_points or DEFAULT_PLD_MAX_POINTS)
+                              pld_max_points or DEFAULT_PLD_MAX_POINTS,
+                              attained)

@@ -62,19 +62,20 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   without a closed-form local bound; n' = 1 is one client's own output.
   Loose by about n/n' where the others' noise dominates, but finite and
   proved where the search used to be refused.
-* Others (default, others='any'): any inputs in [-c, c], proved. Every input's
-  law is β·R + (1-β)·W_x, with β·R(y) = min over inputs of P(y) (attained at a
-  critical input; `common_part`). Each other client draws from R with
-  probability β, independently, so the others' sum is R^{*M} * V with
-  M ~ Binomial(n-1, β); by joint convexity of Σ p^α q^(1-α) and data
-  processing (V), Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m)·E_m, E_m the target
-  pair's with m copies of R added (`others_mixture`). E_m does not increase in
-  m, so counts are bounded in groups by their first, refined where a group
-  matters; a group never evaluated is bounded by (α-1)·D∞ of the pair. Where
-  the laws overlap (β ≈ 0.93-0.95 for calibrated RQM) this is 4-7% above the
-  exact ±c mixes (and below their grouped bound at n = 100); where they barely
-  overlap it is much looser (at n = 40, α = 2, t = 2c: the papers' RQM,
-  Δ = c, q = 0.42, 7.3x; PBM at its defaults 19x).
+* Others (default, others='any'): any inputs in [-c, c], proved. Each
+  other client (or block of g others) holds, with probability β, an
+  independent draw from a law R translated by an amount its inputs fix
+  (`accounting.others`: the blanket, and the aligned blankets of blocks of
+  1-3 others), so Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m)·E_m,
+  M ~ Binomial(blocks, β), E_m the target pair's with m copies of R added
+  (`others_mixture`; joint convexity, translation invariance, data
+  processing). E_m does not increase in m, so counts are bounded in groups
+  by their first, refined where a group matters; a group never evaluated is
+  bounded by (α-1)·D∞ of the pair. Measured against what named inputs attain
+  (`accounting.attained`; n = 10 and 40, α = 2 and 8, t = 2c): RQM 16
+  levels, Δ = c, q = 0.42, 1.10-1.43x (the blanket alone: 1.4-7.4x);
+  QMGeo 8 levels, p = 0.5, 1.07-2.46x; PBM (per trial, `others.two_vertices`:
+  the ±c mixes bound any others) 1.01-1.02x.
   For a mechanism that mirrors its levels R is symmetric, so a target pair
   and its mirror image have the same sums: one of each is evaluated
   (`_mirror_classes`). Up to MATRIX_LEVELS levels, R^{*m}, the target rows'
@@ -97,7 +98,6 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   processing), so it needs no assumption on the others.
 """
 
-from concurrent import futures
 import dataclasses
 import math
 import os
@@ -108,6 +108,7 @@ from scipy import special
 
 from tff_quant.accounting import divergence
 from tff_quant.accounting import matrix_sums
+from tff_quant.accounting import others as others_lib
 from tff_quant.common import validation
 from tff_quant.mechanisms import base as mech_base
 
@@ -271,31 +272,8 @@ def target_pairs(mech, t_grid: np.ndarray, cells: int = DEFAULT_CELLS) -> Target
                      _mirrored(mech, grid, at))
 
 
-EXACT_SPLITS = 8   # single mixes on each side of the balanced one
-
-
-def split_groups(first: int, last: int, centre: int,
-                 exact: int = EXACT_SPLITS) -> List[tuple]:
-  """Inclusive ranges [k0, k1] covering first..last: `exact` single mixes next to
-  each end and to `centre` (the balanced mix; the sup sits at one of these in
-  every case we searched), widths doubling away from them."""
-  centre = min(max(centre, first), last)
-  segments = [(first, centre - 1), (centre, last)] if centre > first else [
-      (first, last)]
-  groups = []
-  for lo, hi in segments:
-    left, right = [], []
-    while lo <= hi:
-      width = 1 if len(left) < exact else 2**(len(left) - exact + 1)
-      left.append((lo, min(hi, lo + width - 1)))
-      lo = left[-1][1] + 1
-      if lo > hi:
-        break
-      width = 1 if len(right) < exact else 2**(len(right) - exact + 1)
-      right.append((max(lo, hi - width + 1), hi))
-      hi = right[-1][0] - 1
-    groups += left + right[::-1]
-  return sorted(groups)
+EXACT_SPLITS = others_lib.EXACT_SPLITS
+split_groups = others_lib.split_groups
 
 
 def _mix_rows(weights: np.ndarray, log_basis: np.ndarray) -> np.ndarray:
@@ -339,36 +317,6 @@ _FFT_LEVELS = 128
 # bounds; its power sums too): ~8x faster than the tilted FFT at 256 levels,
 # and ~40x more accurate.
 MATRIX_LEVELS = 512
-
-
-def common_part(mech) -> Tuple[float, np.ndarray]:
-  """(log β, log R): the mass every input's law shares, and its law.
-
-  m(y) = min over x in [-c, c] of P(encode(x) = y), attained at a critical input
-  (`Mechanism.critical_inputs`: where each level's probability attains its max
-  and min); β = Σ m, R = m/β. Every input's law is β·R + (1-β)·W_x for some law
-  W_x, which is what lets the others' inputs be arbitrary (`others_mixture`).
-  """
-  c = mech.input_bound
-  xs = np.union1d(_critical(mech), [-c, c])
-  log_m = np.min(np.stack([mech.log_pmf(x) for x in xs]), axis=0)
-  finite = np.isfinite(log_m)
-  if not np.any(finite):
-    return -math.inf, np.full(log_m.shape, -math.inf)
-  log_beta = min(float(special.logsumexp(log_m[finite])), 0.0)
-  return log_beta, log_m - log_beta
-
-
-def _log_binomial(trials: int, log_p: float) -> np.ndarray:
-  """log P(Binomial(trials, p) = m), m = 0..trials, from log p (p = 0 and 1 exact)."""
-  m = np.arange(trials + 1)
-  log_q = math.log(-math.expm1(log_p)) if log_p < 0 else -math.inf
-  with np.errstate(invalid='ignore'):
-    terms = special.xlogy(m, math.exp(log_p)) + special.xlogy(trials - m,
-                                                            math.exp(log_q))
-  choose = (special.gammaln(trials + 1) - special.gammaln(m + 1) -
-            special.gammaln(trials - m + 1))
-  return np.where(np.isnan(terms), -np.inf, choose + terms)
 
 
 def _with_sum(rows: np.ndarray, parts) -> np.ndarray:
@@ -438,6 +386,15 @@ def _mirror_classes(targets: TargetPairs, log_r: np.ndarray
   return kept, expand
 
 
+def _ends_are_vertices(mech, targets: TargetPairs) -> bool:
+  """True when the law is affine in the input on the whole range (vertex
+  targets whose critical inputs are just ±c: one PBM trial): the ±c mixes
+  (`_extreme_mixes`) are then the sup over any inputs of the others
+  (`others.two_vertices`)."""
+  return targets.method == 'vertices' and others_lib.two_vertices(
+      _critical(mech), mech.input_bound)
+
+
 def _extreme_mixes(mech, targets: TargetPairs, num_clients: int,
                    orders: np.ndarray, exact: int) -> np.ndarray:
   """[orders, pairs] the largest log Σ P^α Q^(1-α) over the others at ±c, every
@@ -454,114 +411,117 @@ def _extreme_mixes(mech, targets: TargetPairs, num_clients: int,
   return worst
 
 
-# Evaluations of the others' groups run in threads (numpy's loops release the
-# GIL): at most this many at once, each holding ~0.5 GB at 256 levels, n = 100.
-MAX_WORKERS = 4
+def common_part(mech) -> Tuple[float, np.ndarray]:
+  """(log β, log R): the unshifted blanket over every input in [-c, c]
+  (`others.common_part` of the critical inputs' laws, where each level's
+  probability attains its minimum over the range)."""
+  c = mech.input_bound
+  xs = np.union1d(_critical(mech), [-c, c])
+  part = others_lib.common_part(np.stack([mech.log_pmf(x) for x in xs]))
+  return part.log_beta, part.log_r
 
 
-def _workers(tasks: int) -> int:
-  """Threads for `tasks` independent evaluations: the cores this process may use."""
-  return max(1, min(tasks, MAX_WORKERS, len(os.sched_getaffinity(0))))
+def vertex_rows(targets: TargetPairs) -> np.ndarray:
+  """Rows every input's law is a mixture of (vertex targets: the critical
+  inputs' laws) or is at least one of (envelopes: the cells' lower
+  envelopes), for `others.aligned_part`."""
+  if targets.method == 'vertices':
+    return targets.basis
+  return targets.basis[targets.basis.shape[0] // 2:]
 
 
-_REFINE = 1e-4   # a group of the others' count is split while it holds more
-                 # than this share of a record pair's excess (`others_mixture`)
+def blankets(mech, targets: TargetPairs, num_others: int
+             ) -> List[others_lib.Blanket]:
+  """The unshifted blanket (`common_part`) and the aligned ones of the
+  targets' vertex rows (`others.blankets`), built once per mechanism and
+  target construction."""
+  key = ('_blankets', targets.method, targets.basis.shape)
+  cache = mech.__dict__.setdefault('_blankets', {})
+  if key not in cache:
+    log_beta, log_r = common_part(mech)
+    aligned = others_lib.blankets(vertex_rows(targets), max(others_lib.BLOCKS))
+    cache[key] = [others_lib.Blanket(log_beta, log_r, 1, 'common part')
+                  ] + aligned[1:]
+  return [b for b in cache[key] if b.block <= max(num_others, 1)]
 
 
-def _log_expm1(x: np.ndarray) -> np.ndarray:
-  """log(e^x - 1) without overflow; -inf at 0, NaN below."""
-  x = np.asarray(x, np.float64)
-  with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
-    return np.where(x > 30, x + np.log1p(-np.exp(-x)),
-                    np.log(np.expm1(np.minimum(x, 30))))
-
-
-def others_mixture(mech, targets: TargetPairs, num_others: int,
-                   orders: np.ndarray, log_cap: np.ndarray,
-                   exact: int = EXACT_SPLITS) -> np.ndarray:
-  """[orders, pairs] log of an upper bound on Σ P^α Q^(1-α) of each target pair's
-  secure sum, whatever the `num_others` other clients' inputs in [-c, c].
-
-  With every input's law β·R + (1-β)·W_x (`common_part`), each other client
-  independently draws from R with probability β, so the others' sum is R^{*M} * V,
-  M ~ Binomial(num_others, β), V independent of the target given the inputs.
-  (p, q) ↦ Σ p^α q^(1-α) is jointly convex and adding V is post-processing, so
-  Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m) E_m, E_m = Σ (P*R^{*m})^α (Q*R^{*m})^(1-α),
-  with no assumption on the others' inputs. E_m does not increase with m (data
-  processing), so a group m0..m1 is bounded by its weight times E_m0, or
-  E_m' for any m' <= m0 evaluated (E_0, the target alone, always is: it
-  costs no convolution), and log E_0 <= `log_cap` ((α-1)·the pair's D∞).
-  Groups start as `split_groups` around the mean count (singles next to it and
-  to the ends) and are split, or their start evaluated, while one holds more
-  than _REFINE of the excess over 1 of a pair that sets f̄ (a record in distance
-  order) at some order. Of a pair and its mirror image only one is evaluated
-  where R is symmetric (`_mirror_classes`).
-  """
-  log_beta, log_r = common_part(mech)
-  kept, expand = _mirror_classes(targets, log_r)
-  half = dataclasses.replace(targets, pairs=targets.pairs[kept],
-                             distance=targets.distance[kept])
-  return _mixture_bound(half, log_beta, log_r, num_others, orders,
-                        log_cap[:, kept], exact)[:, expand]
-
-
-def _mixture_bound(targets: TargetPairs, log_beta: float, log_r: np.ndarray,
-                   num_others: int, orders: np.ndarray, log_cap: np.ndarray,
-                   exact: int) -> np.ndarray:
-  """`others_mixture` for the common part (log β, log R) given."""
-  log_b = _log_binomial(num_others, log_beta)
-  centre = int(round(num_others * math.exp(log_beta)))
-  groups = split_groups(0, num_others, centre, exact)
-  starts = {}   # m0 -> [orders, pairs] log E_m0
-  order = np.argsort(targets.distance, kind='stable')
+def _evaluator(targets: TargetPairs, log_r: np.ndarray, orders: np.ndarray):
+  """m -> [orders, pairs] log E_m: the pairs' power sums with m copies of R
+  added (by `matrix_sums` up to MATRIX_LEVELS levels, its error included)."""
   if targets.basis.shape[1] <= MATRIX_LEVELS:
     powers = matrix_sums.Powers(log_r)
 
     def evaluate(m):
       conv, err = matrix_sums.convolve(targets.basis, 0.0, *powers(m))
       return _pair_log_sums(targets, conv, orders, err)
-  else:
-    evaluate = lambda m: _pair_log_sums(
-        targets, _with_sum(targets.basis, [(log_r, m)]), orders)
+    return evaluate
+  return lambda m: _pair_log_sums(
+      targets, _with_sum(targets.basis, [(log_r, m)]), orders)
 
-  starts[0] = np.minimum(evaluate(0), log_cap)   # the target alone: cheap
-  if num_others == 0:
-    return starts[0]
-  while True:
-    weight = np.array([special.logsumexp(log_b[a:b + 1]) for a, b in groups])
-    # A group not evaluated takes the nearest evaluated count below its start.
-    value = np.stack([starts[max(m for m in starts if m <= a)]
-                      for a, _ in groups])
-    live = np.isfinite(weight)[:, None, None]
-    with np.errstate(invalid='ignore'):
-      parts = np.where(live, weight[:, None, None] + value, -np.inf)
-    total = special.logsumexp(parts, axis=0)
-    # Records: pairs whose bound is the sup over pairs no farther apart.
-    per_pair = np.maximum(total / (orders[:, None] - 1), 0.0)[:, order]
-    relevant = np.zeros(total.shape, bool)
-    relevant[:, order] = per_pair >= np.maximum.accumulate(per_pair, axis=1)
-    # A group's share of a pair's excess over 1 (Σ weights = 1, E >= 1); an
-    # infinite total is refined wherever a group is infinite.
-    with np.errstate(invalid='ignore'):   # inf - inf: set just below
-      share = (weight[:, None, None] + _log_expm1(value) -
-               _log_expm1(total)[None])
-    share = np.where(np.isnan(share), -np.inf, share)   # E = 1 up to rounding
-    share = np.where(np.isinf(total)[None], np.where(parts == np.inf, np.inf,
-                                                     -np.inf), share)
-    share = np.where(live & relevant[None] & (total > 0)[None], share, -np.inf)
-    limit = math.log(_REFINE) if _REFINE > 0 else -math.inf
-    flagged = [g for g, s in zip(groups, share) if np.max(s) > limit]
-    todo = [g for g in flagged if g[0] not in starts]
-    splits = [g for g in flagged if g[0] in starts and g[1] > g[0]]
-    if not todo and not splits:
-      return total
-    counts = [a for a, _ in todo]
-    with futures.ThreadPoolExecutor(_workers(len(counts))) as pool:
-      starts.update(zip(counts, pool.map(evaluate, counts)))
-    for g in splits:
-      mid = (g[0] + g[1]) // 2
-      groups[groups.index(g):groups.index(g) + 1] = [(g[0], mid), (mid + 1, g[1])]
 
+PRICE_MARGIN = 1.15   # constructions priced within this of the best are completed
+SPREAD_MARGIN = 1.5   # constructions keeping 1/this of the best spread are priced
+MAX_COMPLETED = 2     # most constructions completed per call
+PRICE_STDS = 1.5      # the pricing count: this many stds below the mean
+
+
+def others_mixture(mech, targets: TargetPairs, num_others: int,
+                   orders: np.ndarray, log_cap: np.ndarray,
+                   exact: int = EXACT_SPLITS) -> np.ndarray:
+  """[orders, pairs] log of an upper bound on Σ P^α Q^(1-α) of each target
+  pair's secure sum, whatever the `num_others` other clients' inputs in
+  [-c, c]: the smallest, pair by pair and order by order, of the mixture
+  bounds (`others.mixture_bound`) of the `blankets` constructions, each
+  proved (`others` module docstring). Constructions keeping under
+  1/SPREAD_MARGIN of the best one's noise variance (`others.spread`) are
+  skipped; the rest are priced by their pairs' sup divergence at
+  PRICE_STDS standard deviations below the mean count of R copies (where
+  the mixture's weight matters at high orders; it evaluates near there
+  anyway), and the MAX_COMPLETED within PRICE_MARGIN of
+  the smallest at some order are completed. Of a pair and its mirror image only one is evaluated where
+  R is symmetric (`_mirror_classes`)."""
+  runs = []
+  candidates = blankets(mech, targets, num_others)
+  spreads = [others_lib.spread(b, num_others) for b in candidates]
+  for blanket, spread in zip(candidates, spreads):
+    if spread * SPREAD_MARGIN < max(spreads):
+      continue
+    kept, expand = _mirror_classes(targets, blanket.log_r)
+    half = dataclasses.replace(targets, pairs=targets.pairs[kept],
+                               distance=targets.distance[kept])
+    evaluate = _memoised(_evaluator(half, blanket.log_r, orders))
+    blocks = blanket.blocks(num_others)
+    beta = math.exp(blanket.log_beta)
+    low = max(0, int(math.floor(blocks * beta - PRICE_STDS * math.sqrt(
+        blocks * beta * (1 - beta)))))
+    price = np.max(evaluate(low), axis=1)   # [orders] sup over pairs
+    runs.append((price, blanket, kept, expand, half, evaluate))
+  prices = np.stack([r[0] for r in runs]) / (orders[None, :] - 1)
+  # Each construction's best price relative to the cheapest, over orders.
+  with np.errstate(invalid='ignore'):   # inf / inf: every one as good
+    ratio = prices / np.maximum(np.min(prices, axis=0), 1e-300)
+  relative = np.min(np.where(np.isnan(ratio), 1.0, ratio), axis=1)
+  chosen = [i for i in np.argsort(relative, kind='stable')[:MAX_COMPLETED]
+            if relative[i] <= PRICE_MARGIN]
+  best = None
+  for i in chosen:
+    _, blanket, kept, expand, half, evaluate = runs[i]
+    bound = others_lib.mixture_bound(
+        evaluate, blanket.log_beta, blanket.blocks(num_others), half.distance,
+        orders, log_cap[:, kept], exact)[:, expand]
+    best = bound if best is None else np.minimum(best, bound)
+  return best
+
+
+def _memoised(evaluate):
+  """`evaluate` remembering its values (the pricing's count is reused)."""
+  memo = {}
+
+  def wrapped(m):
+    if m not in memo:
+      memo[m] = evaluate(m)
+    return memo[m]
+  return wrapped
 
 _LOCAL_METHOD = 'local (one client\'s output, the others\' noise not counted)'
 _SUB_SUM_METHOD = 'the rest dropped: data processing'
@@ -847,6 +807,7 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
   d_inf = np.max(ratio, axis=1)
   if finite.size:
     try:
+      log_e = None
       if others == 'any':
         # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
         log_mass = special.logsumexp(local_up, axis=1)[up]
@@ -854,8 +815,11 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
           log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
         log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
                                exact_splits)
-      else:
-        log_e = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
+      if others == 'extremes' or _ends_are_vertices(mech, targets):
+        # Under the assumption, or proved for any others (both bounds hold
+        # then: the smaller, pair by pair).
+        mixes = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
+        log_e = mixes if log_e is None else np.minimum(log_e, mixes)
     except divergence.UnresolvedSumError:
       if local is None:
         raise

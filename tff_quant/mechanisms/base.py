@@ -222,11 +222,14 @@ def truncated_geometric_log_pmf(p: float, support_size: int) -> np.ndarray:
 class SumReduction:
   """f_α of an n-client secure sum <= copies × f_α of `mechanism`'s secure sum
   over `num_clients` clients, for any inputs of the others; `why` says by what
-  argument (data processing, composition), for the guarantee's text."""
+  argument (data processing, composition), for the guarantee's text; `exact`:
+  some inputs of the others attain it (then any route may compose the
+  reduced sum in place of the n-client one: the PLD route does)."""
   mechanism: 'Mechanism'
   copies: int
   num_clients: int
   why: str
+  exact: bool = False
 
 
 class Mechanism(abc.ABC):

@@ -91,12 +91,14 @@ class BQ(base.Mechanism):
     if num_clients == 1:
       return None
     one = copy.copy(self)
-    one.__dict__.pop('_encode_fn', None)
+    # Without the caches (compiled encoder, end laws, blankets): they are m's.
+    one.__dict__ = {k: v for k, v in self.__dict__.items()
+                    if not k.startswith('_')}
     one.m = self.m * num_clients   # may exceed the tunable's range: never sampled
     return base.SumReduction(
         one, 1, 1, f'the {num_clients} clients\' Binomial({self.m}, 1/2) noise on '
         'the target, the others\' rounded inputs dropped (data processing; '
-        'attained with the others on the grid)')
+        'attained with the others on the grid)', exact=True)
 
   def critical_inputs(self):
     # Piecewise linear in x with breakpoints on the grid {lC/s}.

@@ -1,0 +1,258 @@
+"""Round RDP that named inputs attain: the lower end of ε ∈ [attained, proved].
+
+A `Configuration` names one round's inputs: the target client's two inputs
+(x, x') in each coordinate (the same pair everywhere, or k coordinates at one
+pair and d - k at another, splitting the ℓ2 budget) and the other clients'
+inputs (how many sit at which value, the same in every coordinate). Its round
+RDP is the exact D_α of the secure sums, added over the coordinates
+(independent given the inputs). The laws are built with `matrix_sums`
+(proved error bounds) and Σ P^α Q^(1-α) is taken at or below its exact value,
+so every figure is at most what those inputs attain.
+
+What the interval means: the sup over all inputs is at least every attained
+figure, so no sound bound over the others' inputs goes below it. The ε
+composed from the attained figures by the same route (subsampling, rounds,
+conversion: each non-decreasing in every per-round value) is therefore at
+most the ε any sound per-round bound gives on that route; the accountant's ε
+is at most the proved end. Their ratio is the slack of our bound, not of the
+route (WBK19 and the RDP-to-ε conversion are upper bounds both ends share).
+
+Configurations searched (`search`): the target at pairs of critical inputs
+(where the sup over pairs sits for mechanisms affine between them) and at
+the range's ends; the others all at +c, all at the critical input next to it,
+all at the one nearest 0, or half at +c and half at -c. On the ℓ2 route
+(c > l2_clip/√d) every input must be a clipped update: the target moves by
+(t/2, -t/2) with the budget split over coordinates, and the others sit at
+values v with |v|·√d <= l2_clip. `box=True` drops that constraint (inputs
+anywhere in [-c, c]^d, the set the accountant's f_α covers): still at most
+the accountant's bound, and larger, which is what calibration's screening
+wants (`lower_bound`).
+"""
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tff_quant.accounting import matrix_sums
+from tff_quant.accounting import vector
+from tff_quant.common import validation
+from tff_quant.mechanisms import base
+
+# Multiply-adds the others' laws may take in all (m copies of L levels cost
+# L²m²/2 each); configurations beyond are not tried, and with none left the
+# search offers no figure (1e9: about 1 s here).
+MAX_OPERATIONS = 1e9
+SPLIT_POINTS = 12    # distances tried below and above t* on the ℓ2 route
+PAIR_INPUTS = 9      # most target inputs per coordinate on the coordinate route
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+  """One round's named inputs, per coordinate: `pairs` (coordinates, x, x')
+  for the target, `others` (clients, input) for the rest."""
+  pairs: Tuple[Tuple[int, float, float], ...]
+  others: Tuple[Tuple[int, float], ...]
+
+  def describe(self, c: float) -> str:
+    """The inputs in units of c (the coordinate bound)."""
+    target = ' and '.join(f'{k} coordinate{"s" * (k != 1)} at '
+                          f'({x / c:+.4g}c, {y / c:+.4g}c)'
+                          for k, x, y in self.pairs if k)
+    others = ', '.join(f'{m} at {v / c:+.4g}c' for m, v in self.others if m)
+    return f'target {target}; others {others or "none"}'
+
+
+class AttainedRdp(dict):
+  """{order: round RDP attained} with `configurations` {order: Configuration}
+  (the inputs attaining each) and the coordinate bound `c` they are in."""
+
+  def __init__(self, values: Dict[float, float],
+               configurations: Dict[float, Configuration], c: float):
+    super().__init__(values)
+    self.configurations = configurations
+    self.c = c
+
+  def describe(self, order: float) -> str:
+    return self.configurations[order].describe(self.c)
+
+
+def _others_laws(mech, num_others: int, inputs: Sequence[float],
+                 budget: float, mixed: bool = True
+                 ) -> List[Tuple[Tuple[Tuple[int, float], ...], np.ndarray,
+                                 float]]:
+  """[(others, log-law of their sum, its log error)] for every one of them
+  at each of `inputs`, then (`mixed`) half at inputs[0] and half at its
+  mirror, while the multiply-adds fit `budget`."""
+  out, spent, powers = [], 0.0, {}
+  cost = mech.num_levels**2 * num_others**2 / 2
+
+  def law(v, m):
+    if v not in powers:
+      powers[v] = matrix_sums.Powers(mech.log_pmf(v))
+    return powers[v](m)
+
+  for v in inputs:
+    if spent + cost > budget:
+      break
+    spent += cost
+    out.append((((num_others, v),),) + law(v, num_others))
+  half = num_others // 2
+  v = inputs[0]
+  if mixed and half and spent + cost <= budget:
+    (a, err_a), (b, err_b) = law(v, half), law(-v, num_others - half)
+    conv, err = matrix_sums.convolve(a[None], err_a, b, err_b)
+    out.append((((half, v), (num_others - half, -v)), conv[0], err))
+  return out
+
+
+def _pair_divergences(mech, xs: np.ndarray, ys: np.ndarray, log_law, law_err,
+                      orders: np.ndarray) -> np.ndarray:
+  """[orders + 1, P] lower bounds on D_α (and D∞, last row) of the secure sum
+  for target pairs (xs[p], ys[p]), the others' sum having `log_law`."""
+  rows = np.stack([mech.log_pmf(x) for x in np.concatenate([xs, ys])])
+  sums, err = matrix_sums.convolve(rows, 0.0, log_law, law_err)
+  p, q = sums[:xs.size], sums[xs.size:]
+  logs = matrix_sums.log_power_sums(p, q, orders, err, lower=True)
+  f = np.maximum(logs / (orders[:, None] - 1), 0.0)
+  with np.errstate(invalid='ignore'):   # -inf - -inf: outside both supports
+    ratio = np.nan_to_num(p - q, nan=-np.inf)
+  d_inf = np.maximum(np.max(ratio, axis=1) - 2 * err, 0.0)
+  return np.vstack([f, d_inf[None]])
+
+
+def _coordinate_route(mech, laws, dim, orders):
+  """Every coordinate at the same pair of `PAIR_INPUTS` critical inputs (and
+  ±c): (values [orders + 1], configurations)."""
+  c = mech.input_bound
+  crit = vector._critical(mech)
+  pick = np.unique(np.round(np.linspace(0, len(crit) - 1, PAIR_INPUTS))
+                   ).astype(int)
+  points = np.union1d(crit[pick], [-c, c])
+  xs, ys = (a.ravel() for a in np.meshgrid(points, points, indexing='ij'))
+  keep = xs != ys
+  xs, ys = xs[keep], ys[keep]
+  best = np.zeros(orders.size + 1)
+  configs = [None] * (orders.size + 1)
+  for others, log_law, err in laws:
+    with np.errstate(over='ignore'):   # 1e308·d reads inf, as its ε would
+      f = dim * _pair_divergences(mech, xs, ys, log_law, err, orders)
+    top = np.argmax(f, axis=1)
+    for i, j in enumerate(top):
+      if configs[i] is None or f[i, j] > best[i]:
+        best[i] = f[i, j]
+        configs[i] = Configuration(((dim, float(xs[j]), float(ys[j])),), others)
+  return best, configs
+
+
+def _l2_route(mech, laws, dim, t_star, orders, box):
+  """The target at (t/2, -t/2) (with `box` also at (c, c - t)), k
+  coordinates at t_hi and d - k at t_lo with k·t_hi² + (d-k)·t_lo² <= d·t*²:
+  (values [orders + 1], configurations)."""
+  c = mech.input_bound
+  ts = np.unique(np.concatenate([
+      np.geomspace(t_star / 8, t_star, SPLIT_POINTS // 2, endpoint=False),
+      np.linspace(t_star, 2 * c, SPLIT_POINTS // 2)]))
+  best = np.zeros(orders.size + 1)
+  configs = [None] * (orders.size + 1)
+  starts = [ts / 2] + ([np.full(ts.size, c)] if box else [])
+  for others, log_law, err in laws:
+    xs = np.concatenate(starts)
+    f = _pair_divergences(mech, xs, xs - np.tile(ts, len(starts)), log_law,
+                          err, orders)
+    pick = np.argmax(np.stack(np.split(f, len(starts), axis=1)), axis=0)
+    f = np.max(np.stack(np.split(f, len(starts), axis=1)), axis=0)   # [.., ts]
+    at = lambda r, j, t: float(xs[pick[r, j] * ts.size + j]) if t else 0.0
+    lo_t = np.concatenate([[0.0], ts[ts <= t_star]])
+    lo_f = np.concatenate([np.zeros((f.shape[0], 1)), f[:, ts <= t_star]], 1)
+    hi_t, hi_f = ts[ts >= t_star], f[:, ts >= t_star]
+    for i, tl in enumerate(lo_t):
+      for j, th in enumerate(hi_t):
+        k = dim if th <= tl else math.floor(
+            dim * (t_star**2 - tl**2) / (th**2 - tl**2) * (1 + 1e-12))
+        k = min(max(k, 0), dim)
+        with np.errstate(over='ignore', invalid='ignore'):
+          total = ((k * hi_f[:, j] if k else 0.0) +
+                   ((dim - k) * lo_f[:, i] if dim - k else 0.0))
+        for r in np.flatnonzero((total > best) | np.array(
+            [cf is None for cf in configs])):
+          best[r] = total[r]
+          jl = int(np.searchsorted(ts, tl)) if tl else 0
+          x_hi, x_lo = at(r, list(ts).index(th), th), at(r, jl, tl)
+          configs[r] = Configuration(
+              ((k, x_hi, x_hi - th), (dim - k, x_lo, x_lo - tl)), others)
+  return best, configs
+
+
+def others_inputs(mech, bound: float) -> List[float]:
+  """Values for the others, each in every coordinate, |v| <= `bound`: the
+  bound, the critical input next below it, and the one nearest 0."""
+  crit = vector._critical(mech)
+  inside = crit[(crit < bound * (1 - 1e-12)) & (crit >= 0)]
+  out = [bound]
+  if inside.size:
+    out += [float(inside.max()), float(inside.min())]
+  return list(dict.fromkeys(out))
+
+
+def applies(mech, clients_per_round: int) -> bool:
+  """True when the search runs: the divergences come from the accountant's
+  search over inputs (not a closed form, not a central mechanism) and one
+  configuration's laws fit MAX_OPERATIONS."""
+  if mech.central or mech.has_exact_divergences:
+    return False
+  return mech.num_levels**2 * (clients_per_round - 1)**2 / 2 <= MAX_OPERATIONS
+
+
+def round_rdp(mech, orders: Sequence[float], clients_per_round: int,
+              dim: int = 1, l2_clip: Optional[float] = None,
+              box: bool = False, search: bool = True) -> Optional[AttainedRdp]:
+  """{order: the largest round RDP the searched configurations attain} for
+  integer orders >= 2 (math.inf too), each with the inputs that attain it
+  (module docstring); None where the search does not apply (`applies`).
+
+  Args:
+    mech: the mechanism each coordinate goes through (input bound c).
+    orders: Rényi orders >= 2.
+    clients_per_round: n, clients in the secure sum.
+    dim: d, coordinates per client.
+    l2_clip: each update's ℓ2 bound (None: every coordinate may move end to
+      end, the coordinate route).
+    box: on the ℓ2 route, inputs anywhere in [-c, c]^d (what the
+      accountant's bound covers) instead of clipped updates.
+    search: every configuration of the module docstring; False: the others
+      all at the largest value only (one law: calibration's screening).
+  """
+  validation.check_integer('clients_per_round', clients_per_round, 1)
+  validation.check_integer('dim', dim, 1)
+  validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
+  finite = np.array(sorted(set(int(validation.check_number('orders', a, 2))
+                               for a in orders if math.isfinite(a))))
+  if not finite.size:
+    raise ValueError('`orders` must hold at least one finite order >= 2.')
+  if not applies(mech, clients_per_round):
+    return None
+  c = mech.input_bound
+  l2_route = l2_clip is not None and not vector.coordinate_route_applies(
+      mech, dim, l2_clip)
+  bound = c if (box or not l2_route) else l2_clip / math.sqrt(dim)
+  if clients_per_round == 1:
+    laws = [((), np.zeros(1), 0.0)]
+  else:
+    inputs = others_inputs(mech, bound) if search else [bound]
+    laws = _others_laws(mech, clients_per_round - 1, inputs, MAX_OPERATIONS,
+                        mixed=search)
+  if l2_route:
+    values, configs = _l2_route(mech, laws, dim,
+                                min(2 * l2_clip / math.sqrt(dim), 2 * c), finite,
+                                box)
+  else:
+    values, configs = _coordinate_route(mech, laws, dim, finite)
+  keys = [float(a) for a in finite] + [math.inf]
+  rdp = {k: float(v) for k, v in zip(keys, values)}
+  top = max(rdp, key=rdp.get)   # D∞ >= every D_α
+  if rdp[math.inf] < rdp[top]:
+    configs[-1] = configs[keys.index(top)]
+    rdp[math.inf] = rdp[top]
+  return AttainedRdp(rdp, dict(zip(keys, configs)), c)
