@@ -4,7 +4,7 @@ Accounting improves (a tighter bound, or one that drops an assumption) after
 runs that took hours; this recomputes each run's whole-model ε from what it ran
 (the mechanism rebuilt from config.json and the dimension in summary.json, the
 rounds it completed) and writes one row per run next to the ε it was reported
-with. TFF's own aggregators (peers) and the noise-free baseline are listed as
+with, as ε ∈ [attained, proved] (`accounting.attained`). TFF's own aggregators (peers) and the noise-free baseline are listed as
 they were: their accounting is closed form, with no assumption on the others.
 
   python -m experiments.reaccount_runs --runs_dir=results/frontier_fl
@@ -30,7 +30,8 @@ flags.DEFINE_string('output_csv', None, 'CSV to write (default '
                     '<runs_dir>/reaccounted.csv).')
 
 COLUMNS = ('run', 'mechanism', 'rounds', 'test_accuracy', 'epsilon_reported',
-           'epsilon_now', 'others', 'delta', 'note')
+           'epsilon_attained', 'epsilon_now', 'others', 'delta', 'attained_by',
+           'note')
 
 
 def reaccount(run_dir: str, others: str = 'any'):
@@ -43,7 +44,8 @@ def reaccount(run_dir: str, others: str = 'any'):
              mechanism=config['mechanism'], rounds=summary['rounds_completed'],
              test_accuracy=summary['test_accuracy'],
              epsilon_reported=summary['epsilon'], epsilon_now=summary['epsilon'],
-             others='', delta=summary['delta'], note='')
+             epsilon_attained='', others='', delta=summary['delta'],
+             attained_by='', note='')
   if config['mechanism'] not in mechanisms.registry():
     row['note'] = 'not a registry mechanism (peer or noise-free): as reported'
     return row
@@ -55,7 +57,10 @@ def reaccount(run_dir: str, others: str = 'any'):
       mech, summary['rounds_completed'], config['clients_per_round'],
       config['total_clients'], summary['delta'], dim=dim,
       l2_clip=config['clip_norm'], use_pld=False, others=others)
-  row.update(epsilon_now=g.epsilon, others=others, note=g.assumptions)
+  row.update(epsilon_now=g.epsilon, others=others, note=g.assumptions,
+             epsilon_attained=('' if g.epsilon_attained is None
+                               else g.epsilon_attained),
+             attained_by=g.attained_inputs)
   return row
 
 
@@ -74,12 +79,15 @@ def main(argv):
     rows = [reaccount(os.path.join(FLAGS.runs_dir, r), FLAGS.others) for r in runs]
   out = FLAGS.output_csv or os.path.join(FLAGS.runs_dir, 'reaccounted.csv')
   results_io.write_csv(out, COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
-  print('| run | mechanism | rounds | test accuracy | ε reported | ε now |')
+  print('| run | mechanism | rounds | test accuracy | ε reported | '
+        'ε now ∈ [attained, proved] |')
   print('|---|---|---|---|---|---|')
   for r in rows:
+    low = ('' if r['epsilon_attained'] == '' else
+           f'[{r["epsilon_attained"]:.4g}, {r["epsilon_now"]:.4g}]')
     print(f'| {r["run"]} | {r["mechanism"]} | {r["rounds"]} | '
           f'{r["test_accuracy"]:.3f} | {r["epsilon_reported"]:.4g} | '
-          f'{r["epsilon_now"]:.4g} |')
+          f'{low or format(r["epsilon_now"], ".4g")} |')
   print(f'Wrote {out} (others={FLAGS.others}; data: the runs\' own, see their '
         'summary.json)')
 

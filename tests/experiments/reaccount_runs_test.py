@@ -32,8 +32,12 @@ def test_reaccounts_a_registry_run_from_what_it_ran(tmp_path):
   row = reaccount_runs.reaccount(str(tmp_path / 'rqm'))
   mech = mechanisms.get('rqm').for_coordinate_bound(3 / math.sqrt(256), **params)
   want = accounting.training_guarantee(mech, 10, 20, 500, 1 / 500, dim=256,
-                                       l2_clip=1.0, use_pld=False).epsilon
-  assert row['epsilon_now'] == pytest.approx(want, rel=1e-12)
+                                       l2_clip=1.0, use_pld=False)
+  assert row['epsilon_now'] == pytest.approx(want.epsilon, rel=1e-12)
+  assert row['epsilon_attained'] == pytest.approx(want.epsilon_attained,
+                                                  rel=1e-12)
+  assert 0 < row['epsilon_attained'] <= row['epsilon_now']
+  assert 'others 19 at' in row['attained_by']
   assert row['epsilon_reported'] == 9.5 and row['others'] == 'any'
   assumed = reaccount_runs.reaccount(str(tmp_path / 'rqm'), 'extremes')
   assert 'ASSUMED' in assumed['note'] and 'ASSUMED' not in row['note']
