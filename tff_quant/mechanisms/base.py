@@ -502,3 +502,19 @@ class Mechanism(abc.ABC):
     level_sum = tf.cast(level_sum, tf.float32)
     n = tf.cast(num_clients, tf.float32)
     return n * self.level_offset + self.level_step * level_sum
+
+  # --- signal-aware utility (tff_quant.mechanisms.utility) --------------------
+  def signal_utility(self, num_clients: int,
+                     signal_bound: Optional[float] = None):
+    """`utility.SignalUtility` of the decoded mean of n clients sharing one
+    input |x| <= signal_bound (default `input_bound`): the worst Var/slope²,
+    the error of its best debiased use, exact from the law. Calibration ranks
+    by it (plain MSE rewards outputs that carry no signal)."""
+    from tff_quant.mechanisms import utility  # pylint: disable=g-import-not-at-top
+    return utility.per_client(self, num_clients, signal_bound)
+
+  def decoded_moments(self, num_clients: int, x: float):
+    """(E[D], Var[D], dE[D]/dx) of the decoded mean D of n clients sharing
+    input x, exact from the law (what `signal_utility` maximises over)."""
+    from tff_quant.mechanisms import utility  # pylint: disable=g-import-not-at-top
+    return utility.per_client_moments(self, num_clients, x)

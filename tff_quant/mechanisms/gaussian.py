@@ -16,6 +16,7 @@ import numpy as np
 
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
+from tff_quant.mechanisms import utility
 
 
 class Gaussian(base.Mechanism):
@@ -72,6 +73,18 @@ class Gaussian(base.Mechanism):
 
   def worst_case_variance(self):
     return self.sigma**2
+
+  def signal_utility(self, num_clients, signal_bound=None):
+    """σ²/n at slope 1: the decoded mean is x plus N(0, σ²/n) for every x."""
+    n = validation.check_integer('num_clients', num_clients, 1)
+    a = utility.resolve_signal_bound(self, signal_bound)
+    var = self.sigma**2 / n
+    return utility.SignalUtility(var, 1.0, var, 0.0, a, n)
+
+  def decoded_moments(self, num_clients, x):
+    """(clip(x), σ²/n, 1): the mean of n clients' x + N(0, σ²), x clipped."""
+    n = validation.check_integer('num_clients', num_clients, 1)
+    return self.clip_input(x), self.sigma**2 / n, 1.0
 
   def subsampled_rdp(self, orders, num_clients, total_clients, l2_sensitivity):
     """dp-accounting's RDP of the sampled-without-replacement Gaussian, z = √n·σ/S."""

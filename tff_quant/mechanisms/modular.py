@@ -26,6 +26,7 @@ from scipy import special
 
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
+from tff_quant.mechanisms import utility
 
 tf = base.tf
 
@@ -234,21 +235,116 @@ class ModularNoiseMechanism(base.Mechanism):
     included: exact for n clients sharing one input x, maximised over x at every
     integer and half-integer step (where the wrap and each client's rounding
     variance peak)."""
-    from scipy import stats  # pylint: disable=g-import-not-at-top
-    w = np.exp(self.noise_sum_log_pmf(num_clients))
-    centre = np.arange(self.m)
-    centre = np.where(centre < self.m // 2, centre, centre - self.m)
+    n = validation.check_integer('num_clients', num_clients, 1)
     worst = 0.0
-    for y in np.arange(-2 * self.steps, 2 * self.steps + 1) / 2.0:
+    for js, f in self._step_grid(self.steps, (0.0, 0.5, 1.0)):
+      first, second, _ = self._sum_moments(n, js, f)
+      y = js + f   # E[(γ·centre(S) - nγy)²] / n²
+      err = second - 2 * n * y * first + (n * y)**2
+      worst = max(worst, float(np.max(err)))
+    return self.gamma**2 * worst / n**2
+
+  def signal_utility(self, num_clients, signal_bound=None):
+    """E_a (`utility`) of the decoded mean γ·centre(S mod M)/n, exact from
+    the law of the modular sum, for n clients sharing x = γy, |x| <= a.
+
+    Each client rounds y to J or J + 1 (f = y - J), so S = nJ + K + W, K ~
+    Binomial(n, f) and W the noise sum mod M. With g_p(s) = E[centre((s + W)
+    mod M)^p] (circular correlations, by FFT), E[centre(S)^p] = Σ_k
+    P(K = k) g_p(nJ + k). The slope is exact: centre steps by 1 except from
+    M//2 - 1 to -M//2 (1 - M), so g_1(s + 1) - g_1(s) = 1 - M·P(W ≡ M//2 - 1
+    - s) and dE[D]/dx = Σ_k P(K' = k)(1 - M·P(W ≡ M//2 - 1 - nJ - k)), K' ~
+    Binomial(n - 1, f): 1 without wrap, 0 when W is uniform. Evaluated at
+    quarter steps of y in [-a/γ, a/γ] and both one-sided slopes at integers.
+    """
+    n = validation.check_integer('num_clients', num_clients, 1)
+    a = utility.resolve_signal_bound(self, signal_bound)
+    xs, slopes, variances = [], [], []
+    for js, f in self._step_grid(a / self.gamma, (0.0, 0.25, 0.5, 0.75, 1.0)):
+      first, second, slope = self._sum_moments(n, js, f)
+      xs.append(self.gamma * (js + f))
+      slopes.append(slope)
+      variances.append(self.gamma**2 * np.maximum(second - first**2, 0.0) / n**2)
+    return utility.worst_case(np.concatenate(xs), np.concatenate(slopes),
+                              np.concatenate(variances), a, n)
+
+  def decoded_moments(self, num_clients, x):
+    """(E[D], Var[D], dE[D]/dx) of D = γ·centre(S mod M)/n for n clients
+    sharing x, exact (`signal_utility` has the algebra); the slope is the
+    right derivative where x/γ is an integer."""
+    n = validation.check_integer('num_clients', num_clients, 1)
+    j, f = self._rounding(x)
+    first, second, slope = self._sum_moments(n, [j], f)
+    return (float(self.gamma * first[0] / n),
+            float(self.gamma**2 * max(second[0] - first[0]**2, 0.0) / n**2),
+            float(slope[0]))
+
+  def _step_grid(self, top, fractions):
+    """[(J values, f)]: the rounded inputs y = J + f in [-top, top] at each
+    fraction f (f = 1 at J and f = 0 at J + 1 are one y, approached from
+    either side), and the two ends y = ±top, J <= steps - 1."""
+    whole = np.arange(math.floor(-top), min(math.ceil(top), self.steps))
+    groups = [(whole[(whole + f >= -top - 1e-12) & (whole + f <= top + 1e-12)], f)
+              for f in fractions]
+    for y in (-top, top):
       j = min(math.floor(y), self.steps - 1)
-      ups = stats.binom.pmf(np.arange(num_clients + 1), num_clients, y - j)
-      law = np.zeros(self.m)
-      for k, pk in enumerate(ups):
-        if pk > 0:
-          law += pk * np.roll(w, num_clients * j + k)
-      err = self.gamma * centre - num_clients * self.gamma * y
-      worst = max(worst, float(np.dot(law, err**2)))
-    return worst / num_clients**2
+      groups.append((np.array([j]), y - j))
+    return groups
+
+  def _sum_moments(self, num_clients, js, f):
+    """(E[centre(S)], E[centre(S)²], dE[D]/dx) for n clients sharing y = J +
+    f, one entry per J in js (`signal_utility`'s docstring has the algebra)."""
+    g1, g2, step_up = self._centre_tables(num_clients)
+    n = num_clients
+    return (self._binomial_average(g1, js, n, n, f),
+            self._binomial_average(g2, js, n, n, f),
+            self._binomial_average(step_up, js, n, n - 1, f))
+
+  def _centre_tables(self, num_clients):
+    """(g_1, g_2, g_1(s + 1) - g_1(s)) over s in Z_M for the n-client noise
+    sum W: g_p(s) = E[centre((s + W) mod M)^p], by FFT; cached per n."""
+    cache = self.__dict__.setdefault('_centre_cache', {})
+    if num_clients not in cache:
+      log_w = self.noise_sum_log_pmf(num_clients)
+      if np.any(np.isnan(log_w)):
+        raise UnresolvableError(
+            f'The noise-sum law on Z_{self.m} has unresolved entries: raise '
+            'noise_std or lower num_levels.')
+      m = self.m
+      w = np.exp(log_w)
+      i = np.arange(m)
+      centre = np.where(i < m // 2, i, i - m).astype(np.float64)
+      conj_w = np.conj(np.fft.rfft(w))
+      cache[num_clients] = (np.fft.irfft(conj_w * np.fft.rfft(centre), m),
+                            np.fft.irfft(conj_w * np.fft.rfft(centre**2), m),
+                            1.0 - m * w[(m // 2 - 1 - i) % m])
+    return cache[num_clients]
+
+  def _binomial_average(self, table, js, num_clients, trials, f):
+    """[len(js)] Σ_k P(Binomial(trials, f) = k)·table[(n·J + k) mod M] for
+    each J in js (n = num_clients; trials n to average over the rounding,
+    n - 1 for the slope)."""
+    from scipy import stats  # pylint: disable=g-import-not-at-top
+    k = np.arange(trials + 1)
+    pk = stats.binom.pmf(k, trials, f) if trials else np.ones(1)
+    js = np.asarray(js, np.int64)
+    out = np.empty(js.size)
+    rows = max(1, _SHIFT_BLOCK_ENTRIES // k.size)
+    for start in range(0, js.size, rows):
+      block = js[start:start + rows]
+      idx = (num_clients * block[:, None] + k[None, :]) % self.m
+      out[start:start + rows] = table[idx] @ pk
+    return out
+
+  def modulus_needed(self, num_clients, signal_bound=None,
+                     modclip_prob=utility.MODCLIP_PROB):
+    """The least modulus TFF's DistributedDpSumFactory sizing admits for this
+    noise and rounding and n clients' common signal |x| <= a (default the
+    input bound): `utility.modulus_needed` in steps of γ. The summed noise
+    fits when num_levels >= it."""
+    a = utility.resolve_signal_bound(self, signal_bound)
+    return utility.modulus_needed(self.noise_std, num_clients, a / self.gamma,
+                                  modclip_prob)
 
   def sum_divergences(self, orders, num_clients, distances):
     """Exact, by translation invariance on Z_M (module docstring)."""
