@@ -1,11 +1,15 @@
 """FedAvg with several simulated clients per TFF client slot (the fast simulation path).
 
 TFF's per-client overhead, not local training, dominates a simulated round
-(benchmarks/round_vs_floor.py). Here each TFF client slot trains K clients one
-after another inside one TensorFlow loop, from the same broadcast weights, with
-its own optimizer state each, and hands the aggregator their K updates stacked on
-a leading axis. A `QuantizationFactory(clients_per_value=K)` clips and encodes
-every row on its own and adds the K integer level vectors before the secure sum.
+(benchmarks/round_vs_floor.py). Here each TFF client slot trains K clients, each
+from the same broadcast weights with its own optimizer state, and hands the
+aggregator their K updates stacked on a leading axis. By default the K clients
+train as one batched computation (`vectorized_clients`: stacked weights,
+grouped convolutions, batched matmuls); a model it cannot re-implement trains
+them one after another inside one TensorFlow loop (`vectorized=False`).
+`auto_clients_per_slot` is the K federated_training uses when none is given.
+A `QuantizationFactory(clients_per_value=K)` clips and encodes every row on its
+own and adds the K integer level vectors before the secure sum.
 
 Why the server's view is unchanged: the secure sum reveals only
 S = Σ_slots Σ_{k<K} Q(x_{slot,k}), where each Q(x) is the mechanism's encoding of
@@ -17,10 +21,13 @@ metrics are per-client sums (loss and accuracy totals) added the same way and
 still go through `secure_sum_then_finalize`. Local training is TFF's model-delta
 client work (update = initial − trained weights; a client whose update is not
 finite contributes zeros), batches cut per client exactly as
-`dataset.repeat(epochs).batch(batch_size)` cuts them.
+`dataset.repeat(epochs).batch(batch_size)` cuts them; a client without
+examples contributes zeros, as in TFF's client work.
 """
 
 import collections
+import collections.abc
+import os
 from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
@@ -28,22 +35,63 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_quant.common import validation
+from tff_quant.training import vectorized_clients
+
+vectorization_reason = vectorized_clients.vectorization_reason
+
+
+# Most coordinates one stacked copy of the K clients' weights may hold (K * d;
+# 128 MiB of float32): the vectorized training keeps a few such copies.
+MAX_STACKED_COORDINATES = 2**25
+
+
+def parallel_units(num_workers: int = 0) -> int:
+  """Slots that run at once: this machine's CPU cores (TFF's executor runs
+  each slot on one), times the TFF workers when there are remote ones
+  (assumed alike)."""
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:   # not Linux
+    cores = os.cpu_count() or 1
+  return max(1, cores) * max(1, num_workers)
+
+
+def auto_clients_per_slot(clients_per_round: int, dim: int, units: int) -> int:
+  """K for `clients_per_round` clients of a `dim`-coordinate model on `units`
+  parallel slots: the smallest divisor of n that is >= n / units, so the n / K
+  slots keep every unit busy with as few slots as possible (a slot costs TFF
+  a fixed overhead; its K clients train as one computation), lowered to the
+  largest divisor with K * dim <= MAX_STACKED_COORDINATES when the stacked
+  weights would not fit. E.g. n = 100 on 2 cores: K = 50; n = 37: K = 37."""
+  n = validation.check_integer('clients_per_round', clients_per_round, 1)
+  validation.check_integer('dim', dim, 1)
+  validation.check_integer('units', units, 1)
+  divisors = [k for k in range(1, n + 1) if n % k == 0]
+  k = min(k for k in divisors if k * units >= n)
+  fits = [d for d in divisors if d * dim <= MAX_STACKED_COORDINATES]
+  return min(k, max(fits, default=1))
 
 
 def pack_datasets(examples: Callable[[str], Tuple[np.ndarray, np.ndarray]],
                   client_ids: Sequence[str], clients_per_slot: int,
-                  batch_size: int, local_epochs: int = 1) -> List[tf.data.Dataset]:
+                  batch_size: int, local_epochs: int = 1,
+                  vectorized: bool = True) -> List[tf.data.Dataset]:
   """One dataset per slot of `clients_per_slot` consecutive clients.
 
   Args:
-    examples: client id -> (x, y) numpy arrays in the client's dataset order.
+    examples: client id -> (x, y) numpy arrays in the client's dataset order
+      (a client may have none: its update is zeros, as in TFF's client work).
     client_ids: the round's clients; their number must be a multiple of K.
     clients_per_slot: K >= 1.
     batch_size, local_epochs: as the plain path's `repeat(epochs).batch(B)`.
+    vectorized: the layout of `build_packed_fed_avg(vectorized=...)`.
 
   Returns:
-    Datasets whose elements are ((x [b, ...], y [b]), k): a batch of client k of
-    the slot (0 <= k < K), all of client k's batches before client k + 1's.
+    A dataset per slot. vectorized: its one element is a
+    `vectorized_clients.SlotData` (the clients' examples and the steps that
+    train them); otherwise its elements are
+    ((x [b, ...], y [b]), k): a batch of client k of the slot (0 <= k < K), all
+    of client k's batches before client k + 1's.
   """
   k = validation.check_integer('clients_per_slot', clients_per_slot, 1)
   validation.check_integer('batch_size', batch_size, 1)
@@ -53,12 +101,14 @@ def pack_datasets(examples: Callable[[str], Tuple[np.ndarray, np.ndarray]],
                      f'clients_per_slot ({k}).')
   out = []
   for first in range(0, len(client_ids), k):
+    arrays = [examples(cid) for cid in client_ids[first:first + k]]
+    if vectorized:
+      out.append(vectorized_clients.slot_dataset(vectorized_clients.pack_steps(
+          arrays, batch_size, local_epochs)))
+      continue
     xs, ys, starts, sizes, owners = [], [], [], [], []
     offset = 0
-    for j, cid in enumerate(client_ids[first:first + k]):
-      x, y = examples(cid)
-      if len(y) == 0:
-        raise ValueError(f'client {cid!r} has no examples.')
+    for j, (x, y) in enumerate(arrays):
       x, y = np.concatenate([x] * local_epochs), np.concatenate([y] * local_epochs)
       for s in range(0, len(y), batch_size):
         starts.append(offset + s)
@@ -75,6 +125,14 @@ def pack_datasets(examples: Callable[[str], Tuple[np.ndarray, np.ndarray]],
     out.append(batches.map(
         lambda s, z, j, x=all_x, y=all_y: ((x[s:s + z], y[s:s + z]), j)))
   return out
+
+
+def _xy_specs(input_spec):
+  """(x spec, y spec) of a model's input_spec: an (x, y) pair or {'x', 'y'}."""
+  if isinstance(input_spec, collections.abc.Mapping):
+    return input_spec['x'], input_spec['y']
+  x_spec, y_spec = input_spec
+  return x_spec, y_spec
 
 
 def stacked_type(value_type, clients_per_slot: int):
@@ -146,7 +204,7 @@ def _packed_update(model_fn, clients_per_slot: int):
 
 
 def build_packed_client_work(model_fn, optimizer, clients_per_slot: int,
-                             metrics_aggregator):
+                             metrics_aggregator, vectorized: bool = True):
   """A `tff.learning.templates.ClientWorkProcess` training K clients per slot.
 
   Args:
@@ -154,17 +212,34 @@ def build_packed_client_work(model_fn, optimizer, clients_per_slot: int,
     optimizer: the clients' `tff.learning.optimizers.Optimizer`.
     clients_per_slot: K >= 1.
     metrics_aggregator: e.g. `tff.learning.metrics.secure_sum_then_finalize`.
+    vectorized: train the K clients as one batched computation
+      (`vectorized_clients`; ValueError naming what the model lacks when it
+      cannot) instead of one after another; data from `pack_datasets` with the
+      same `vectorized`.
 
   Its result's update has a leading axis K (one row per client).
   """
   num = validation.check_integer('clients_per_slot', clients_per_slot, 1)
+  validation.check_bool('vectorized', vectorized)
+  if vectorized:
+    reason = vectorized_clients.vectorization_reason(model_fn)
+    if reason:
+      raise ValueError(f'vectorized=True: cannot vectorize this model ({reason}); '
+                       'pass vectorized=False to train the clients one after '
+                       'another.')
   with tf.Graph().as_default():
     model = model_fn()
     metrics_fn = metrics_aggregator(model.metric_finalizers())
     weights_type = tff.learning.models.weights_type_from_model(model)
     element = tff.types.tensorflow_to_type(model.input_spec)
-  data_type = tff.SequenceType(tff.StructWithPythonType(
-      [element, tff.TensorType(np.int32)], tuple))
+    if vectorized:
+      data_type = vectorized_clients.slot_type(*_xy_specs(model.input_spec))
+  if vectorized:
+    train = vectorized_clients.vectorized_update
+  else:
+    data_type = tff.SequenceType(tff.StructWithPythonType(
+        [element, tff.TensorType(np.int32)], tuple))
+    train = _packed_update
   hparams = optimizer.get_hparams(optimizer.initialize(
       tf.TensorSpec([], tf.float32)))
 
@@ -176,7 +251,7 @@ def build_packed_client_work(model_fn, optimizer, clients_per_slot: int,
 
   @tff.tensorflow.computation(state_type, weights_type, data_type)
   def client_update(state, initial, dataset):
-    return _packed_update(model_fn, num)(optimizer, state, initial, dataset)
+    return train(model_fn, num)(optimizer, state, initial, dataset)
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.CLIENTS),
@@ -203,7 +278,7 @@ def build_packed_client_work(model_fn, optimizer, clients_per_slot: int,
 
 def build_packed_fed_avg(model_fn, clients_per_slot: int, client_optimizer,
                          server_optimizer, model_aggregator,
-                         metrics_aggregator=None):
+                         metrics_aggregator=None, vectorized: bool = True):
   """FedAvg (uniform weights) whose client slots each train K clients.
 
   Args:
@@ -216,6 +291,8 @@ def build_packed_fed_avg(model_fn, clients_per_slot: int, client_optimizer,
       `aggregators.mechanism_factory(..., clients_per_value=K)`.
     metrics_aggregator: default `tff.learning.metrics.secure_sum_then_finalize`
       (the whole round stays secure-only).
+    vectorized: as in `build_packed_client_work` (`vectorization_reason`
+      says whether a model can).
 
   Returns:
     A `tff.learning.templates.LearningProcess` with the state, metrics and
@@ -236,7 +313,8 @@ def build_packed_fed_avg(model_fn, clients_per_slot: int, client_optimizer,
       tff.learning.templates.build_broadcast_process(weights_type),
       build_packed_client_work(
           model_fn, client_optimizer, num,
-          metrics_aggregator or tff.learning.metrics.secure_sum_then_finalize),
+          metrics_aggregator or tff.learning.metrics.secure_sum_then_finalize,
+          vectorized),
       aggregator,
       tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                              weights_type))

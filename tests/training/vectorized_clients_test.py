@@ -1,0 +1,275 @@
+"""Vectorized local training equals each client's sequential training.
+
+Tolerance (float32; the batched ops add in another order than the per-client
+ones): every update coordinate within 1e-6 + 1e-5 * |sequential update| of
+TFF's own client work, after up to 8 local steps.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_quant import models
+from tff_quant.training import packed_clients as pc
+from tff_quant.training import vectorized_clients as vc
+
+pytestmark = pytest.mark.usefixtures('tff_context')
+
+ATOL, RTOL = 1e-6, 1e-5
+IMAGE = (8, 8, 1)
+
+
+def dense_fn():
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(5, activation='tanh'), tf.keras.layers.Dense(3)])
+
+
+def conv_fn():
+  """Every spatial layer kind: valid and same padding, strides, both pools."""
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=IMAGE),
+      tf.keras.layers.Conv2D(3, 3, activation='relu'),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Conv2D(4, 2, padding='same', strides=1, use_bias=False),
+      tf.keras.layers.Activation('tanh'),
+      tf.keras.layers.AveragePooling2D(2, padding='same'),
+      tf.keras.layers.Conv2D(2, 1, strides=2, activation='sigmoid'),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(3)])
+
+
+def model_fn_of(keras_fn):
+  shape = keras_fn().input_shape[1:]
+  spec = (tf.TensorSpec([None, *shape], tf.float32), tf.TensorSpec([None], tf.int32))
+  return models.tff_model_fn(keras_fn, spec)
+
+
+def clients(keras_fn, sizes, seed=0):
+  """{id: (x, y)} of the given sizes (0: no examples), 3 classes."""
+  shape = keras_fn().input_shape[1:]
+  rng = np.random.RandomState(seed)
+  return {f'c{i}': (rng.randn(s, *shape).astype(np.float32),
+                    rng.randint(0, 3, s).astype(np.int32))
+          for i, s in enumerate(sizes)}
+
+
+def initial_weights(keras_fn):
+  weights = tff.learning.models.ModelWeights.from_model(keras_fn())
+  return tff.learning.models.ModelWeights(
+      trainable=[w.numpy() for w in weights.trainable], non_trainable=[])
+
+
+def tff_updates(model_fn, optimizer, weights, arrays, ids, batch, epochs):
+  """TFF's own model-delta client work, one client at a time: the reference."""
+  work = tff.learning.templates.build_model_delta_client_work(
+      model_fn, optimizer, tff.learning.ClientWeighting.UNIFORM)
+  out = work.next(work.initialize(), [weights] * len(ids), [
+      tf.data.Dataset.from_tensor_slices(arrays[c]).repeat(epochs).batch(batch)
+      for c in ids])
+  return [r.update for r in out.result], out.measurements['train']
+
+
+def packed_updates(model_fn, optimizer, weights, arrays, ids, k, batch, epochs,
+                   vectorized=True):
+  work = pc.build_packed_client_work(model_fn, optimizer, k,
+                                     tff.learning.metrics.sum_then_finalize,
+                                     vectorized=vectorized)
+  out = work.next(work.initialize(), [weights] * (len(ids) // k),
+                  pc.pack_datasets(arrays.get, ids, k, batch, epochs,
+                                   vectorized=vectorized))
+  rows = [[u[j] for u in slot.update] for slot in out.result for j in range(k)]
+  return rows, out.measurements['train']
+
+
+def assert_updates_close(got, want):
+  for g_rows, w_rows in zip(got, want):
+    for g, w in zip(g_rows, w_rows):
+      np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+# Sizes: empty clients, single examples, partial last batches, several batches.
+SIZES = [0, 1, 4, 7, 11, 0, 3, 9]
+
+
+@pytest.mark.parametrize('keras_fn, optimizer, epochs', [
+    (dense_fn, tff.learning.optimizers.build_sgdm(0.2, momentum=0.9), 2),
+    (conv_fn, tff.learning.optimizers.build_sgdm(0.3, momentum=0.5), 1),
+    (dense_fn, tff.learning.optimizers.build_adam(0.05), 1)])
+def test_vectorized_updates_equal_tffs_client_work(keras_fn, optimizer, epochs):
+  """Each client's row equals TFF's sequential update for it; metrics too."""
+  model_fn = model_fn_of(keras_fn)
+  arrays = clients(keras_fn, SIZES)
+  ids = sorted(arrays, key=lambda c: int(c[1:]))
+  weights = initial_weights(keras_fn)
+  want, want_metrics = tff_updates(model_fn, optimizer, weights, arrays, ids, 4,
+                                   epochs)
+  got, got_metrics = packed_updates(model_fn, optimizer, weights, arrays, ids, 4,
+                                    4, epochs)
+  assert_updates_close(got, want)
+  for i, size in enumerate(SIZES):
+    moved = any(np.any(u != 0) for u in got[i])
+    assert moved == (size > 0), (i, size)   # an empty client does not move
+  assert got_metrics['num_examples'] == want_metrics['num_examples'] == (
+      epochs * sum(SIZES))
+  assert got_metrics['num_batches'] == want_metrics['num_batches']
+  for key in ('loss', 'sparse_categorical_accuracy'):
+    np.testing.assert_allclose(got_metrics[key], want_metrics[key], rtol=1e-5)
+
+
+def test_vectorized_and_sequential_packed_paths_agree_on_every_model():
+  """The library's models (dropout off: the masks are random) through both
+  packed client works, momentum on."""
+  for name in ('small_cnn', 'lenet5', 'mlp'):
+    shape = (100,) if name == 'mlp' else (28, 28, 1)
+    keras_fn = lambda: models.get(name, shape, 3)   # pylint: disable=cell-var-from-loop
+    model_fn = model_fn_of(keras_fn)
+    arrays = clients(keras_fn, [5, 0, 12, 2], seed=3)
+    ids = sorted(arrays)
+    opt = tff.learning.optimizers.build_sgdm(0.1, momentum=0.9)
+    weights = initial_weights(keras_fn)
+    seq, _ = packed_updates(model_fn, opt, weights, arrays, ids, 2, 4, 1, False)
+    vec, _ = packed_updates(model_fn, opt, weights, arrays, ids, 2, 4, 1, True)
+    assert_updates_close(vec, seq)
+
+
+def test_a_non_finite_client_gives_zeros_and_leaves_the_others_alone():
+  arrays = clients(dense_fn, [3, 5, 2])
+  x, y = arrays['c1']
+  arrays['c1'] = (np.full_like(x, np.inf), y)
+  model_fn = model_fn_of(dense_fn)
+  opt = tff.learning.optimizers.build_sgdm(0.1)
+  weights = initial_weights(dense_fn)
+  ids = ['c0', 'c1', 'c2']
+  got, _ = packed_updates(model_fn, opt, weights, arrays, ids, 3, 2, 1)
+  want, _ = tff_updates(model_fn, opt, weights, arrays, ids, 2, 1)
+  assert all(np.all(u == 0) for u in got[1])
+  assert all(np.all(u == 0) for u in want[1])   # as TFF's client work does
+  assert_updates_close([got[0], got[2]], [want[0], want[2]])
+
+
+def test_pack_steps_runs_every_batch_once_in_order():
+  sizes = [0, 1, 33, 64, 65, 7, 32]
+  arrays = [(np.arange(s, dtype=np.float32)[:, None], np.arange(s, dtype=np.int32))
+            for s in sizes]
+  for epochs in (1, 2):
+    data = vc.pack_steps(arrays, 32, epochs)
+    seen = {j: [] for j in range(len(sizes))}
+    for first, num in data.steps:
+      rows = data.rows[first:first + num]
+      assert len(set(rows[:, 0])) == num   # a client at most once per step
+      for client, base, count, pos, size in rows:
+        seen[client].append((pos, size))
+        assert data.y[base + (pos % count)] == pos % count
+    for j, s in enumerate(sizes):
+      total = s * epochs
+      want = [(p, min(32, total - p)) for p in range(0, total, 32)]
+      assert seen[j] == want, (j, seen[j])
+
+
+def test_groups_are_the_cheapest_split():
+  rng = np.random.RandomState(0)
+  for _ in range(20):
+    widths = rng.randint(1, 33, rng.randint(1, 7))
+    groups = vc._groups(widths, 10.0)   # pylint: disable=protected-access
+    assert sorted(np.concatenate(groups).tolist()) == list(range(len(widths)))
+    cost = lambda gs: sum(10.0 + len(g) * widths[g].max() for g in gs)
+    best = min(
+        cost([np.array(g) for g in parts])
+        for parts in _partitions(list(range(len(widths)))))
+    assert cost(groups) == pytest.approx(best)
+
+
+def _partitions(items):
+  """Every partition of `items` into groups."""
+  if not items:
+    yield []
+    return
+  first, rest = items[0], items[1:]
+  for part in _partitions(rest):
+    for i in range(len(part)):
+      yield part[:i] + [[first] + part[i]] + part[i + 1:]
+    yield [[first]] + part
+
+
+def test_unsupported_models_are_named_and_fall_back():
+  def batch_norm():
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                                tf.keras.layers.BatchNormalization(),
+                                tf.keras.layers.Dense(2)])
+
+  def functional():
+    inputs = tf.keras.Input((4,))
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(2)(inputs))
+
+  def regularized():
+    return tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(4,)),
+        tf.keras.layers.Dense(2, kernel_regularizer='l2')])
+
+  def softmax_on_images():
+    return tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=IMAGE),
+        tf.keras.layers.Conv2D(2, 3, activation='softmax'),
+        tf.keras.layers.Flatten(), tf.keras.layers.Dense(2)])
+
+  for fn, reason in ((batch_norm, 'non-trainable weights'),
+                     (functional, 'not a tf.keras.Sequential'),
+                     (regularized, 'regularization losses'),
+                     (softmax_on_images, "activation 'softmax'")):
+    assert reason in vc.vectorization_reason(model_fn_of(fn))
+  assert vc.vectorization_reason(model_fn_of(conv_fn)) is None
+  for name in models.MODELS:   # every model of the library vectorizes
+    shape = (100,) if name == 'mlp' else (784,) if name == 'logreg' else (28, 28, 1)
+    assert vc.vectorization_reason(model_fn_of(
+        lambda: models.get(name, shape, 10))) is None, name   # pylint: disable=cell-var-from-loop
+  opt = tff.learning.optimizers.build_sgdm(0.1)
+  agg = tff.learning.metrics.sum_then_finalize
+  with pytest.raises(ValueError, match='non-trainable weights.*vectorized=False'):
+    pc.build_packed_client_work(model_fn_of(batch_norm), opt, 2, agg)
+  work = pc.build_packed_client_work(model_fn_of(batch_norm), opt, 2, agg,
+                                     vectorized=False)
+  assert work.next.type_signature   # the sequential loop builds
+
+
+def test_stacked_forward_matches_keras_per_client():
+  """Forward pass only, K = 3 different weight sets, training off."""
+  keras = [conv_fn() for _ in range(3)]
+  stacked = vc.StackedModel(keras[0])
+  weights = [tf.stack(ws) for ws in zip(*[m.trainable_weights for m in keras])]
+  x = np.random.RandomState(1).randn(3, 5, *IMAGE).astype(np.float32)
+  got = stacked.forward(weights, tf.constant(x), training=False).numpy()
+  for a, m in enumerate(keras):
+    np.testing.assert_allclose(got[a], m(x[a]).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('n, dim, units, k', [
+    (100, 5994, 2, 50), (400, 5994, 2, 200), (37, 10, 2, 37), (30, 10, 2, 15),
+    (1, 10, 2, 1), (40, 10, 16, 4), (12, 10, 5, 3),
+    (40, 1_200_000, 2, 20), (40, 3_000_000, 2, 10)])
+def test_auto_clients_per_slot(n, dim, units, k):
+  assert pc.auto_clients_per_slot(n, dim, units) == k
+  assert n % k == 0
+
+
+@pytest.mark.parametrize('args, name', [
+    ((0, 10, 2), 'clients_per_round'), ((10, 0, 2), 'dim'),
+    ((10, 10, 0), 'units'), ((2.5, 10, 2), 'clients_per_round')])
+def test_auto_clients_per_slot_bad_input(args, name):
+  with pytest.raises((ValueError, TypeError), match=name):
+    pc.auto_clients_per_slot(*args)
+
+
+def test_bad_clients_per_slot_is_a_clear_error():
+  arrays = clients(dense_fn, [1] * 5)
+  for vectorized in (True, False):
+    with pytest.raises(ValueError, match=r'clients_per_round \(5\) must be a '
+                       r'multiple of clients_per_slot \(2\)'):
+      pc.pack_datasets(arrays.get, sorted(arrays), 2, 4, vectorized=vectorized)
+    with pytest.raises(ValueError, match=r'`clients_per_slot` must be in \[1, '):
+      pc.pack_datasets(arrays.get, sorted(arrays), 0, 4, vectorized=vectorized)
+  with pytest.raises(ValueError, match=r'`clients_per_slot` must be in \[1, '):
+    pc.build_packed_client_work(model_fn_of(dense_fn),
+                                tff.learning.optimizers.build_sgdm(0.1), -1,
+                                tff.learning.metrics.sum_then_finalize)
