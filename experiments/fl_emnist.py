@@ -5,6 +5,9 @@ writers, 40 per round, CNN, m = 16, clip 0.03, PBM θ = .25, RQM (Δ, q) = (c, .
 --dataset=auto (default) uses real EMNIST when TFF's emnist_all.sqlite is in the
 cache, else federated Fashion-MNIST (simulated split); every output says which.
 A killed run started again with the same command resumes from its checkpoint.
+Rounds run packed by default: K clients per TFF client slot, trained as one
+vectorized computation, K chosen from the clients per round and the CPU cores
+(the run prints it; --clients_per_slot overrides, 1 runs one client per slot).
 
   python -m experiments.fl_emnist --mechanism=rqm --rounds=200 \
       --mechanism_params=q=0.42,delta_ratio=1 \
@@ -107,10 +110,13 @@ flags.DEFINE_integer('max_test_examples', None, 'Evaluate on a prefix of the tes
 flags.DEFINE_list('workers', None, 'host:port,... of running TFF worker services '
                   '(worker_binary --port=N) that share each round\'s clients; '
                   'default: one machine.')
-flags.DEFINE_integer('clients_per_slot', 1, 'K >= 1 clients trained per TFF client '
-                     'slot, each clipped and encoded on its own before the secure '
-                     'sum (same server view, several times faster; registry '
-                     'mechanisms; must divide --clients_per_round).')
+flags.DEFINE_integer('clients_per_slot', None, 'K clients trained per TFF client '
+                     'slot (vectorized when the model allows), each clipped and '
+                     'encoded on its own before the secure sum (same server '
+                     'view, several times faster; registry mechanisms; must '
+                     'divide --clients_per_round). Default (or 0): chosen from '
+                     '--clients_per_round and the CPU cores, the run prints it; '
+                     '1: one client per slot.')
 flags.DEFINE_string('root_output_dir', 'runs', 'Where run folders go.')
 flags.DEFINE_string('experiment_name', None, 'Run folder name (default: mechanism).')
 flags.DEFINE_bool('fresh', False, 'Discard an existing run with this name.')

@@ -28,6 +28,15 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
   assert 'MNIST' in out and 'SIMULATED' in out
   assert 'round 2/2' in out and 'ETA' in out
   assert 'Calibrated qmgeo to whole-model ε <= 8' in out
+  # Packed by default: K = 3 on up to 2 cores (K = 1 from 3 cores on).
+  from tff_quant.training import packed_clients  # pylint: disable=g-import-not-at-top
+  k = packed_clients.auto_clients_per_slot(3, 7850, packed_clients.parallel_units())
+  if k == 1:
+    assert 'packing: K=1 client per TFF client slot (auto' in out
+  else:
+    assert ('packing: K=3 clients per TFF client slot (auto; override with '
+            '--clients_per_slot); 1 slots a round') in out
+    assert 'local training: vectorized, the 3 clients of a slot' in out
   lines = out.splitlines()
   whole = [i for i, l in enumerate(lines) if l.startswith('Privacy of the whole model')]
   coord = [i for i, l in enumerate(lines) if l.startswith('Per-coordinate ε')]
@@ -50,6 +59,8 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
   assert res.returncode == 0, res.stderr[-2000:]
   assert 'Calibrated gaussian(noise_multiplier=' in res.stdout
   assert 'Per-coordinate ε: n/a' in res.stdout
+  assert ("packing: none, one client per TFF client slot (TFF's own aggregator "
+          'gaussian takes one client per value') in res.stdout
   with open(tmp_path / 'g' / 'summary.json') as f:
     summary = json.load(f)
   assert summary['epsilon'] <= 8.0 and summary['bits_per_coordinate'] == 32
@@ -74,6 +85,10 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
       '--clients_per_round=2'], 'bits'),
     (['--clients_per_slot=3', '--clients_per_round=4', '--dataset=mnist',
       '--model=logreg', '--total_clients=10'], 'multiple of clients_per_slot'),
+    (['--clients_per_slot=-2', '--dataset=mnist', '--model=logreg',
+      '--total_clients=10', '--clients_per_round=2'],
+     '`clients_per_slot` must be 0 or None (automatic) or an integer in '
+     '[1, clients_per_round], got -2'),
 ])
 def test_bad_input_is_a_clear_error(args, message, tmp_path):
   res = run_binary(args + [f'--root_output_dir={tmp_path}'], timeout=300)

@@ -139,8 +139,11 @@ def test_packed_run_resumes_unpacked_with_the_same_accounting(mnist, tmp_path):
   ft.run(small_config(), mnist, run_dir, log=lambda _: None, clients_per_slot=2)
   assert rounds_in(run_dir) == [1, 2]
   logs = []
-  resumed = ft.run(small_config(rounds=3), mnist, run_dir, log=logs.append)
+  resumed = ft.run(small_config(rounds=3), mnist, run_dir, log=logs.append,
+                   clients_per_slot=1)
   assert any('Resuming' in l and 'round 2' in l for l in logs)
+  assert any(l.startswith('packing: K=1 client per TFF client slot (given)')
+             for l in logs)
   assert rounds_in(run_dir) == [1, 2, 3]
   plain = ft.run(small_config(rounds=3), mnist, str(tmp_path / 'plain'),
                  log=lambda _: None)
@@ -152,12 +155,76 @@ def test_packed_run_resumes_unpacked_with_the_same_accounting(mnist, tmp_path):
 
 @pytest.mark.parametrize('kw, k, match', [
     (dict(), 3, r'clients_per_round \(4\) must be a multiple of clients_per_slot \(3\)'),
-    (dict(), 0, 'clients_per_slot'),
+    (dict(), -1, r'`clients_per_slot` must be 0 or None \(automatic\) or an '
+     r'integer in \[1, clients_per_round\], got -1'),
+    (dict(), 2.0, r'`clients_per_slot` must be 0 or None .* got 2.0 \(float\)'),
     (dict(mechanism='none'), 2, 'tff_quant mechanism'),
     (dict(mechanism='gaussian', mechanism_params=dict(noise_multiplier=1.0)), 2,
      'tff_quant mechanism')])
 def test_bad_packing_raises_before_anything_is_written(mnist, tmp_path, kw, k, match):
-  with pytest.raises(ValueError, match=match):
+  with pytest.raises((ValueError, TypeError), match=match):
     ft.run(small_config(**kw), mnist, str(tmp_path / 'r'), log=lambda _: None,
            clients_per_slot=k)
   assert not os.path.exists(str(tmp_path / 'r'))
+
+
+def test_a_default_run_packs_automatically_and_says_so(mnist, tmp_path,
+                                                        monkeypatch):
+  """No packing argument: K from the clients per round and the cores (here 2),
+  trained vectorized; the log names both and every round shows its ETA."""
+  monkeypatch.setattr(ft.packed_clients, 'parallel_units', lambda workers=0: 2)
+  logs = []
+  summary = ft.run(small_config(rounds=2), mnist, str(tmp_path / 'auto'),
+                   log=logs.append)
+  assert ('packing: K=2 clients per TFF client slot (auto; override with '
+          '--clients_per_slot); 2 slots a round') in logs
+  assert any(l.startswith('local training: vectorized, the 2 clients') for l in logs)
+  rounds = [l for l in logs if l.startswith('round ')]
+  assert len(rounds) == 2 and all('ETA' in l for l in rounds)
+  assert summary['rounds_completed'] == 2
+
+
+@pytest.mark.parametrize('kw, k, lines', [
+    (dict(), None, ['packing: K=2 clients per TFF client slot (auto',
+                    'local training: vectorized']),
+    (dict(clients_per_round=6), 0, ['packing: K=3 clients per TFF client slot '
+                                    '(auto', 'local training: vectorized']),
+    (dict(), 4, ['packing: K=4 clients per TFF client slot (given); 1 slots',
+                 'local training: vectorized']),
+    (dict(mechanism='none'), None, ['packing: none, one client per TFF client '
+                                    'slot (the noise-free clipped mean']),
+    (dict(mechanism='gaussian', mechanism_params=dict(noise_multiplier=1.0)),
+     None, ["packing: none, one client per TFF client slot (TFF's own "
+            'aggregator gaussian takes one client per value'])])
+def test_choose_packing(mnist, monkeypatch, kw, k, lines):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tff_quant import models  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(ft.packed_clients, 'parallel_units', lambda workers=0: 2)
+  config = small_config(**kw)
+  config.validate()
+  spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
+  model_fn = models.tff_model_fn(lambda: models.get('logreg', (28, 28, 1), 10), spec)
+  packing = ft.choose_packing(config, k, model_fn, 7850)
+  assert len(packing.lines) == len(lines)
+  for got, want in zip(packing.lines, lines):
+    assert got.startswith(want), got
+  assert packing.vectorized == (packing.clients_per_slot > 1)
+
+
+def test_a_model_that_cannot_vectorize_packs_sequentially(monkeypatch):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tff_quant import models  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(ft.packed_clients, 'parallel_units', lambda workers=0: 2)
+  config = small_config()
+  config.validate()
+
+  def batch_norm():
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                                tf.keras.layers.BatchNormalization(),
+                                tf.keras.layers.Dense(2)])
+  spec = (tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32))
+  packing = ft.choose_packing(config, None, models.tff_model_fn(batch_norm, spec), 20)
+  assert packing.clients_per_slot == 2 and not packing.vectorized
+  assert packing.lines[1].startswith(
+      'local training: the 2 clients of a slot one after another (logreg cannot '
+      'be vectorized: it has non-trainable weights')

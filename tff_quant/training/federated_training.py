@@ -17,7 +17,7 @@ import dataclasses
 import math
 import os
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -148,7 +148,7 @@ def build_peer(config: TrainingConfig, dim: int, log=print) -> peers.Peer:
 
 
 def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
-                  clients_per_slot: int = 1):
+                  clients_per_slot: int = 1, vectorized: bool = False):
   """(FedAvg process, [Created]) for `config`: its aggregator and what it uses.
 
   With a registry mechanism the whole `next` is secure-only: the model update
@@ -157,7 +157,8 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   aggregator would add a plain federated_sum). A TFF peer (`peer`) runs as TFF
   builds it, with TFF's default metrics aggregator. `clients_per_slot` K > 1:
   the packed path (`packed_clients`; its `next` takes one packed dataset per
-  K clients).
+  K clients), its K clients trained as one batched computation when
+  `vectorized`.
   """
   private = config.mechanism != NO_PRIVACY and peer is None
   model_fn = models.tff_model_fn(keras_fn, input_spec)
@@ -167,7 +168,7 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
     if clients_per_slot > 1:
       process = packed_clients.build_packed_fed_avg(
           model_fn, clients_per_slot, client_opt, server_opt,
-          build_aggregator(config, clients_per_slot))
+          build_aggregator(config, clients_per_slot), vectorized=vectorized)
     else:
       process = tff.learning.algorithms.build_unweighted_fed_avg(
           model_fn, client_optimizer_fn=client_opt, server_optimizer_fn=server_opt,
@@ -190,10 +191,22 @@ def build_aggregator(config: TrainingConfig, clients_per_value: int = 1):
       clients_per_value=clients_per_value)
 
 
-def check_packing(config: TrainingConfig, clients_per_slot: int) -> int:
-  """`clients_per_slot`, checked: K >= 1 dividing clients_per_round; K > 1
-  needs a registry mechanism (ValueError naming them)."""
-  k = validation.check_integer('clients_per_slot', clients_per_slot, 1)
+def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
+                  ) -> Optional[int]:
+  """`clients_per_slot`, checked: None or 0 (automatic), else K >= 1 dividing
+  clients_per_round; K > 1 needs a registry mechanism (ValueError naming them)."""
+  if clients_per_slot is None:
+    return None
+  allowed = ('`clients_per_slot` must be 0 or None (automatic) or an integer in '
+             f'[1, clients_per_round], got {clients_per_slot!r}')
+  if (isinstance(clients_per_slot, (bool, np.bool_)) or
+      not isinstance(clients_per_slot, (int, np.integer))):
+    raise TypeError(f'{allowed} ({type(clients_per_slot).__name__}).')
+  k = int(clients_per_slot)
+  if k == 0:
+    return None
+  if k < 0:
+    raise ValueError(f'{allowed}.')
   if k == 1:
     return k
   if config.mechanism == NO_PRIVACY or config.is_peer:
@@ -204,6 +217,50 @@ def check_packing(config: TrainingConfig, clients_per_slot: int) -> int:
     raise ValueError(f'clients_per_round ({config.clients_per_round}) must be a '
                      f'multiple of clients_per_slot ({k}).')
   return k
+
+
+@dataclasses.dataclass(frozen=True)
+class Packing:
+  """How a run's rounds execute (not part of its config): K clients per TFF
+  client slot, trained vectorized or one after another, and why."""
+  clients_per_slot: int
+  vectorized: bool
+  lines: Tuple[str, ...]   # what the run's output says about it
+
+
+def choose_packing(config: TrainingConfig, clients_per_slot: Optional[int],
+                   model_fn, dim: int, num_workers: int = 0) -> Packing:
+  """The run's `Packing`: K as given, or automatic (None / 0):
+  `packed_clients.auto_clients_per_slot` for a registry mechanism, 1 for
+  'none' and TFF's own aggregators (their factories take one client per
+  value). Vectorized whenever K > 1 and the model allows it."""
+  given = check_packing(config, clients_per_slot)
+  if config.mechanism == NO_PRIVACY or config.is_peer:
+    what = ('the noise-free clipped mean' if config.mechanism == NO_PRIVACY
+            else f'TFF\'s own aggregator {config.mechanism}')
+    return Packing(1, False, (
+        f'packing: none, one client per TFF client slot ({what} takes one '
+        'client per value; only tff_quant mechanisms encode packed clients)',))
+  if given is None:
+    k = packed_clients.auto_clients_per_slot(
+        config.clients_per_round, dim, packed_clients.parallel_units(num_workers))
+    how = 'auto; override with --clients_per_slot'
+  else:
+    k, how = given, 'given'
+  if k == 1:
+    return Packing(1, False, (
+        f'packing: K=1 client per TFF client slot ({how}): TFF runs every '
+        'client on its own',))
+  reason = packed_clients.vectorization_reason(model_fn)
+  line = (f'packing: K={k} clients per TFF client slot ({how}); '
+          f'{config.clients_per_round // k} slots a round')
+  if reason:
+    return Packing(k, False, (line, (
+        f'local training: the {k} clients of a slot one after another ('
+        f'{config.model} cannot be vectorized: {reason})')))
+  return Packing(k, True, (line, (
+      f'local training: vectorized, the {k} clients of a slot as one batched '
+      'computation')))
 
 
 def calibrate_config(config: TrainingConfig, dim: int, log=print):
@@ -303,18 +360,19 @@ def _next_round(process, state, datasets, remote, rnd):
 def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
         log: Callable[[str], None] = print, max_test_examples: Optional[int] = None,
         workers: Optional[Sequence[str]] = None,
-        clients_per_slot: int = 1) -> Dict[str, object]:
+        clients_per_slot: Optional[int] = None) -> Dict[str, object]:
   """Trains (or resumes) and returns the summary dict (also in summary.json).
 
   `workers`: None (one machine, TFF's local C++ test context) or 'host:port'
   addresses of running TFF worker services that share each round's clients
-  (runtime.RemoteWorkers). `clients_per_slot` K > 1: each TFF client slot
-  trains K clients (`packed_clients`: the server sees the same law, several
-  times faster). Neither is part of the run's config: a run may resume on
-  other workers or packed otherwise.
+  (runtime.RemoteWorkers). `clients_per_slot`: K clients per TFF client slot
+  (`packed_clients`: the server sees the same law, several times faster);
+  None or 0 chooses K (`choose_packing`; the log says what it chose), 1 runs
+  every client in its own slot. Neither is part of the run's config: a run
+  may resume on other workers or packed otherwise.
   """
   config.validate()
-  clients_per_slot = check_packing(config, clients_per_slot)
+  check_packing(config, clients_per_slot)
   if config.total_clients > len(data.train.client_ids):
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
                      f'{len(data.train.client_ids)} clients of {data.name}.')
@@ -322,19 +380,23 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   input_spec = (tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
                 tf.TensorSpec([None], tf.int32))
   keras_fn = lambda: models.get(config.model, data.input_shape, data.num_classes)
+  packing = choose_packing(config, clients_per_slot,
+                           models.tff_model_fn(keras_fn, input_spec),
+                           models.num_params(keras_fn()), len(workers or ()))
   peer = None
   if config.is_peer:
     check_protobuf_for_peer(config.mechanism)
     peer = build_peer(config, models.num_params(keras_fn()), log)
   process, used = build_process(config, keras_fn, input_spec, peer,
-                                clients_per_slot)
+                                packing.clients_per_slot, packing.vectorized)
   orders = composition.DEFAULT_ORDERS
   if config.target_epsilon is not None and used:
     # The run is accounted with the orders its calibration used, so it reports
     # the ε the calibration proved (more orders can cost a looser route).
     orders = calibrate_config(config, used[0].dim, log).orders
     process, used = build_process(config, keras_fn, input_spec,
-                                  clients_per_slot=clients_per_slot)
+                                  clients_per_slot=packing.clients_per_slot,
+                                  vectorized=packing.vectorized)
   mech, dim = ((used[0].mechanism, used[0].dim) if used
                else (None, models.num_params(keras_fn())))
   delta = config.target_delta
@@ -388,6 +450,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   log(f'Model: {config.model} ({dim} coordinates sent per client); '
       f'aggregator: {config.mechanism}' + (f' = {mech or peer}' if mech or peer
                                            else ''))
+  for line in packing.lines:
+    log(line)
   times = []
 
   def step(state, rnd):
@@ -396,8 +460,9 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
     chosen = rng.choice(len(population), config.clients_per_round, replace=False)
     ids = [population[i] for i in chosen]
     datasets = (packed_clients.pack_datasets(
-        data.client_examples, ids, clients_per_slot, config.batch_size,
-        config.local_epochs) if clients_per_slot > 1
+        data.client_examples, ids, packing.clients_per_slot, config.batch_size,
+        config.local_epochs, vectorized=packing.vectorized)
+                if packing.clients_per_slot > 1
                 else [client_dataset(c) for c in ids])
     state, metrics = _next_round(process, state, datasets, remote, rnd)
     train = metrics['client_work']['train']
