@@ -4,7 +4,6 @@ clipped updates on the ℓ2 route; and guarantees print ε ∈ [attained, proved
 
 import math
 
-import numpy as np
 import pytest
 
 from tff_quant import mechanisms

@@ -38,7 +38,6 @@ import numpy as np
 from tff_quant.accounting import matrix_sums
 from tff_quant.accounting import vector
 from tff_quant.common import validation
-from tff_quant.mechanisms import base
 
 # Multiply-adds the others' laws may take in all (m copies of L levels cost
 # L²m²/2 each); configurations beyond are not tried, and with none left the

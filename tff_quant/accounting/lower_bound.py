@@ -19,7 +19,6 @@ from typing import Optional, Sequence
 from tff_quant.accounting import attained
 from tff_quant.accounting import composition
 from tff_quant.accounting import vector
-from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 MAX_OPERATIONS = attained.MAX_OPERATIONS   # the others' law's multiply-adds

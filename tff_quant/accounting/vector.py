@@ -100,7 +100,6 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
 
 import dataclasses
 import math
-import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
