@@ -50,7 +50,9 @@ def reaccount(run_dir: str, others: str = 'any'):
     row['note'] = 'not a registry mechanism (peer or noise-free): as reported'
     return row
   dim = summary['dim']
-  c = (config['coordinate_clip_multiple'] * config['clip_norm'] / math.sqrt(dim))
+  # Runs from before ℓ2 routing had c∞ = clip_norm/√d (multiple 1).
+  c = (config.get('coordinate_clip_multiple', 1.0) * config['clip_norm'] /
+       math.sqrt(dim))
   mech = mechanisms.get(config['mechanism']).for_coordinate_bound(
       c, **config['mechanism_params'])
   g = accounting.training_guarantee(
