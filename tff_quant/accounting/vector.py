@@ -750,7 +750,6 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
   validation.check_integer('num_clients', num_clients, 1)
   check_others(others)
   orders = sorted(set(validation.check_orders('orders', orders)))
-  finite = np.asarray([a for a in orders if math.isfinite(a)])
   c = mech.input_bound
   if t_grid is None:
     t_grid = distance_grid(c, t_points)
@@ -759,14 +758,15 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
           and abs(t_grid[-1] - 2 * c) <= 1e-12 * c):
     raise ValueError('`t_grid` must increase within (0, 2c] and end at 2c = '
                      f'{2 * c!r}.')
+  again = lambda m, n: divergence_curve(m, orders, n, t_grid=t_grid,
+                                        cells=cells, exact_splits=exact_splits,
+                                        others=others)
   red = _searched(mech, num_clients)
   if red.mechanism is not mech:
     # Mechanism.sum_reduction: f_α <= copies·f_α of the reduced sum.
     # exp((α-1)·k·f) = (exp((α-1)f))^k stays convex where exp((α-1)f) is, so
     # the chord intervals carry over.
-    curve = divergence_curve(red.mechanism, orders, red.num_clients,
-                             t_grid=t_grid, cells=cells,
-                             exact_splits=exact_splits, others=others)
+    curve = again(red.mechanism, red.num_clients)
     return dataclasses.replace(
         curve, values={a: red.copies * v for a, v in curve.values.items()},
         method=f'{curve.method} ({red.why})', num_clients=num_clients)
@@ -775,13 +775,13 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
     return DivergenceCurve(t_grid, {a: np.maximum(np.asarray(own[a]), 0.0)
                                     for a in orders}, 'exact', num_clients)
   local = mech.local_divergences(orders, t_grid)
+  finite = [a for a in orders if math.isfinite(a)]
   off = off_lattice(mech, t_grid)
-  cost = _search_operations(mech, num_clients, finite.size, off, cells, others)
-  sub = _clients_searched(mech, num_clients, finite.size, off, cells, others)
+  cost = _search_operations(mech, num_clients, len(finite), off, cells, others)
+  sub = _clients_searched(mech, num_clients, len(finite), off, cells, others)
   if 0 < sub < num_clients:
     # f_α(n) <= f_α(n'): the other n - n' clients' outputs dropped.
-    curve = divergence_curve(mech, orders, sub, t_grid=t_grid, cells=cells,
-                             exact_splits=exact_splits, others=others)
+    curve = again(mech, sub)
     return dataclasses.replace(
         curve, num_clients=num_clients,
         method=f'{curve.method} (the target and {sub - 1} of the '
@@ -792,48 +792,71 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
   if not sub:
     raise CostError(
         f'The search over target pairs (ℓ2 route, or the coordinate route\'s '
-        f'vertex pairs) for {mech!r} with {num_clients} clients and {finite.size} '
-        f'orders needs ~{cost:.2g} operations (limit {MAX_OPERATIONS:.2g}, about a '
-        'minute): lower `t_points`/`cells`, the number of orders, or the levels.')
+        f'vertex pairs) for {mech!r} with {num_clients} clients and '
+        f'{len(finite)} orders needs ~{cost:.2g} operations (limit '
+        f'{MAX_OPERATIONS:.2g}, about a minute): lower `t_points`/`cells`, the '
+        'number of orders, or the levels.')
   targets = target_pairs(mech, t_grid, cells)
+  try:
+    per_pair = _pair_divergences(mech, targets, orders, num_clients,
+                                 exact_splits, others)
+  except divergence.UnresolvedSumError:
+    if local is None:
+      raise
+    # E.g. the quantized Gaussian at huge σ: interior levels ~1e-300.
+    return DivergenceCurve(t_grid, local, f'{_LOCAL_METHOD} (the search\'s '
+                           'sum law was unresolved)', num_clients)
+  return _assembled(targets, per_pair, t_grid, local, num_clients)
+
+
+def _pair_divergences(mech, targets: TargetPairs, orders: Sequence[float],
+                      num_clients: int, exact_splits: int, others: str
+                      ) -> Dict[float, np.ndarray]:
+  """{order: [pairs] upper bound on D_α of each target pair's secure sum}:
+  D∞ from the target alone (the sum's D∞ is at most the target's, by post
+  processing), finite orders over the others (`others_mixture` for any
+  inputs, `_extreme_mixes` at ±c: both where the ends are the only vertices,
+  the smaller pair by pair)."""
+  finite = np.asarray([a for a in orders if math.isfinite(a)])
   up, lo = targets.pairs[:, 0], targets.pairs[:, 1]
-  # D∞ needs no others: the sum's D∞ is at most the target's (post-processing).
   local_up = _mix_rows(targets.upper_weights, targets.basis)
   local_lo = _mix_rows(targets.lower_weights, targets.basis)
   with np.errstate(invalid='ignore'):
     ratio = local_up[up] - local_lo[lo]
   ratio = np.where(np.isfinite(local_up[up]), ratio, -np.inf)
-  d_inf = np.max(ratio, axis=1)
-  if finite.size:
-    try:
-      log_e = None
-      if others == 'any':
-        # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
-        log_mass = special.logsumexp(local_up, axis=1)[up]
-        with np.errstate(invalid='ignore'):
-          log_cap = (finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :]
-        log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
-                               exact_splits)
-      if others == 'extremes' or _ends_are_vertices(mech, targets):
-        # Under the assumption, or proved for any others (both bounds hold
-        # then: the smaller, pair by pair).
-        mixes = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
-        log_e = mixes if log_e is None else np.minimum(log_e, mixes)
-    except divergence.UnresolvedSumError:
-      if local is None:
-        raise
-      # E.g. the quantized Gaussian at huge σ: interior levels ~1e-300.
-      return DivergenceCurve(t_grid, local, f'{_LOCAL_METHOD} (the search\'s '
-                             'sum law was unresolved)', num_clients)
-    worst = log_e / (finite[:, None] - 1)
+  out = {a: np.max(ratio, axis=1) for a in orders if math.isinf(a)}
+  if not finite.size:
+    return out
+  log_e = None
+  if others == 'any':
+    # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
+    log_mass = special.logsumexp(local_up, axis=1)[up]
+    with np.errstate(invalid='ignore'):
+      log_cap = ((finite[:, None] - 1) * np.max(ratio, axis=1)[None, :] +
+                 log_mass[None, :])
+    log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
+                           exact_splits)
+  if others == 'extremes' or _ends_are_vertices(mech, targets):
+    # Under the assumption, or proved for any others (both bounds hold then).
+    mixes = _extreme_mixes(mech, targets, num_clients, finite, exact_splits)
+    log_e = mixes if log_e is None else np.minimum(log_e, mixes)
+  for i, a in enumerate(finite):
+    out[float(a)] = log_e[i] / (a - 1)
+  return out
+
+
+def _assembled(targets: TargetPairs, per_pair: Dict[float, np.ndarray],
+               t_grid: np.ndarray, local, num_clients: int) -> DivergenceCurve:
+  """The curve from per-pair bounds: at each t the largest over pairs no
+  farther apart (f is a sup over |x - x'| <= t), the smaller of it and the
+  local bound where there is one, chords on breakpoint-free intervals."""
   values = {}
   by_distance = np.argsort(targets.distance, kind='stable')
   # The pairs no farther apart than each t (1e-12: rounding twins count).
   reach = np.searchsorted(targets.distance[by_distance], t_grid * (1 + 1e-12),
                           'right')
-  for a in orders:
-    per_pair = d_inf if math.isinf(a) else worst[list(finite).index(a)]
-    records = np.maximum.accumulate(np.maximum(per_pair, 0.0)[by_distance])
+  for a, bound in per_pair.items():
+    records = np.maximum.accumulate(np.maximum(bound, 0.0)[by_distance])
     values[a] = np.where(reach > 0, records[np.maximum(reach, 1) - 1], 0.0)
   method = targets.method
   if local is not None:   # both bound f_α at each grid point: take the smaller
