@@ -208,121 +208,26 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
           f'{_INT32_MAX // (mech.num_levels - 1)}.')
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    if not tff.types.is_structure_of_floats(value_type):
-      raise TypeError(f'Expected a structure of float tensors, got {value_type}.')
-    per_value = self._per_value
-    specs = tff.types.type_to_tf_tensor_specs(value_type)
-    flat_specs = tf.nest.flatten(specs)
-    unknown = [s for s in flat_specs if not s.shape.is_fully_defined()]
-    if unknown:
-      raise TypeError('QuantizationFactory needs fully defined tensor shapes (it '
-                      f'encodes a fixed number of coordinates), got {value_type}.')
-    if per_value > 1:
-      if any(s.shape.rank < 1 or s.shape[0] != per_value for s in flat_specs):
-        raise TypeError(f'clients_per_value={per_value} needs every tensor to '
-                        f'stack {per_value} clients on its first axis, got '
-                        f'{value_type}.')
-      specs = tf.nest.map_structure(
-          lambda s: tf.TensorSpec(s.shape[1:], s.dtype), specs)
-      flat_specs = tf.nest.flatten(specs)
-    raw_dim = int(sum(s.shape.num_elements() for s in flat_specs))
-    rotate = self._rotate
-    dim = 2**math.ceil(math.log2(raw_dim)) if rotate else raw_dim
+    specs, raw_dim = self._layout(value_type)
+    dim = 2**math.ceil(math.log2(raw_dim)) if self._rotate else raw_dim
     mech = self.mechanism_for_dimension(dim)
     self._check_capacity(mech)
     self._check_privacy(mech)
     self.created = Created(mech, dim, value_type)
     for found in _RECORDERS:
       found.append(self.created)
-    max_clients = self.max_clients_for(mech)
-    num_levels = mech.num_levels
-    clip_norm = self._clip_norm
-    global_seed = self._seed
-    c_inf = float(mech.input_bound)
-    modulus = mech.modulus
-
-    @tff.tensorflow.computation(value_type, _STATE_TYPE)
-    def client_encode(value, round_num):
-      # Rows: the value's clients (one unless packed), each clipped on its own.
-      flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [per_value, -1])
-                        for t in tf.nest.flatten(value)], axis=1)
-      finite = tf.math.is_finite(flat)
-      nonfinite = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
-      flat = tf.where(finite, flat, tf.zeros_like(flat))
-      l2_clipped = tf.constant(0, tf.int32)
-      if clip_norm is not None:
-        norm = tf.norm(flat, axis=1, keepdims=True)
-        l2_clipped = tf.reduce_sum(tf.cast(norm > clip_norm, tf.int32))
-        flat = flat * tf.minimum(1.0, clip_norm / tf.maximum(norm, 1e-30))
-      if rotate:
-        flat = hadamard(tf.pad(flat, [[0, 0], [0, dim - raw_dim]]) *
-                        rotation_signs(round_num, dim))
-      flat = tf.reshape(flat, [-1])
-      clipped = tf.reduce_sum(tf.cast(tf.abs(flat) > c_inf, tf.int32))
-      if global_seed is None:
-        seed = tf.random.uniform([2], minval=tf.int64.min, maxval=tf.int64.max,
-                                 dtype=tf.int64)
-      else:
-        bits = tf.cast(tf.bitcast(flat, tf.int32), tf.int64)
-        mix = tf.range(1, tf.size(bits, out_type=tf.int64) + 1) * 2654435761
-        fingerprint = tf.reduce_sum(bits * mix)
-        seed = tf.random.stateless_uniform(
-            [2], seed=tf.stack([tf.constant(global_seed, tf.int64) + round_num,
-                                fingerprint]),
-            minval=None, maxval=None, dtype=tf.int64)
-      # Per-coordinate independent encoding: one call encodes every row.
-      levels = tf.reduce_sum(tf.reshape(mech.encode(flat, seed), [per_value, dim]),
-                             axis=0)
-      if modulus is not None:
-        levels = tf.math.floormod(levels, modulus)
-      counts = tf.stack([clipped, nonfinite, tf.constant(per_value, tf.int32),
-                         l2_clipped])
-      return levels, counts
-
+    plan = _Plan(mech, specs, raw_dim, dim, self._per_value, self._rotate,
+                 self._clip_norm, self._seed, self.max_clients_for(mech))
+    client_encode = _client_encode(plan, value_type)
     levels_type, counts_type = client_encode.type_signature.result
     default_sum = (tff.aggregators.SecureModularSumFactory(mech.modulus)
                    if mech.modulus is not None else
-                   tff.aggregators.SecureSumFactory(per_value * (num_levels - 1), 0))
+                   tff.aggregators.SecureSumFactory(
+                       plan.per_value * (mech.num_levels - 1), 0))
     level_sum = (self._sum_factory or default_sum).create(levels_type)
-    count_sum = tff.aggregators.SecureSumFactory(per_value * dim, 0).create(
+    count_sum = tff.aggregators.SecureSumFactory(plan.per_value * dim, 0).create(
         counts_type)
-
-    @tff.tensorflow.computation(levels_type, counts_type, _STATE_TYPE)
-    def server_decode(levels_total, counts_total, round_num):
-      n = counts_total[2]
-      checks = [tf.debugging.assert_less_equal(
-          n, max_clients,
-          message=(f'More clients in this round than max_clients_per_round='
-                   f'{max_clients}: the int32 secure sum of levels in [0, '
-                   f'{num_levels - 1}] could overflow.')),
-                tf.debugging.assert_positive(n, message='No clients in round.')]
-      with tf.control_dependencies(checks):
-        mean = mech.decode(levels_total, n) / tf.cast(n, tf.float32)
-      if rotate:   # the transform is its own inverse; then the signs
-        mean = hadamard(mean[None])[0] * rotation_signs(round_num, dim)
-      pieces, start = [], 0
-      for spec in flat_specs:
-        size = spec.shape.num_elements()
-        pieces.append(tf.cast(tf.reshape(mean[start:start + size], spec.shape),
-                              spec.dtype))
-        start += size
-      n64 = tf.cast(n, tf.int64)
-      field_size = (tf.constant(modulus, tf.float64) if modulus is not None
-                    else tf.cast(n64 * (num_levels - 1) + 1, tf.float64))
-      field_bits = tf.math.ceil(tf.math.log(field_size) / math.log(2.0))
-      sum_bits = tf.cast(tf.maximum(field_bits, 1.0), tf.int32)
-      measurements = collections.OrderedDict(
-          num_clients=n,
-          bits_per_coordinate=tf.constant(mech.bits_per_coordinate, tf.int32),
-          bits_per_client=tf.constant(mech.bits_per_coordinate * dim, tf.int64),
-          secure_sum_bits=sum_bits,
-          upload_bits_per_client=tf.cast(sum_bits, tf.int64) * dim,
-          clipped_fraction=tf.cast(counts_total[0], tf.float32) /
-          tf.cast(n * dim, tf.float32),
-          clipped_clients_fraction=tf.cast(counts_total[3], tf.float32) /
-          tf.cast(n, tf.float32),
-          nonfinite_count=counts_total[1])
-      return tf.nest.pack_sequence_as(specs, pieces), measurements
+    server_decode = _server_decode(plan, levels_type, counts_type)
 
     @tff.federated_computation()
     def init_fn():
@@ -351,6 +256,144 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
           state=new_state, result=result, measurements=all_measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+  def _layout(self, value_type):
+    """(one client's tensor specs, their coordinate count), checked: floats
+    of fully defined shapes, stacking clients_per_value on the first axis."""
+    if not tff.types.is_structure_of_floats(value_type):
+      raise TypeError(f'Expected a structure of float tensors, got {value_type}.')
+    per_value = self._per_value
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
+    flat_specs = tf.nest.flatten(specs)
+    if any(not s.shape.is_fully_defined() for s in flat_specs):
+      raise TypeError('QuantizationFactory needs fully defined tensor shapes (it '
+                      f'encodes a fixed number of coordinates), got {value_type}.')
+    if per_value > 1:
+      if any(s.shape.rank < 1 or s.shape[0] != per_value for s in flat_specs):
+        raise TypeError(f'clients_per_value={per_value} needs every tensor to '
+                        f'stack {per_value} clients on its first axis, got '
+                        f'{value_type}.')
+      specs = tf.nest.map_structure(
+          lambda s: tf.TensorSpec(s.shape[1:], s.dtype), specs)
+    raw_dim = int(sum(s.shape.num_elements() for s in tf.nest.flatten(specs)))
+    return specs, raw_dim
+
+
+class _Plan(NamedTuple):
+  """What `create` fixed for its computations."""
+  mech: base.Mechanism
+  specs: object          # one client's tensor specs (nested)
+  raw_dim: int
+  dim: int               # raw_dim, padded to 2^m when rotating
+  per_value: int
+  rotate: bool
+  clip_norm: Optional[float]
+  seed: Optional[int]
+  max_clients: int
+
+
+def _client_seed(plan: _Plan, flat, round_num):
+  """The client's sampling seed: its own RNG's, or (reproducible mode) from
+  (seed, round, a fingerprint of its update)."""
+  if plan.seed is None:
+    return tf.random.uniform([2], minval=tf.int64.min, maxval=tf.int64.max,
+                             dtype=tf.int64)
+  bits = tf.cast(tf.bitcast(flat, tf.int32), tf.int64)
+  mix = tf.range(1, tf.size(bits, out_type=tf.int64) + 1) * 2654435761
+  fingerprint = tf.reduce_sum(bits * mix)
+  return tf.random.stateless_uniform(
+      [2], seed=tf.stack([tf.constant(plan.seed, tf.int64) + round_num,
+                          fingerprint]),
+      minval=None, maxval=None, dtype=tf.int64)
+
+
+def _client_encode(plan: _Plan, value_type):
+  """tff computation: a value (one client's update, or K stacked) -> (summed
+  levels, counts: clipped coordinates, non-finite, clients, ℓ2-clipped)."""
+  per_value, dim, mech = plan.per_value, plan.dim, plan.mech
+  c_inf = float(mech.input_bound)
+
+  @tff.tensorflow.computation(value_type, _STATE_TYPE)
+  def client_encode(value, round_num):
+    # Rows: the value's clients (one unless packed), each clipped on its own.
+    flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [per_value, -1])
+                      for t in tf.nest.flatten(value)], axis=1)
+    finite = tf.math.is_finite(flat)
+    nonfinite = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
+    flat = tf.where(finite, flat, tf.zeros_like(flat))
+    l2_clipped = tf.constant(0, tf.int32)
+    if plan.clip_norm is not None:
+      norm = tf.norm(flat, axis=1, keepdims=True)
+      l2_clipped = tf.reduce_sum(tf.cast(norm > plan.clip_norm, tf.int32))
+      flat = flat * tf.minimum(1.0, plan.clip_norm / tf.maximum(norm, 1e-30))
+    if plan.rotate:
+      flat = hadamard(tf.pad(flat, [[0, 0], [0, dim - plan.raw_dim]]) *
+                      rotation_signs(round_num, dim))
+    flat = tf.reshape(flat, [-1])
+    clipped = tf.reduce_sum(tf.cast(tf.abs(flat) > c_inf, tf.int32))
+    seed = _client_seed(plan, flat, round_num)
+    # Per-coordinate independent encoding: one call encodes every row.
+    levels = tf.reduce_sum(tf.reshape(mech.encode(flat, seed), [per_value, dim]),
+                           axis=0)
+    if mech.modulus is not None:
+      levels = tf.math.floormod(levels, mech.modulus)
+    counts = tf.stack([clipped, nonfinite, tf.constant(per_value, tf.int32),
+                       l2_clipped])
+    return levels, counts
+
+  return client_encode
+
+
+def _server_decode(plan: _Plan, levels_type, counts_type):
+  """tff computation: (level sum, count sum, round) -> (the mean in the
+  value's structure, measurements)."""
+  mech, dim = plan.mech, plan.dim
+  flat_specs = tf.nest.flatten(plan.specs)
+
+  @tff.tensorflow.computation(levels_type, counts_type, _STATE_TYPE)
+  def server_decode(levels_total, counts_total, round_num):
+    n = counts_total[2]
+    checks = [tf.debugging.assert_less_equal(
+        n, plan.max_clients,
+        message=(f'More clients in this round than max_clients_per_round='
+                 f'{plan.max_clients}: the int32 secure sum of levels in [0, '
+                 f'{mech.num_levels - 1}] could overflow.')),
+              tf.debugging.assert_positive(n, message='No clients in round.')]
+    with tf.control_dependencies(checks):
+      mean = mech.decode(levels_total, n) / tf.cast(n, tf.float32)
+    if plan.rotate:   # the transform is its own inverse; then the signs
+      mean = hadamard(mean[None])[0] * rotation_signs(round_num, dim)
+    pieces, start = [], 0
+    for spec in flat_specs:
+      size = spec.shape.num_elements()
+      pieces.append(tf.cast(tf.reshape(mean[start:start + size], spec.shape),
+                            spec.dtype))
+      start += size
+    return (tf.nest.pack_sequence_as(plan.specs, pieces),
+            _measurements(plan, n, counts_total))
+
+  return server_decode
+
+
+def _measurements(plan: _Plan, n, counts_total):
+  """The round's measurements: clients, bits sent and summed, clipped fractions."""
+  mech, dim = plan.mech, plan.dim
+  n64 = tf.cast(n, tf.int64)
+  field_size = (tf.constant(mech.modulus, tf.float64) if mech.modulus is not None
+                else tf.cast(n64 * (mech.num_levels - 1) + 1, tf.float64))
+  field_bits = tf.math.ceil(tf.math.log(field_size) / math.log(2.0))
+  sum_bits = tf.cast(tf.maximum(field_bits, 1.0), tf.int32)
+  return collections.OrderedDict(
+      num_clients=n,
+      bits_per_coordinate=tf.constant(mech.bits_per_coordinate, tf.int32),
+      bits_per_client=tf.constant(mech.bits_per_coordinate * dim, tf.int64),
+      secure_sum_bits=sum_bits,
+      upload_bits_per_client=tf.cast(sum_bits, tf.int64) * dim,
+      clipped_fraction=tf.cast(counts_total[0], tf.float32) /
+      tf.cast(n * dim, tf.float32),
+      clipped_clients_fraction=tf.cast(counts_total[3], tf.float32) /
+      tf.cast(n, tf.float32),
+      nonfinite_count=counts_total[1])
 
 
 def rotation_signs(round_num, size: int):
