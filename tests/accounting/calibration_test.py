@@ -55,7 +55,9 @@ def test_rqm_searches_delta_and_q_jointly_and_reaches_what_q_alone_cannot():
       report.mse / (gauss.sigma**2 / 40))
 
 
-@pytest.mark.parametrize('name, bits, levels', [('pbm', 4, 16), ('skellam', 6, 64),
+# Skellam at 6 bits is refused here (its modulus cannot hold n = 10 clients'
+# common input at c∞ as TFF sizes it); 7 bits carry it.
+@pytest.mark.parametrize('name, bits, levels', [('pbm', 4, 16), ('skellam', 7, 128),
                                                 ('gaussian', None, None)])
 def test_calibration_takes_levels_from_bits_and_compares_with_the_gaussian(
     name, bits, levels):
@@ -145,32 +147,90 @@ def test_pruned_grid_points_cannot_beat_the_answer():
           compare_gaussian=False)
     except ValueError:
       continue   # out of reach at this Δ
-    assert alone.mse >= report.mse * (1 - 1e-3), ratio
+    assert alone.debiased_error >= report.debiased_error * (1 - 1e-3), ratio
 
 
-def test_pruning_skips_itself_where_the_mse_is_out_of_reach():
-  """ddgauss at 8 bits: at the least private end of its noise the exact noise
-  law (and so the MSE) is unresolvable; the search goes on unpruned there."""
+def test_pruning_skips_itself_where_the_error_is_out_of_reach():
+  """ddgauss at 11 bits (the fewest that carry its signal here; 8 were used
+  before the debiased error): at the least private end of its noise the exact
+  noise law (and so the error) is unresolvable; the search goes on unpruned
+  there."""
   dim = 61706
   report = calibration.calibration_report(
       'ddgauss', 10.0, delta=1 / 3400, rounds=2000, clients_per_round=40,
       total_clients=3400, dim=dim, l2_clip=1.0, coordinate_clip=3 / dim**0.5,
-      bits=8, compare_gaussian=False)
+      bits=11, compare_gaussian=False)
   assert report.epsilon <= 10.0 and report.candidates >= 2
+  assert report.mechanism.modulus >= report.mechanism.modulus_needed(
+      40, report.signal_bound)
 
 
-def test_no_pruning_where_more_noise_can_lower_the_mse():
-  """Skellam at 8 bits, n = 100: with wraparound, more noise lowers the MSE at
-  2+ rounding steps, so those grid points are searched, not pruned, and the
-  answer (32 steps) is the one the unpruned scan finds: 0.18x the Gaussian's MSE,
-  not the 0.27x of the first grid point."""
-  dim = 61706
-  report = calibration.calibration_report(
-      'skellam', 10.0, delta=1 / 3400, rounds=2000, clients_per_round=100,
-      total_clients=3400, dim=dim, l2_clip=1.0, coordinate_clip=3 / dim**0.5,
-      bits=8)
-  assert report.params['steps'] > 1
-  assert report.ratio_to_gaussian < 0.2
+ISSUE = dict(delta=1 / 3400, rounds=300, clients_per_round=100,
+             total_clients=3400, dim=61706, l2_clip=1.0,
+             coordinate_clip=3 / 61706**0.5)   # issue 36's measurement
+
+
+@pytest.mark.parametrize('name', ['skellam', 'ddgauss'])
+def test_a_modulus_too_small_for_the_summed_noise_is_refused_naming_the_bits(
+    name):
+  """The issue's case: at 4 bits the summed noise of 100 clients wraps the
+  modulus (the old MSE ranked it 0.68x the Gaussian, its slope ~0); refused,
+  and the error names the fewest bits that carry the signal, calibrated
+  there: 11, where the decoded mean has slope 1."""
+  with pytest.raises(calibration.CannotCarrySignal,
+                     match=r'(?s)cannot carry the signal in 4 bits: it needs '
+                     r'11 bits: calibrated at bits=11.*DistributedDpSumFactory'
+                     ) as err:
+    calibration.calibrate(name, 10.0, **ISSUE, bits=4)
+  assert err.value.bits_needed == 11
+  report = calibration.calibration_report(name, 10.0, **ISSUE, bits=11)
+  mech = report.mechanism
+  assert mech.modulus == 2**11 and report.epsilon <= 10.0
+  assert mech.modulus >= mech.modulus_needed(100, report.signal_bound)
+  assert report.slope == pytest.approx(1.0, abs=1e-6)
+  # Debiased, it is no better than the Gaussian at the same target.
+  assert report.ratio_to_gaussian > 1.0
+
+
+def test_the_bits_search_stops_at_tffs_limit_and_keeps_the_lower_bound(
+    monkeypatch):
+  """Skellam at 6 bits, n = 10 (7 carry it): with the search capped below
+  7 the error keeps the proved lower bound and says none up to the cap."""
+  monkeypatch.setattr(calibration, '_MAX_MODULAR_BITS', 6)
+  with pytest.raises(calibration.CannotCarrySignal,
+                     match=r'it needs at least 7 bits \(none up to 6') as err:
+    calibration.calibrate('skellam', 2.0, **SCHEDULE, bits=6)
+  assert err.value.bits_needed == 7
+
+
+@pytest.mark.parametrize('name', ['quantized_gaussian', 'randomized_projection'])
+def test_noise_far_wider_than_the_range_is_refused_by_its_slope(name):
+  """The issue's case at 4 bits: the calibrated noise is ~80x the quantizer's
+  range, so the decoded mean keeps ~1% of the input (slope 0.005-0.01);
+  refused with the slope, and no bits named (more would not help)."""
+  with pytest.raises(calibration.CannotCarrySignal,
+                     match=r'slope 0\.0\d+ < 0\.5 at best') as err:
+    calibration.calibrate(name, 10.0, **ISSUE, bits=4)
+  assert err.value.bits_needed is None
+
+
+def test_the_report_carries_the_debiased_error_it_minimised_and_the_mse():
+  """PBM at 4 bits on the ℓ2 route: the error is judged on shared inputs
+  |x| <= clip/√d, unbiased (slope 1), next to the plain MSE over ±c∞."""
+  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=40,
+                  total_clients=3400, dim=1000, l2_clip=1.0,
+                  coordinate_clip=3 / 1000**0.5)
+  report = calibration.calibration_report('pbm', 10.0, **schedule, bits=4)
+  mech = report.mechanism
+  assert report.signal_bound == pytest.approx(1 / 1000**0.5)
+  util = mech.signal_utility(40, report.signal_bound)
+  assert report.debiased_error == util.error and report.slope == 1.0
+  assert report.mse == mech.decoded_mean_mse(40)
+  assert report.ratio_to_gaussian == pytest.approx(
+      report.debiased_error / report.gaussian_mse)
+  assert report.mse_ratio_to_gaussian == pytest.approx(
+      report.mse / report.gaussian_mse)
+  assert not report.unusable
 
 
 def test_order_cap_follows_the_optimum_and_never_lowers_epsilon():
@@ -195,8 +255,9 @@ def test_order_cap_follows_the_optimum_and_never_lowers_epsilon():
 
 def test_report_carries_the_chosen_mechanisms_guarantee_text(monkeypatch):
   """Over the cost limit the quantized Gaussian is accounted by one client's
-  local bound; the report's text says so, as the guarantee's does."""
-  schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
+  local bound; the report's text says so, as the guarantee's does. (c∞ = 1:
+  at 0.3 its noise swamps its range, slope 0.26, and it is refused.)"""
+  schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=1.0)
   monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
   report = calibration.calibration_report('quantized_gaussian', 3.0, **schedule,
                                           bits=2, compare_gaussian=False)

@@ -4,10 +4,20 @@ Generic over `tff_quant.mechanisms.registry()`: the class declares its tunables
 (range, default, which direction is more private) and which ones calibration
 searches (`CALIBRATED`: every parameter that trades privacy for accuracy). The
 last is searched along its privacy direction; earlier ones are scanned over
-their declared grid (or the integers within the bit budget), and the feasible
-candidate with the smallest worst-case mean squared error of the decoded mean
-wins. `calibration_report`
-also calibrates the continuous Gaussian to the same target, for the ratio.
+their declared grid (or the integers within the bit budget), and among the
+candidates that meet the target and carry the signal, the one with the
+smallest debiased error wins: the worst Var/slope² of the decoded mean of the
+round's clients sharing an input |x| <= a (`mechanisms.utility`; a = ℓ2
+clip/√d on the ℓ2 route, the rms coordinate of an update at the clip, else
+the coordinate clip). Plain MSE would reward outputs that stay near 0 whatever
+the input (a wrapped modular sum, a quantizer clipping noise far wider than
+its range). A candidate that cannot carry the signal is refused: a modular
+sum whose modulus does not hold its summed noise as TFF's
+DistributedDpSumFactory sizes it, or a decoded mean with slope < 1/2
+(`utility.MIN_SLOPE`); when every candidate meeting the target is refused,
+`CannotCarrySignal` says why and, for a modular sum, the bits it needs.
+`calibration_report` also calibrates the continuous Gaussian to the same
+target, for the ratio.
 """
 
 import dataclasses
@@ -19,6 +29,7 @@ from scipy import optimize
 
 from tff_quant import mechanisms
 from tff_quant.mechanisms import modular
+from tff_quant.mechanisms import utility
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
 from tff_quant.accounting import lower_bound
@@ -159,29 +170,43 @@ class _Axis:
 
 
 class _NotMonotone(Exception):
-  """The MSE does not rise along the privacy direction: pruning does not apply."""
+  """The error does not rise along the privacy direction: pruning does not apply."""
 
 
-def _least_private_to_beat(build, spec, mse_to_beat, clients):
-  """The most private value of a real `spec` whose decoded-mean MSE is below
-  `mse_to_beat`, or None when no value in its range is (bisection on the MSE,
-  cheap: no accounting; the MSE is taken to fall along the privacy direction).
-  A grid point whose ε misses the target there cannot beat the incumbent."""
+class CannotCarrySignal(ValueError):
+  """Every candidate meeting the target was refused for not carrying the
+  signal (`calibration_report` names why, and the bits a modular sum needs).
+
+  Args (attributes): bits_needed: for a modular sum, the fewest bits its
+  modulus needs at the candidates searched (a lower bound); None otherwise.
+  """
+
+  def __init__(self, message, bits_needed=None):
+    super().__init__(message)
+    self.bits_needed = bits_needed
+
+
+def _least_private_to_beat(build, spec, error_to_beat, error_of):
+  """The most private value of a real `spec` whose debiased error
+  (`error_of(mechanism)`) is below `error_to_beat`, or None when no value in
+  its range is (bisection on the error, cheap: no accounting; the error is
+  taken to rise along the privacy direction). A grid point whose ε misses
+  the target there cannot beat the incumbent."""
   axis = _Axis.of(spec)
-  mse = lambda x: build(axis.value(x)).decoded_mean_mse(clients)
+  error = lambda x: error_of(build(axis.value(x)))
   x_ok, x_bad = axis.x(axis.unsafe), axis.x(axis.safe)   # beats / does not beat
-  # Modular sums break the premise: with wraparound more noise can lower the
-  # MSE (Skellam at 2 rounding steps). Checked on 33 points; none: no pruning.
-  sampled = [mse(x) for x in np.linspace(x_ok, x_bad, 33)]
+  # Checked on 33 points (plain MSE broke it: a wrapping modular sum's fell
+  # with more noise); a fall anywhere: no pruning.
+  sampled = [error(x) for x in np.linspace(x_ok, x_bad, 33)]
   if any(b < a * (1 - 1e-9) for a, b in zip(sampled, sampled[1:])):
     raise _NotMonotone()
-  if not sampled[0] < mse_to_beat:
+  if not sampled[0] < error_to_beat:
     return None
-  if sampled[-1] < mse_to_beat:
+  if sampled[-1] < error_to_beat:
     return axis.safe
   for _ in range(60):
     mid = 0.5 * (x_ok + x_bad)
-    if mse(mid) < mse_to_beat:
+    if error(mid) < error_to_beat:
       x_ok = mid
     else:
       x_bad = mid
@@ -296,17 +321,19 @@ class Calibration:
   """A calibrated mechanism and what it costs in accuracy next to the Gaussian.
 
   Args:
-    mechanism: the registry mechanism meeting the target with the smallest
-      decoded-mean MSE among the candidates searched.
+    mechanism: the registry mechanism meeting the target and carrying the
+      signal with the smallest debiased error among the candidates searched.
     params: its tunables (`for_coordinate_bound(c, **params)` rebuilds it).
     epsilon: its whole-run ε (RDP route) at `delta`; <= target_epsilon.
     target_epsilon, delta: the target.
-    mse: worst-case mean squared error per coordinate of the decoded mean of
-      clients_per_round clients (`Mechanism.decoded_mean_mse`; the variance
-      for unbiased mechanisms).
+    mse: plain worst-case mean squared error per coordinate of the decoded
+      mean of clients_per_round clients sharing any input in the range
+      (`Mechanism.decoded_mean_mse`; the variance for unbiased mechanisms).
     gaussian: the continuous Gaussian calibrated to the same target and
-      schedule (None when not asked for); gaussian_mse its MSE.
-    ratio_to_gaussian: mse / gaussian_mse (the cost of quantizing).
+      schedule (None when not asked for); gaussian_mse its MSE, which is
+      also its debiased error (slope 1).
+    ratio_to_gaussian: debiased_error / gaussian_mse: the cost of quantizing,
+      as the error of each one's best debiased use.
     candidates: grid points searched.
     refused: grid points not evaluated because one evaluation's estimated cost
       exceeds `vector.MAX_OPERATIONS` (the optimum may lie among them).
@@ -341,6 +368,19 @@ class Calibration:
   #: search may cost more, go over `vector.MAX_OPERATIONS` and fall back to a
   #: looser sub-sum (an RQM run calibrated to 10 was reported at 13.8).
   orders: Sequence[int] = FAST_ORDERS
+  #: What calibration minimises (`Mechanism.signal_utility(n, a).error`): the
+  #: worst Var/slope² per coordinate of the decoded mean of n clients sharing
+  #: an input |x| <= signal_bound, the error of its best debiased use.
+  debiased_error: float = math.nan
+  #: The least slope d E[decoded mean]/dx over that range (1: unbiased).
+  slope: float = math.nan
+  #: a: ℓ2 clip/√d on the ℓ2 route, else the coordinate clip.
+  signal_bound: float = math.nan
+  #: mse / gaussian_mse (the plain-MSE figure the debiased ratio replaces).
+  mse_ratio_to_gaussian: Optional[float] = None
+  #: Grid points that met the target but were refused for not carrying the
+  #: signal (each with `why`).
+  unusable: Sequence[Dict[str, object]] = ()
 
 
 def _closest(reached, epsilon_of):
@@ -397,8 +437,10 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
   dim=1, clip=None, tune=None, bits=None, use_pld=False, rtol=2e-3,
   l2_clip=None, coordinate_clip=None, others='any', **params).
 
-  `calibration_report` with the same arguments gives the MSE and the
-  comparison with the continuous Gaussian too.
+  Among the candidates meeting the target that carry the signal, the one
+  with the smallest debiased error (module docstring) is returned.
+  `calibration_report` with the same arguments gives that error, the slope,
+  the plain MSE and the comparison with the continuous Gaussian too.
 
   Args:
     mechanism: a name in `tff_quant.mechanisms.registry(include_central=True)`.
@@ -429,6 +471,9 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
     ValueError: unknown mechanism or parameter, a parameter without a privacy
       direction, bad numbers, or a target no candidate reaches (the message
       names the smallest ε reached and where).
+    CannotCarrySignal (a ValueError): candidates reach the target but none
+      carries the signal (a modular sum wider than its modulus: the message
+      names the bits it needs; or a decoded mean with slope < 1/2).
   """
   return calibration_report(mechanism, epsilon, *args, compare_gaussian=False,
                             **kwargs).mechanism
@@ -444,9 +489,63 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
                        coordinate_clip: Optional[float] = None,
                        compare_gaussian: bool = True, others: str = 'any',
                        **params) -> Calibration:
-  """`calibrate`, returning a `Calibration`: the mechanism, its ε and decoded-mean
-  decoded-mean MSE, and (with `compare_gaussian`) the continuous Gaussian
-  calibrated to the same target and the MSE ratio. Arguments as for `calibrate`."""
+  """`calibrate`, returning a `Calibration`: the mechanism, its ε, debiased
+  error, slope and plain MSE, and (with `compare_gaussian`) the continuous
+  Gaussian calibrated to the same target and both ratios. Arguments as for
+  `calibrate`.
+
+  A modular sum refused at `bits` (`CannotCarrySignal`) is calibrated again
+  at more bits, from the lower bound its refusal proves up to TFF's 22, and
+  the error names the fewest bits that carry the signal and what they give.
+  """
+  args = dict(mechanism=mechanism, epsilon=epsilon, delta=delta, rounds=rounds,
+              clients_per_round=clients_per_round, total_clients=total_clients,
+              dim=dim, clip=clip, tune=tune, bits=bits, use_pld=use_pld,
+              rtol=rtol, l2_clip=l2_clip, coordinate_clip=coordinate_clip,
+              compare_gaussian=compare_gaussian, others=others, **params)
+  try:
+    return _calibration_report(**args)
+  except CannotCarrySignal as err:
+    if err.bits_needed is None or bits is None or 'num_levels' in params:
+      raise
+    raise _fewest_bits(err, args) from None
+
+
+_MAX_MODULAR_BITS = 22   # TFF's DistributedDpSumFactory allows bits <= 22
+
+
+def _fewest_bits(err, args):
+  """`err` (a modular sum refused at args['bits']) with the fewest bits that
+  carry the signal, found by calibrating at each from its lower bound on."""
+  lower, b = err.bits_needed, err.bits_needed
+  why = ''
+  while b <= _MAX_MODULAR_BITS:
+    try:
+      rep = _calibration_report(**dict(args, bits=b, compare_gaussian=False))
+    except CannotCarrySignal as again:
+      b = max(b + 1, again.bits_needed or b + 1)
+      continue
+    except ValueError as other:   # out of reach there (cost, exact law)
+      why = f' (at {b} bits: {str(other)[:300]})'
+      break
+    found = (f'it needs {b} bits: calibrated at bits={b}, {rep.mechanism} '
+             f'meets ε <= {rep.epsilon:.4g} with debiased error '
+             f'{rep.debiased_error:.4g} per coordinate (slope {rep.slope:.4g})')
+    return CannotCarrySignal(str(err).replace(_needs(lower), found, 1),
+                             bits_needed=b)
+  else:
+    why = f' (none up to {_MAX_MODULAR_BITS}, TFF\'s limit, carries it)'
+  return CannotCarrySignal(str(err).replace(_needs(lower), _needs(lower) + why, 1),
+                           bits_needed=lower)
+
+
+def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
+                        total_clients, dim=1, clip=None, tune=None, bits=None,
+                        use_pld=False, rtol=_RTOL, l2_clip=None,
+                        coordinate_clip=None, compare_gaussian=True,
+                        others='any', **params) -> Calibration:
+  """`calibration_report` without the search for the bits a refused modular
+  sum needs."""
   cls = mechanisms.get(mechanism)
   validation.check_positive('epsilon', epsilon)
   validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
@@ -486,6 +585,9 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
                   total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld,
                   l2_clip=l2_clip, others=others)
   epsilon_of = _Epsilon(schedule, epsilon)
+  # The signal the debiased error is judged on (module docstring).
+  signal = clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim))
+  error_of = lambda mech: mech.signal_utility(clients_per_round, signal).error
 
   def outer_values(spec):
     if spec.grid:
@@ -511,6 +613,7 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
       yield from candidates(trial, outer[1:])
 
   best, evaluated, rising, fits = None, 0, 0, False
+  unusable = []   # (why, grid point, mechanism, bits needed or None, utility)
   # (ε at the most private value, grid point, the mechanism when that ε is
   # only a lower bound): where a target no candidate meets comes closest
   reached = []
@@ -524,13 +627,13 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
     hint_eps, prune = None, best is not None and last.kind is not int
     if prune:
       try:
-        floor = _least_private_to_beat(build, last, best[0], clients_per_round)
+        floor = _least_private_to_beat(build, last, best[0], error_of)
       except (modular.UnresolvableError, _NotMonotone):   # search as usual
         prune = False
     if prune:
-      # Prune: the least private value with a smaller MSE than the incumbent's
-      # must meet the target, else this grid point cannot win (ε and the MSE
-      # both fall along the privacy direction). Start the search there.
+      # Prune: the least private value with a smaller error than the
+      # incumbent's must meet the target, else this grid point cannot win (ε
+      # and the error both fall along the privacy direction). Start there.
       try:
         floor_eps = None if floor is None else epsilon_of(build(floor))
       except vector.CostError as err:
@@ -558,16 +661,24 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
       continue
     hint = value
     mech = build(value)
-    var = mech.decoded_mean_mse(clients_per_round)
-    if best is None or var < best[0]:
-      best, rising = (var, mech, dict(base_params, **{last.name: value}),
-                      value_eps), 0
-    else:
-      rising += 1
-      # One scanned parameter: the MSE at the calibrated inner value is
-      # taken to be unimodal along its grid; two rises in a row end the scan.
-      if len(specs) == 2 and rising >= 2:
-        break
+    util = mech.signal_utility(clients_per_round, signal)
+    why = _unusable(mech, util, clients_per_round, signal)
+    if why is not None:
+      unusable.append((why[0], grid_point, mech, why[1], util))
+    elif best is None or util.error < best[0]:
+      best, rising = (util.error, mech, dict(base_params, **{last.name: value}),
+                      value_eps, util), 0
+      continue
+    rising += 1
+    # One scanned parameter: the error at the calibrated inner value is taken
+    # to be unimodal along its grid, and a refused point to stay refused
+    # further on (a modular sum's modulus needs grow with its steps): two
+    # rises in a row end the scan.
+    if len(specs) == 2 and rising >= 2:
+      break
+  if best is None and unusable:
+    raise _cannot_carry(mechanism, epsilon, bits, tune, clients_per_round,
+                        signal, unusable, refused)
   closest = None if best is not None else _closest(reached, epsilon_of)
   if refused and best is None and not (closest and closest[2]):
     bounded = [g for _, g, m in reached if m is not None]
@@ -596,10 +707,15 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
            f'vector.MAX_OPERATIONS)' if refused else '') + '.')
   mech = best[1]
   assumptions, orders = epsilon_of.seen.get(repr(mech), ('', FAST_ORDERS))
+  util = best[4]
   report = Calibration(mech, best[2], best[3], epsilon, delta,
-                       best[0], candidates=evaluated,
+                       mech.decoded_mean_mse(clients_per_round),
+                       candidates=evaluated,
                        refused=[g for g, _ in refused], pruned=pruned,
-                       assumptions=assumptions, orders=orders)
+                       assumptions=assumptions, orders=orders,
+                       debiased_error=util.error, slope=util.slope,
+                       signal_bound=signal,
+                       unusable=[dict(u[1], why=u[0]) for u in unusable])
   if not use_pld:
     report.rdp_floor = lower_bound.epsilon_at_least(
         mech, rounds, clients_per_round, total_clients, delta, dim,
@@ -611,5 +727,67 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
                                compare_gaussian=False)
     report.gaussian = gauss.mechanism
     report.gaussian_mse = gauss.mse
-    report.ratio_to_gaussian = best[0] / gauss.mse
+    report.ratio_to_gaussian = util.error / gauss.debiased_error
+    report.mse_ratio_to_gaussian = report.mse / gauss.mse
   return report
+
+
+def _unusable(mech, util, clients, signal):
+  """None when `mech` carries the signal, else (why, bits needed or None).
+
+  A modular sum must hold its summed noise as TFF's DistributedDpSumFactory
+  sizes its field (`utility.modulus_needed`: k = 3.89 standard deviations of
+  n clients' noise, rounding and common signal inside the modulus); past it
+  the sum wraps toward uniform and its mean loses the input. Any mechanism's
+  decoded mean must keep slope >= `utility.MIN_SLOPE` over |x| <= a: the
+  factory returns that mean, not a debiased one.
+  """
+  needed = getattr(mech, 'modulus_needed', None)
+  if mech.modulus is not None and needed is not None:
+    need = needed(clients, signal)
+    if mech.modulus < need:
+      return (f'modulus {mech.modulus} < {need:.4g} (TFF DistributedDpSumFactory '
+              f'sizing; slope {util.slope:.3g})',
+              max(1, math.ceil(math.log2(need))))
+  if not util.carries_signal:
+    return (f'slope {util.slope:.3g} < {utility.MIN_SLOPE}', None)
+  return None
+
+
+def _needs(bits):
+  """The claim a modular refusal starts with (`_fewest_bits` replaces it)."""
+  return f'it needs at least {bits} bits'
+
+
+def _cannot_carry(mechanism, epsilon, bits, tune, clients, signal, unusable,
+                  refused):
+  """The `CannotCarrySignal` for candidates that met the target but were all
+  refused by `_unusable`: for a modular sum, the fewest bits any of them
+  needs; otherwise the best slope reached."""
+  budget = f' in {bits} bits' if bits is not None else ''
+  skipped = (f' (settings {[g for g, _ in refused]} were not evaluated: cost '
+             'over vector.MAX_OPERATIONS)' if refused else '')
+  modular_rule = [u for u in unusable if u[3] is not None]
+  if modular_rule:
+    why, point, mech, need_bits, _ = min(modular_rule, key=lambda u: u[3])
+    k = utility.modclip_stddevs()
+    return CannotCarrySignal(
+        f'{mechanism} cannot carry the signal{budget}: {_needs(need_bits)} '
+        '(a larger power-of-two modulus cannot need less noise: the sum mod M '
+        'is a function of the sum mod 2M). At every setting of '
+        f'{", ".join(tune)} searched that meets ε={epsilon}, the modulus does '
+        f'not hold the summed noise of {clients} clients as TFF\'s '
+        'DistributedDpSumFactory sizes it (M >= 2k·√(n(σ² + 1/4) + (n·a/γ)²) '
+        f'in rounding steps γ, k = {k:.3g} standard deviations for '
+        f'modclip_prob {utility.MODCLIP_PROB:g}, a = {signal:.4g} the common '
+        f'signal). Closest: {point or "its only setting"} at noise_std='
+        f'{mech.noise_std:.4g}: {why}{skipped}.', bits_needed=need_bits)
+  why, point, mech, _, _ = max(unusable, key=lambda u: u[4].slope)
+  return CannotCarrySignal(
+      f'{mechanism} cannot carry the signal{budget}: calibrated to ε={epsilon}, '
+      f'the decoded mean of {clients} clients sharing an input |x| <= '
+      f'{signal:.4g} has {why} at best ({mech}; {point or "its only setting"}): '
+      'the mean QuantizationFactory returns is then more bias (1 - slope)·x '
+      'than signal slope·x. Its output barely moves with its input (noise '
+      'saturating its range): a wider coordinate clip, fewer rounds or a '
+      f'larger ε raise the slope{skipped}.')
