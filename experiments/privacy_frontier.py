@@ -3,18 +3,22 @@
 For each (mechanism, bits, ε, d, n, rounds) the mechanism's free parameters are
 calibrated (`accounting.calibration_report`, ℓ2 route, updates of ℓ2 norm <= 1
 after a random rotation, c∞ = k/√d) so that the whole run meets (ε, δ = 1/N),
-and the cell records the exact worst-case MSE per coordinate of the decoded
-mean of n clients next to the continuous Gaussian's at the same target (its MSE
-does not depend on k: it needs no coordinate bound). ddgauss and skellam are
+and the cell records the exact debiased error per coordinate of the decoded
+mean of n clients (the worst Var/slope² over shared inputs |x| <= 1/√d, the
+error of its best debiased use: `tff_quant.mechanisms.utility`) next to the
+continuous Gaussian's at the same target (σ²/n: it needs no coordinate
+bound), with the slope and the plain MSE beside them. ddgauss and skellam are
 the two mechanisms of TFF's DistributedDpSumFactory, accounted exactly here.
 
 k: each cell tries every k of --coordinate_clip_multiples and keeps the one with
-the smallest MSE + clipping bias², the bias under the usual model of a rotated
-update of norm 1 (coordinates ≈ N(0, 1/d)): E[(|Z| - k)_+²]/d.
+the smallest debiased error + clipping bias², the bias under the usual model
+of a rotated update of norm 1 (coordinates ≈ N(0, 1/d)): E[(|Z| - k)_+²]/d.
 
 Cost: a cell whose exact search is estimated (before it starts) above
 --max_operations per ε evaluation is written as inf with the estimate; so is a
-target no setting reaches (with the best ε) or bits a mechanism cannot use.
+target no setting reaches (with the best ε), bits a mechanism cannot use, or a
+mechanism that cannot carry the signal there (a modular sum wider than its
+modulus: the reason names the bits it needs; a decoded mean with slope < 1/2).
 Cells are independent: --workers processes, and a killed run started again
 with the same flags resumes (finished cells are kept; other flags: an error,
 or --fresh). --max_operations may change between runs (each row it shaped says
@@ -108,7 +112,7 @@ def main(argv):
     # others: the accountant's default, any inputs of the other clients (proved).
     settings = dict(coordinate_clip_multiples=ks, rtol=FLAGS.rtol,
                     max_operations=FLAGS.max_operations, l2_clip=1.0,
-                    others='any')
+                    others='any', metric=frontier.METRIC)
     with results_io.exclusive(out, 'privacy_frontier run'):
       verdicts = _run(cells, settings, ks, out)
   print('Data: none (exact accounting of the mechanisms; no training).')
@@ -147,10 +151,11 @@ def _run(cells, settings, ks, out):
     rows = [r for r in rows if frontier.key(r) != frontier.key(row)] + [row]
     results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS]
                                              for r in rows])
-    ratio = frontier.as_float(row['mse_ratio_to_gaussian'])
+    ratio = frontier.as_float(row['ratio_to_gaussian'])
     print(f'  {row["mechanism"]:>18} bits={row["bits"]:>3} ε={row["epsilon"]:>4} '
           f'd={row["dim"]} n={row["clients_per_round"]} rounds={row["rounds"]}: '
-          f'ratio {ratio:.3g} ({frontier.as_float(row["seconds"]):.0f} s)'
+          f'{ratio:.3g}× the Gaussian\'s debiased error '
+          f'({frontier.as_float(row["seconds"]):.0f} s)'
           + ('' if math.isfinite(ratio) else f' [{row["reason"][:120]}]'),
           flush=True)
   rows = frontier.on_one_reference(rows)

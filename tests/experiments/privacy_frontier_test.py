@@ -29,7 +29,8 @@ def test_small_frontier_rows_resume_and_report(tmp_path):
   assert list(rows[0])[:11] == list(privacy_frontier.COLUMNS[:11])
   by = {r['mechanism']: r for r in rows}
   assert set(by) == {'gaussian', 'skellam', 'rqm'}
-  assert float(by['gaussian']['mse_ratio_to_gaussian']) == 1.0
+  assert float(by['gaussian']['ratio_to_gaussian']) == 1.0
+  assert float(by['gaussian']['slope']) == 1.0
   # Skellam cannot reach ε = 10 in 4 bits here (the modulus wraps): inf + why.
   assert by['skellam']['mse_per_coordinate'] == 'inf'
   assert 'not reachable for skellam within 4 bits' in by['skellam']['reason']
@@ -39,13 +40,31 @@ def test_small_frontier_rows_resume_and_report(tmp_path):
     assert int(r['bits_used']) <= 4
     params = json.loads(r['params'])
     assert math.isclose(params['clip'], 3 / math.sqrt(1000))
+    assert math.isclose(float(r['ratio_to_gaussian']),
+                        float(r['debiased_error_per_coordinate'])
+                        / float(r['gaussian_mse']))
     assert math.isclose(float(r['mse_ratio_to_gaussian']),
                         float(r['mse_per_coordinate']) / float(r['gaussian_mse']))
+    assert float(r['slope']) == 1.0   # RQM is unbiased
   assert (out / 'frontier.png').exists() and (out / 'frontier.md').exists()
   again = run_binary(SMALL + [f'--output_dir={out}'])
   assert again.returncode == 0 and '3 already in' in again.stdout
   other = run_binary(SMALL + [f'--output_dir={out}', '--rtol=0.1'])
   assert other.returncode != 0 and '--fresh' in other.stderr + other.stdout
+
+
+def test_a_folder_ranked_by_plain_mse_is_not_resumed(tmp_path):
+  """Cells written before the debiased error (no metric in the config, MSE
+  columns) are refused with the --fresh hint, not mixed into one report."""
+  out = tmp_path / 'f'
+  out.mkdir()
+  old = dict(coordinate_clip_multiples=[3.0], rtol=0.01, max_operations=1e9,
+             l2_clip=1.0, others='any')
+  (out / 'frontier_config.json').write_text(json.dumps(old))
+  (out / 'frontier.csv').write_text('mechanism,bits\n')
+  res = run_binary(SMALL + [f'--output_dir={out}'])
+  assert res.returncode != 0 and '--fresh' in res.stderr + res.stdout
+  assert 'Traceback' not in res.stderr
 
 
 def test_cost_limit_writes_inf_with_the_reason(tmp_path):
@@ -59,6 +78,7 @@ def test_cost_limit_writes_inf_with_the_reason(tmp_path):
   with open(out / 'frontier.csv') as f:
     row = [r for r in csv.DictReader(f)
            if r['mechanism'] == 'qmgeo'][0]
+  assert row['debiased_error_per_coordinate'] == 'inf'
   assert row['mse_per_coordinate'] == 'inf' and '--max_operations' in row['reason']
 
 
@@ -89,7 +109,7 @@ def test_cells_shaped_by_a_limit_are_recomputed_only_when_asked(tmp_path):
   assert '1 already in' in retried.stdout   # the Gaussian's row is kept
   rows = read()
   assert len(list(csv.DictReader(open(out / 'frontier.csv')))) == 2
-  assert math.isfinite(float(rows['rqm']['mse_per_coordinate']))
+  assert math.isfinite(float(rows['rqm']['debiased_error_per_coordinate']))
   assert '--max_operations' not in rows['rqm']['reason']
 
 

@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pytest
@@ -55,14 +56,19 @@ def test_rows_are_rebased_on_their_settings_current_gaussian():
   base = dict(epsilon='10.0', delta='0.001', dim='100', clients_per_round='40',
               total_clients='1000', rounds='300', gaussian_noise_to_signal='')
   rows = [dict(base, mechanism='gaussian', mse_per_coordinate='0.002',
-               gaussian_mse='0.002', mse_ratio_to_gaussian='1.0'),
+               debiased_error_per_coordinate='0.002', gaussian_mse='0.002',
+               mse_ratio_to_gaussian='1.0', ratio_to_gaussian='1.0'),
           dict(base, mechanism='rqm', mse_per_coordinate='0.003',
-               gaussian_mse='0.0025', mse_ratio_to_gaussian='1.2'),
+               debiased_error_per_coordinate='0.004', gaussian_mse='0.0025',
+               mse_ratio_to_gaussian='1.2', ratio_to_gaussian='1.6'),
           dict(base, mechanism='pbm', mse_per_coordinate='inf', gaussian_mse='',
-               mse_ratio_to_gaussian='inf'),
+               debiased_error_per_coordinate='inf', mse_ratio_to_gaussian='inf',
+               ratio_to_gaussian='inf'),
           dict(base, rounds='2000', mechanism='rqm', mse_per_coordinate='0.003',
-               gaussian_mse='0.0025', mse_ratio_to_gaussian='1.2')]
+               debiased_error_per_coordinate='0.004', gaussian_mse='0.0025',
+               mse_ratio_to_gaussian='1.2', ratio_to_gaussian='1.6')]
   out = frontier.on_one_reference(rows)
+  assert float(out[1]['ratio_to_gaussian']) == pytest.approx(2.0)
   assert float(out[1]['mse_ratio_to_gaussian']) == pytest.approx(1.5)
   assert float(out[1]['gaussian_noise_to_signal']) == pytest.approx(0.2)
   assert out[2] == rows[2]   # nothing calibrated: untouched
@@ -71,14 +77,16 @@ def test_rows_are_rebased_on_their_settings_current_gaussian():
 
 def test_fewest_bits_are_found_per_setting():
   """Rows group by setting_of (ε, δ, d, n, N, rounds); a mechanism with no
-  bits within the factor is listed as None."""
+  bits within the factor of the Gaussian's debiased error is listed as None
+  (plain MSE does not count: rqm's 0.5 below)."""
   base = dict(epsilon='10.0', delta='0.01', dim='100', clients_per_round='40',
               total_clients='100', rounds='10')
-  rows = [dict(base, mechanism='pbm', bits='4', mse_ratio_to_gaussian='1.3'),
-          dict(base, mechanism='pbm', bits='8', mse_ratio_to_gaussian='1.05'),
-          dict(base, mechanism='rqm', bits='8', mse_ratio_to_gaussian='2.0'),
+  rows = [dict(base, mechanism='pbm', bits='4', ratio_to_gaussian='1.3'),
+          dict(base, mechanism='pbm', bits='8', ratio_to_gaussian='1.05'),
+          dict(base, mechanism='rqm', bits='8', ratio_to_gaussian='2.0',
+               mse_ratio_to_gaussian='0.5'),
           dict(base, epsilon='3.0', mechanism='pbm', bits='2',
-               mse_ratio_to_gaussian='1.0')]
+               ratio_to_gaussian='1.0')]
   out = frontier.fewest_bits_within(rows)
   assert out == {frontier.setting_of(rows[0]): {'pbm': 8, 'rqm': None},
                  frontier.setting_of(rows[3]): {'pbm': 2}}
@@ -86,36 +94,52 @@ def test_fewest_bits_are_found_per_setting():
 
 def test_a_cell_bounded_loosely_over_the_cost_limit_says_so():
   """compute_cell with a limit no search fits: the quantized Gaussian is
-  calibrated through its local bound, and the row's reason names it."""
+  calibrated through its local bound, and the row's reason names it (at
+  k = 6: at k = 3 its noise swamps its range, slope 0.496, and it is refused)."""
   row = frontier.compute_cell(('quantized_gaussian', 2, 10.0, 0.01, 100, 10,
-                               1000, 10), 1.0, [3.0], 1e-2)
-  assert math.isfinite(row['mse_per_coordinate'])
+                               1000, 10), 1.0, [6.0], 1e-2)
+  assert math.isfinite(row['debiased_error_per_coordinate'])
+  assert 0.5 <= row['slope'] < 1
+  assert row['ratio_to_gaussian'] == pytest.approx(
+      row['debiased_error_per_coordinate'] / row['gaussian_mse'])
   assert 'a looser bound over --max_operations: local' in row['reason']
+
+
+def test_a_cell_that_cannot_carry_the_signal_is_inf_with_the_bits_it_needs():
+  """Skellam at 8 bits, n = 100, d = 1000: its modulus cannot hold the summed
+  noise as TFF sizes it (plain MSE ranked such cells far below the
+  Gaussian); the row is inf and the reason names the bits it needs."""
+  row = frontier.compute_cell(('skellam', 8, 10.0, 1 / 3400, 1000, 100, 3400,
+                               300), 1e9, [3.0], 1e-2)
+  assert row['debiased_error_per_coordinate'] == math.inf
+  assert row['ratio_to_gaussian'] == math.inf
+  assert 'cannot carry the signal in 8 bits' in row['reason']
+  assert re.search(r'in 8 bits: it needs \d+ bits: calibrated', row['reason'])
 
 
 def test_rows_shaped_by_a_limit_are_recognised_and_counted():
   base = dict(mechanism='rqm', bits='4', epsilon='10.0', delta='0.01',
               dim='100', clients_per_round='10', total_clients='1000',
-              rounds='10', mse_per_coordinate='2.0', reason='')
+              rounds='10', debiased_error_per_coordinate='2.0', reason='')
   loose = dict(base, reason=f'k=3: {frontier.LOOSER}: local')
   assert not frontier.limited_by_budget(base)
   assert frontier.limited_by_budget(loose)
   assert frontier.limited_by_budget(dict(
       base, reason='calibration still running after --max_seconds_per_cell=9 s'))
-  pbm = dict(base, mechanism='pbm', mse_per_coordinate='1.0')
+  pbm = dict(base, mechanism='pbm', debiased_error_per_coordinate='1.0')
   assert frontier.rqm_vs_pbm([base, pbm]) == (1, 0, 0)
   assert frontier.rqm_vs_pbm([loose, pbm]) == (1, 0, 1)
-  assert frontier.rqm_vs_pbm([dict(base, mse_per_coordinate='inf'), pbm]) == (
-      0, 0, 0)
+  assert frontier.rqm_vs_pbm([dict(base, debiased_error_per_coordinate='inf'),
+                              pbm]) == (0, 0, 0)
 
 
 def test_rqm_vs_pbm_is_also_counted_per_bit_width():
   base = dict(mechanism='rqm', bits='4', epsilon='10.0', delta='0.01',
               dim='100', clients_per_round='10', total_clients='1000',
-              rounds='10', mse_per_coordinate='2.0', reason='')
-  rows = [base, dict(base, mechanism='pbm', mse_per_coordinate='1.0'),
-          dict(base, bits='8', mse_per_coordinate='1.0'),
-          dict(base, bits='8', mechanism='pbm', mse_per_coordinate='1.5'),
-          dict(base, bits='8', epsilon='3.0', mse_per_coordinate='inf'),
+              rounds='10', debiased_error_per_coordinate='2.0', reason='')
+  rows = [base, dict(base, mechanism='pbm', debiased_error_per_coordinate='1.0'),
+          dict(base, bits='8', debiased_error_per_coordinate='1.0'),
+          dict(base, bits='8', mechanism='pbm', debiased_error_per_coordinate='1.5'),
+          dict(base, bits='8', epsilon='3.0', debiased_error_per_coordinate='inf'),
           dict(base, bits='8', epsilon='3.0', mechanism='pbm')]
   assert frontier.rqm_vs_pbm_by_bits(rows) == {4: (1, 0), 8: (1, 1)}

@@ -1,6 +1,13 @@
 """Cells of the equal-privacy frontier: calibrate one (mechanism, bits, ε, d, n,
 rounds) cell, run cells in time-limited processes, and write the report.
 
+A cell's figure is its debiased error (`mechanisms.utility`: the worst
+Var/slope² of the decoded mean of n clients sharing an input |x| <= 1/√d,
+what calibration minimises) and its ratio to the continuous Gaussian's at the
+same target; plain MSE stays as extra columns. A mechanism that cannot carry
+the signal at those bits is inf with calibration's reason (for a modular sum,
+the bits it needs).
+
 Used by experiments/privacy_frontier.py (the flags and the loop live there).
 """
 
@@ -18,10 +25,14 @@ from tff_quant import mechanisms
 from tff_quant.accounting import calibration, composition, vector
 
 COLUMNS = ('mechanism', 'bits', 'epsilon', 'delta', 'dim', 'clients_per_round',
-           'total_clients', 'rounds', 'params', 'mse_per_coordinate',
+           'total_clients', 'rounds', 'params', 'debiased_error_per_coordinate',
+           'ratio_to_gaussian', 'slope', 'mse_per_coordinate',
            'mse_ratio_to_gaussian', 'epsilon_achieved', 'bits_used',
            'coordinate_clip_multiple', 'clip_bias_sq', 'gaussian_mse',
            'gaussian_noise_to_signal', 'seconds', 'reason')
+#: Written to the results folder's config: cells ranked by another metric
+#: (plain MSE before it) are not resumed into one report.
+METRIC = 'debiased_error'
 KEY = COLUMNS[:8]
 GAUSSIAN = 'gaussian'
 CENTRAL_BITS = 'inf'   # the Gaussian's bits column: not quantized
@@ -70,8 +81,9 @@ def _cell_cost(name, bits, clients, coordinate_clip):
 
 
 def empty_row(cell, reason=''):
-  """The row of a cell with nothing calibrated (MSE inf)."""
-  return dict(zip(KEY, cell), params='', mse_per_coordinate=math.inf,
+  """The row of a cell with nothing calibrated (errors inf)."""
+  return dict(zip(KEY, cell), params='', debiased_error_per_coordinate=math.inf,
+              ratio_to_gaussian=math.inf, slope='', mse_per_coordinate=math.inf,
               mse_ratio_to_gaussian=math.inf, epsilon_achieved=math.nan,
               bits_used='', coordinate_clip_multiple='', clip_bias_sq='',
               gaussian_mse='', gaussian_noise_to_signal='', seconds='',
@@ -132,21 +144,25 @@ def gaussian_reference(eps, delta, rounds, n, total, dim, rtol):
 
 
 def compute_cell(cell, max_operations, ks, rtol):
-  """One row: the calibration at the k with the least MSE + bias² (or inf + reason)."""
+  """One row: the calibration at the k with the least debiased error + clipping
+  bias² (or inf + reason)."""
   name, bits, eps, delta, dim, n, total, rounds = cell
   t0 = time.time()
   row = empty_row(cell)
   schedule = dict(epsilon=eps, delta=delta, rounds=rounds, clients_per_round=n,
                   total_clients=total, dim=dim, l2_clip=1.0, rtol=rtol)
   gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol)
-  row['gaussian_mse'] = gauss.mse
+  row['gaussian_mse'] = gauss.mse   # its debiased error too (slope 1)
   # d·MSE against ‖update‖² = 1: above 1 the Gaussian's decoded mean is mostly
-  # noise, and a bounded quantizer's MSE (<= its range²) can undercut it.
+  # noise (where plain MSE let a bounded quantizer undercut it).
   row['gaussian_noise_to_signal'] = dim * gauss.mse
   if name == GAUSSIAN:
-    row.update(params=json.dumps(gauss.mechanism.params()), mse_per_coordinate=gauss.mse,
-               mse_ratio_to_gaussian=1.0, epsilon_achieved=gauss.epsilon,
-               clip_bias_sq=0.0, seconds=time.time() - t0)
+    row.update(params=json.dumps(gauss.mechanism.params()),
+               debiased_error_per_coordinate=gauss.debiased_error,
+               ratio_to_gaussian=1.0, slope=gauss.slope,
+               mse_per_coordinate=gauss.mse, mse_ratio_to_gaussian=1.0,
+               epsilon_achieved=gauss.epsilon, clip_bias_sq=0.0,
+               seconds=time.time() - t0)
     return row
   reasons = []
   limit, vector.MAX_OPERATIONS = vector.MAX_OPERATIONS, max_operations
@@ -166,7 +182,9 @@ def compute_cell(cell, max_operations, ks, rtol):
   if vector.is_loose_method(method):
     reasons.append(f'k={k:g}: {LOOSER}: {method}')
   row.update(params=json.dumps(dict(clip=c, **rep.params), default=float),
-             mse_per_coordinate=rep.mse,
+             debiased_error_per_coordinate=rep.debiased_error,
+             ratio_to_gaussian=rep.debiased_error / gauss.debiased_error,
+             slope=rep.slope, mse_per_coordinate=rep.mse,
              mse_ratio_to_gaussian=rep.mse / gauss.mse,
              epsilon_achieved=rep.epsilon,
              bits_used=rep.mechanism.bits_per_coordinate,
@@ -176,8 +194,9 @@ def compute_cell(cell, max_operations, ks, rtol):
 
 
 def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons):
-  """(MSE + clip bias², k, c, Calibration) at the best coordinate-clip multiple
-  k, or None; why each other k failed is appended to `reasons`."""
+  """(debiased error + clip bias², k, c, Calibration) at the best
+  coordinate-clip multiple k, or None; why each other k failed is appended
+  to `reasons`."""
   best = None
   for k in ks:
     c = k / math.sqrt(dim)
@@ -192,7 +211,7 @@ def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons)
     except ValueError as e:
       reasons.append(f'k={k:g}: {e}')
       continue
-    total_err = rep.mse + clip_bias_sq(k, dim)
+    total_err = rep.debiased_error + clip_bias_sq(k, dim)
     if best is None or total_err < best[0]:
       best = (total_err, k, c, rep)
   return best
@@ -206,13 +225,14 @@ def as_float(v):
 
 
 def fewest_bits_within(rows, factor=1.1):
-  """{setting_of(row): {mechanism: fewest bits with MSE <= factor × Gaussian}}."""
+  """{setting_of(row): {mechanism: fewest bits with debiased error <= factor ×
+  the Gaussian's}}."""
   out = {}
   for r in rows:
     if r['mechanism'] == GAUSSIAN:
       continue
     mine = out.setdefault(setting_of(r), {})
-    if as_float(r['mse_ratio_to_gaussian']) <= factor:
+    if as_float(r['ratio_to_gaussian']) <= factor:
       b = int(r['bits'])
       mine[r['mechanism']] = min(b, mine.get(r['mechanism']) or b)
     else:
@@ -232,14 +252,14 @@ def limited_by_budget(row) -> bool:
 
 
 def rqm_vs_pbm(rows):
-  """(cells where both are finite, cells where RQM's MSE is lower, cells of
-  those where either one's divergences were bounded loosely over the cost
-  limit: there the comparison is of bounds, not of mechanisms)."""
+  """(cells where both are finite, cells where RQM's debiased error is lower,
+  cells of those where either one's divergences were bounded loosely over the
+  cost limit: there the comparison is of bounds, not of mechanisms)."""
   by = {}
   for r in rows:
     if r['mechanism'] in ('rqm', 'pbm'):
       by.setdefault(key(dict(r, mechanism='')), {})[r['mechanism']] = (
-          as_float(r['mse_per_coordinate']), LOOSER in r['reason'])
+          as_float(r['debiased_error_per_coordinate']), LOOSER in r['reason'])
   both = [v for v in by.values()
           if len(v) == 2 and all(math.isfinite(m) for m, _ in v.values())]
   return (len(both), sum(v['rqm'][0] < v['pbm'][0] for v in both),
@@ -247,7 +267,8 @@ def rqm_vs_pbm(rows):
 
 
 def rqm_vs_pbm_by_bits(rows):
-  """{bits: (cells where both are finite, cells where RQM's MSE is lower)}."""
+  """{bits: (cells where both are finite, cells where RQM's debiased error is
+  lower)}."""
   out = {}
   for bits in sorted({int(r['bits']) for r in rows if r['mechanism'] == 'rqm'}):
     both, wins, _ = rqm_vs_pbm([r for r in rows if r['bits'] == str(bits)])
@@ -257,10 +278,11 @@ def rqm_vs_pbm_by_bits(rows):
 
 
 def on_one_reference(rows):
-  """Rows whose Gaussian reference (gaussian_mse and the ratio and noise-to-signal
-  from it) is their setting's current Gaussian row: cells computed in earlier
-  runs keep their own calibration, but one setting has one reference (a fix
-  to the Gaussian's calibration otherwise left old rows against an older one)."""
+  """Rows whose Gaussian reference (gaussian_mse and the ratios and
+  noise-to-signal from it) is their setting's current Gaussian row: cells
+  computed in earlier runs keep their own calibration, but one setting has one
+  reference (a fix to the Gaussian's calibration otherwise left old rows
+  against an older one)."""
   ref = {setting_of(r): as_float(r['mse_per_coordinate']) for r in rows
          if r['mechanism'] == GAUSSIAN}
   out = []
@@ -269,6 +291,8 @@ def on_one_reference(rows):
     if g is not None and math.isfinite(g) and g > 0 and r['gaussian_mse'] != '':
       r = dict(r, gaussian_mse=str(g),
                gaussian_noise_to_signal=str(as_float(r['dim']) * g),
+               ratio_to_gaussian=str(
+                   as_float(r['debiased_error_per_coordinate']) / g),
                mse_ratio_to_gaussian=str(as_float(r['mse_per_coordinate']) / g))
     out.append(r)
   return out
@@ -278,18 +302,23 @@ def write_report(rows, output_dir):
   """frontier.md (table + verdicts) and frontier.png; returns the verdict lines."""
   rows = sorted(rows, key=lambda r: tuple(as_float(r[c]) if c != 'mechanism'
                                           else 0 for c in KEY) + (r['mechanism'],))
-  lines = ['| mechanism | bits | ε | d | n | rounds | MSE/coord | ratio to Gaussian '
-           '| k | params or reason |', '|---|---|---|---|---|---|---|---|---|---|']
+  lines = ['| mechanism | bits | ε | d | n | rounds | debiased error/coord '
+           '| × Gaussian | slope | MSE/coord | MSE × Gaussian | k '
+           '| params or reason |',
+           '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
   for r in rows:
-    ratio = as_float(r['mse_ratio_to_gaussian'])
+    ratio = as_float(r['ratio_to_gaussian'])
     lines.append(f'| {r["mechanism"]} | {r["bits"]} | {r["epsilon"]} | {r["dim"]} | '
                  f'{r["clients_per_round"]} | {r["rounds"]} | '
-                 f'{as_float(r["mse_per_coordinate"]):.3g} | {ratio:.3g} | '
+                 f'{as_float(r["debiased_error_per_coordinate"]):.3g} | '
+                 f'{ratio:.3g} | {as_float(r["slope"]):.3g} | '
+                 f'{as_float(r["mse_per_coordinate"]):.3g} | '
+                 f'{as_float(r["mse_ratio_to_gaussian"]):.3g} | '
                  f'{r["coordinate_clip_multiple"]} | '
-                 f'{r["params"] if math.isfinite(ratio) else r["reason"][:160]} |')
+                 f'{r["params"] if math.isfinite(ratio) else r["reason"][:300]} |')
   both, wins, loose = rqm_vs_pbm(rows)
   verdicts = [f'RQM vs PBM at equal whole-model (ε, δ) and bits: RQM has the lower '
-              f'MSE in {wins} of {both} cells where both are calibrated'
+              f'debiased error in {wins} of {both} cells where both are calibrated'
               + (f' ({loose} of them with a looser bound over the cost limit '
                  'for one of the two)' if loose else '') + '; by bits: '
               + ', '.join(f'{b}: {w} of {n}'
@@ -303,13 +332,16 @@ def write_report(rows, output_dir):
     nsr = [as_float(r['gaussian_noise_to_signal']) for r in rows
            if setting_of(r) == setting]
     nsr = max(nsr) if nsr else math.nan
-    note = (f' [Gaussian noise energy {nsr:.3g}× the update\'s: ratios < 1 there '
-            'reflect bounded ranges, not better mechanisms]' if nsr > 1 else '')
+    note = (f' [the Gaussian\'s noise energy is {nsr:.3g}× the update\'s]'
+            if nsr > 1 else '')
     verdicts.append(f'ε={eps}, d={dim}, n={n}, {rounds} rounds: fewest bits within '
-                    f'1.1× of the Gaussian: ' + ', '.join(parts) + note)
+                    f'1.1× of the Gaussian\'s debiased error: ' + ', '.join(parts)
+                    + note)
   text = '\n'.join(['# Equal-privacy frontier', '',
-                    'Data: none (exact accounting; MSE of the decoded mean for '
-                    'updates of ℓ2 norm <= 1).', ''] + verdicts + [''] + lines) + '\n'
+                    'Data: none (exact accounting; debiased error of the decoded '
+                    'mean, Var/slope² at the worst shared input |x| <= 1/√d, for '
+                    'updates of ℓ2 norm <= 1; plain MSE beside it).', '']
+                   + verdicts + [''] + lines) + '\n'
   with open(os.path.join(output_dir, 'frontier.md.tmp'), 'w') as f:
     f.write(text)
   os.replace(os.path.join(output_dir, 'frontier.md.tmp'),
@@ -319,8 +351,8 @@ def write_report(rows, output_dir):
 
 
 def plot(rows, path):
-  """MSE ratio to the Gaussian vs bits: one panel per ε, one line per mechanism
-  (the first (d, n, rounds) setting of the rows)."""
+  """Debiased error's ratio to the Gaussian's vs bits: one panel per ε, one
+  line per mechanism (the first (d, n, rounds) setting of the rows)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -337,7 +369,7 @@ def plot(rows, path):
   shown = {}
   for ax, eps in zip(axes[0], epsilons):
     for mech in mechs:
-      pts = sorted((int(r['bits']), as_float(r['mse_ratio_to_gaussian']))
+      pts = sorted((int(r['bits']), as_float(r['ratio_to_gaussian']))
                    for r in quantized if r['mechanism'] == mech and
                    r['epsilon'] == eps and all(r[c] == v for c, v in setting.items()))
       pts = [(b, v) for b, v in pts if math.isfinite(v)]
@@ -347,7 +379,7 @@ def plot(rows, path):
     ax.set_yscale('log')
     ax.set_xlabel('bits per coordinate')
     ax.set_title(f'ε = {eps}')
-  axes[0][0].set_ylabel('MSE / Gaussian MSE')
+  axes[0][0].set_ylabel('debiased error / Gaussian\'s')
   axes[0][-1].legend([shown[m] for m in mechs if m in shown],
                      [m for m in mechs if m in shown], fontsize=7)
   fig.suptitle(f'd={setting["dim"]}, n={setting["clients_per_round"]}, '
