@@ -113,7 +113,8 @@ flags.DEFINE_list('workers', None, 'host:port,... of running TFF worker services
 flags.DEFINE_integer('clients_per_slot', None, 'K clients trained per TFF client '
                      'slot (vectorized when the model allows), each clipped and '
                      'encoded on its own before the secure sum (same server '
-                     'view, several times faster; registry mechanisms; must '
+                     'view, several times faster; registry mechanisms and '
+                     'none, not TFF\'s own aggregators; must '
                      'divide --clients_per_round). Default (or 0): chosen from '
                      '--clients_per_round and the CPU cores, the run prints it; '
                      '1: one client per slot.')

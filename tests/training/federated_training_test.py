@@ -158,7 +158,6 @@ def test_packed_run_resumes_unpacked_with_the_same_accounting(mnist, tmp_path):
     (dict(), -1, r'`clients_per_slot` must be 0 or None \(automatic\) or an '
      r'integer in \[1, clients_per_round\], got -1'),
     (dict(), 2.0, r'`clients_per_slot` must be 0 or None .* got 2.0 \(float\)'),
-    (dict(mechanism='none'), 2, 'tff_quant mechanism'),
     (dict(mechanism='gaussian', mechanism_params=dict(noise_multiplier=1.0)), 2,
      'tff_quant mechanism')])
 def test_bad_packing_raises_before_anything_is_written(mnist, tmp_path, kw, k, match):
@@ -191,8 +190,8 @@ def test_a_default_run_packs_automatically_and_says_so(mnist, tmp_path,
                                     '(auto', 'local training: vectorized']),
     (dict(), 4, ['packing: K=4 clients per TFF client slot (given); 1 slots',
                  'local training: vectorized']),
-    (dict(mechanism='none'), None, ['packing: none, one client per TFF client '
-                                    'slot (the noise-free clipped mean']),
+    (dict(mechanism='none'), None, ['packing: K=2 clients per TFF client slot '
+                                    '(auto', 'local training: vectorized']),
     (dict(mechanism='gaussian', mechanism_params=dict(noise_multiplier=1.0)),
      None, ["packing: none, one client per TFF client slot (TFF's own "
             'aggregator gaussian takes one client per value'])])
@@ -228,3 +227,43 @@ def test_a_model_that_cannot_vectorize_packs_sequentially(monkeypatch):
   assert packing.lines[1].startswith(
       'local training: the 2 clients of a slot one after another (logreg cannot '
       'be vectorized: it has non-trainable weights')
+
+
+def test_a_packed_round_moves_the_model_as_the_plain_round(mnist):
+  """One noise-free round ('none') from the same weights on the same clients,
+  packed vectorized (K = 2) and plain (K = 1): the same new model to float
+  rounding, two of the four clients clipped (the mechanisms' packed law:
+  packed_clients_test)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tff_quant import models  # pylint: disable=g-import-not-at-top
+  from tff_quant.training import packed_clients  # pylint: disable=g-import-not-at-top
+  config = small_config(mechanism='none', noise_seed=None, clip_norm=1.0)
+  config.validate()
+  spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
+  keras_fn = lambda: models.get('logreg', mnist.input_shape, 10)
+  plain, _ = ft.build_process(config, keras_fn, spec)
+  packed, _ = ft.build_process(config, keras_fn, spec, clients_per_slot=2,
+                               vectorized=True)
+  weights = plain.get_model_weights(plain.initialize())   # zeros: deterministic
+  weights = type(weights)(trainable=[np.zeros_like(w) for w in weights.trainable],
+                          non_trainable=list(weights.non_trainable))
+  start = plain.set_model_weights(plain.initialize(), weights)
+  packed_state = packed.set_model_weights(packed.initialize(), weights)
+  ids = mnist.train.client_ids[:4]
+  plain_out = plain.next(start, [
+      mnist.train.create_tf_dataset_for_client(c).batch(config.batch_size)
+      .map(lambda e: (e['x'], e['y'])) for c in ids])
+  packed_out = packed.next(packed_state, packed_clients.pack_datasets(
+      mnist.client_examples, ids, 2, config.batch_size))
+  clipped = plain_out.metrics['aggregator']['clipped_count']
+  assert packed_out.metrics['aggregator']['clipped_count'] == clipped == 2
+  got = packed.get_model_weights(packed_out.state).trainable
+  want = plain.get_model_weights(plain_out.state).trainable
+  for g, w, b in zip(got, want, weights.trainable):
+    assert np.any(w != b)   # the round moved the model
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+  for key in ('loss', 'num_examples'):
+    np.testing.assert_allclose(packed_out.metrics['client_work']['train'][key],
+                               plain_out.metrics['client_work']['train'][key],
+                               rtol=1e-5)

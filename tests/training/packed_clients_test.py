@@ -160,3 +160,26 @@ def test_bad_packing_is_a_clear_error():
   factory = aggregators.mechanism_factory('rqm', 1.0, clients_per_value=3)
   with pytest.raises(TypeError, match='stack 3 clients on its first axis'):
     factory.create(tff.TensorType(np.float32, [2, 5]))
+
+
+def test_stacked_clipped_mean_is_the_clipped_mean_of_every_client():
+  """'none' packed: K rows per value give the plain path's clipped mean."""
+  rng = np.random.RandomState(4)
+  rows = [[rng.randn(3, 2).astype(np.float32) * s, rng.randn(2).astype(np.float32) * s]
+          for s in (0.1, 0.5, 2.0, 0.01, 3.0, 0.7)]   # some over the clip, some not
+  plain_type = tff.StructWithPythonType(
+      [tff.TensorType(np.float32, [3, 2]), tff.TensorType(np.float32, [2])], list)
+  plain = aggregators.clipped_mean_factory(1.0).create(plain_type)
+  want = plain.next(plain.initialize(), rows)
+  packed = pc.StackedClippedMeanFactory(1.0, 3).create(
+      pc.stacked_type(plain_type, 3))
+  stacked = [[np.stack([r[i] for r in rows[s:s + 3]]) for i in range(2)]
+             for s in (0, 3)]
+  got = packed.next(packed.initialize(), stacked)
+  for g, w in zip(got.result, want.result):
+    np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+  assert got.measurements['clipped_count'] == want.measurements['clipped_count'] == 3
+  with pytest.raises(TypeError, match='stack 3 clients on their first axis'):
+    pc.StackedClippedMeanFactory(1.0, 3).create(plain_type)
+  with pytest.raises(ValueError, match='clip_norm'):
+    pc.StackedClippedMeanFactory(0.0, 3)

@@ -168,7 +168,10 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
     if clients_per_slot > 1:
       process = packed_clients.build_packed_fed_avg(
           model_fn, clients_per_slot, client_opt, server_opt,
-          build_aggregator(config, clients_per_slot), vectorized=vectorized)
+          build_aggregator(config, clients_per_slot), vectorized=vectorized,
+          metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
+                              if private else
+                              tff.learning.metrics.sum_then_finalize))
     else:
       process = tff.learning.algorithms.build_unweighted_fed_avg(
           model_fn, client_optimizer_fn=client_opt, server_optimizer_fn=server_opt,
@@ -183,6 +186,9 @@ def build_aggregator(config: TrainingConfig, clients_per_value: int = 1):
   """The model aggregator for `config` (a clipped plain mean for 'none');
   `clients_per_value` as in `QuantizationFactory`."""
   if config.mechanism == NO_PRIVACY:
+    if clients_per_value > 1:
+      return packed_clients.StackedClippedMeanFactory(config.clip_norm,
+                                                      clients_per_value)
     return aggregators.clipped_mean_factory(config.clip_norm)
   return aggregators.mechanism_factory(
       config.mechanism, config.clip_norm, config.mechanism_params,
@@ -194,7 +200,8 @@ def build_aggregator(config: TrainingConfig, clients_per_value: int = 1):
 def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
                   ) -> Optional[int]:
   """`clients_per_slot`, checked: None or 0 (automatic), else K >= 1 dividing
-  clients_per_round; K > 1 needs a registry mechanism (ValueError naming them)."""
+  clients_per_round; K > 1 needs a registry mechanism or 'none' (ValueError
+  naming them)."""
   if clients_per_slot is None:
     return None
   allowed = ('`clients_per_slot` must be 0 or None (automatic) or an integer in '
@@ -209,10 +216,11 @@ def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
     raise ValueError(f'{allowed}.')
   if k == 1:
     return k
-  if config.mechanism == NO_PRIVACY or config.is_peer:
-    raise ValueError(f'clients_per_slot={k} needs a tff_quant mechanism (the '
-                     'packed path encodes each client before the secure sum), '
-                     f'not {config.mechanism!r}; use clients_per_slot=1.')
+  if config.is_peer:
+    raise ValueError(f'clients_per_slot={k} needs a tff_quant mechanism or '
+                     f'{NO_PRIVACY!r} (the packed path encodes or clips each '
+                     'client before the sum), not TFF\'s own aggregator '
+                     f'{config.mechanism!r}; use clients_per_slot=1.')
   if config.clients_per_round % k:
     raise ValueError(f'clients_per_round ({config.clients_per_round}) must be a '
                      f'multiple of clients_per_slot ({k}).')
@@ -231,16 +239,15 @@ class Packing:
 def choose_packing(config: TrainingConfig, clients_per_slot: Optional[int],
                    model_fn, dim: int, num_workers: int = 0) -> Packing:
   """The run's `Packing`: K as given, or automatic (None / 0):
-  `packed_clients.auto_clients_per_slot` for a registry mechanism, 1 for
-  'none' and TFF's own aggregators (their factories take one client per
-  value). Vectorized whenever K > 1 and the model allows it."""
+  `packed_clients.auto_clients_per_slot` for a registry mechanism or 'none',
+  1 for TFF's own aggregators (their factories take one client per value).
+  Vectorized whenever K > 1 and the model allows it."""
   given = check_packing(config, clients_per_slot)
-  if config.mechanism == NO_PRIVACY or config.is_peer:
-    what = ('the noise-free clipped mean' if config.mechanism == NO_PRIVACY
-            else f'TFF\'s own aggregator {config.mechanism}')
+  if config.is_peer:
     return Packing(1, False, (
-        f'packing: none, one client per TFF client slot ({what} takes one '
-        'client per value; only tff_quant mechanisms encode packed clients)',))
+        'packing: none, one client per TFF client slot (TFF\'s own aggregator '
+        f'{config.mechanism} takes one client per value; tff_quant mechanisms '
+        f'and {NO_PRIVACY!r} take packed clients)',))
   if given is None:
     k = packed_clients.auto_clients_per_slot(
         config.clients_per_round, dim, packed_clients.parallel_units(num_workers))

@@ -276,6 +276,69 @@ def build_packed_client_work(model_fn, optimizer, clients_per_slot: int,
       init_fn, next_fn, get_hparams_fn=get_hparams, set_hparams_fn=set_hparams)
 
 
+class StackedClippedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
+  """The noise-free baseline for K clients stacked per value (mechanism 'none').
+
+  Each client's update (one row) is clipped to ℓ2 norm `clip_norm` over the
+  whole update, as `aggregators.clipped_mean_factory` (TFF's clipping_factory)
+  clips it, and the result is the mean over all clients, through a plain
+  federated_sum (no privacy). Measurements: clipped_count, the clients clipped.
+  """
+
+  def __init__(self, clip_norm: float, clients_per_value: int):
+    self.clip_norm = float(validation.check_positive('clip_norm', clip_norm))
+    self.clients_per_value = validation.check_integer(
+        'clients_per_value', clients_per_value, 1)
+
+  def create(self, value_type):
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
+    k, clip = self.clients_per_value, self.clip_norm
+    for spec in tf.nest.flatten(specs):
+      if spec.shape.rank < 1 or spec.shape[0] != k:
+        raise TypeError(f'StackedClippedMeanFactory(clients_per_value={k}) needs '
+                        f'values that stack {k} clients on their first axis, '
+                        f'got {spec}.')
+    row_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+        lambda s: tf.TensorSpec(s.shape[1:], s.dtype), specs))
+
+    @tff.tensorflow.computation(value_type)
+    def clip_and_add(value):
+      flat = tf.nest.flatten(value)
+      squares = [tf.sqrt(tf.reduce_sum(tf.square(t), list(range(1, t.shape.rank))
+                                       )) ** 2 for t in flat]
+      norm = tf.sqrt(tf.add_n(squares))   # [K]: each client's global norm
+      over = norm > clip
+      divisor = tf.where(over, norm / clip, 1.0)
+      rows = [t / tf.reshape(divisor, [k] + [1] * (t.shape.rank - 1))
+              for t in flat]
+      total = tf.nest.pack_sequence_as(value, [tf.reduce_sum(r, 0) for r in rows])
+      return total, tf.reduce_sum(tf.cast(over, tf.int32))
+
+    @tff.tensorflow.computation(row_type, np.int32)
+    def divide(total, count):
+      return tf.nest.map_structure(lambda t: t / tf.cast(count, t.dtype), total)
+
+    @tff.tensorflow.computation()
+    def clients():
+      return np.int32(k)
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_value((), tff.SERVER)
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      total, clipped = tff.federated_map(clip_and_add, value)
+      count = tff.federated_sum(tff.federated_eval(clients, tff.CLIENTS))
+      mean = tff.federated_map(divide, (tff.federated_sum(total), count))
+      measurements = tff.federated_zip(collections.OrderedDict(
+          clipped_count=tff.federated_sum(clipped)))
+      return tff.templates.MeasuredProcessOutput(state, mean, measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
 def build_packed_fed_avg(model_fn, clients_per_slot: int, client_optimizer,
                          server_optimizer, model_aggregator,
                          metrics_aggregator=None, vectorized: bool = True):
