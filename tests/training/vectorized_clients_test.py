@@ -119,7 +119,7 @@ def test_vectorized_updates_equal_tffs_client_work(keras_fn, optimizer, epochs):
 
 
 def test_vectorized_and_sequential_packed_paths_agree_on_every_model():
-  """The library's models (dropout off: the masks are random) through both
+  """The library's models without dropout (its masks are random) through both
   packed client works, momentum on."""
   for name in ('small_cnn', 'lenet5', 'mlp'):
     shape = (100,) if name == 'mlp' else (28, 28, 1)
