@@ -95,7 +95,11 @@ flags.DEFINE_float('server_lr', _D.server_lr, 'Server SGD learning rate.')
 flags.DEFINE_integer('batch_size', _D.batch_size, 'Client batch size.')
 flags.DEFINE_integer('local_epochs', _D.local_epochs, 'Client epochs per round.')
 flags.DEFINE_enum('model', _D.model, ft.models.MODELS, 'Keras model.')
-flags.DEFINE_integer('seed', _D.seed, 'Client sampling / data split seed.')
+flags.DEFINE_integer('seed', _D.seed, 'Client sampling seed (and the data '
+                     'split\'s, unless --split_seed).')
+flags.DEFINE_integer('split_seed', None, 'Seed of the simulated federated split '
+                     '(default: --seed); fixed across seeds to vary only client '
+                     'sampling and noise.')
 flags.DEFINE_integer('noise_seed', None, 'Reproducible noise (experiments only); '
                      'default: client-side unpredictable seeds.')
 flags.DEFINE_float('delta', None, 'Target δ (default 1 / total_clients).')
@@ -189,8 +193,10 @@ def main(argv):
     if dataset != 'emnist' and config.model == 'emnist_cnn':
       print(f'[fl_emnist] dataset={dataset}: real EMNIST not found at '
             f'{data_lib.emnist_cache_path(FLAGS.emnist_cache_dir)}; using {dataset}.')
+    split_seed = config.seed if FLAGS.split_seed is None else FLAGS.split_seed
+    validation.check_integer('--split_seed', split_seed, 0)
     data = data_lib.load(dataset, num_clients=config.total_clients,
-                         alpha=FLAGS.dirichlet_alpha, seed=config.seed,
+                         alpha=FLAGS.dirichlet_alpha, seed=split_seed,
                          data_dir=FLAGS.data_dir,
                          emnist_cache_dir=FLAGS.emnist_cache_dir,
                          max_test_examples=FLAGS.max_test_examples)

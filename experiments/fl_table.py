@@ -1,0 +1,268 @@
+"""The equal-privacy FL table: every mechanism at whole-model ε ∈ {3, 10} and
+4 / 8 / 16 bits, several seeds each, with 95% intervals and verdicts only where
+they separate (tff_quant.program.fl_table).
+
+Each (mechanism, ε, bits) cell is calibrated once (`accounting.calibration_
+report`, or `peers.calibrate` for TFF's own aggregators; a refusal, e.g. bits
+that cannot carry the signal, becomes the cell's reason), then trained with
+`experiments.fl_emnist` once per seed: the seed sets the client sampling and
+the mechanism's noise, the federated split stays the same (--split_seed).
+Runs go seed-major (every cell's first seed before any second), each resumes
+where it stopped, and a second start on the same folder is refused while one
+runs. Federated Fashion-MNIST (real images, simulated Dirichlet(0.5) split).
+
+  python -m experiments.fl_table --output_dir=results/fl_table
+  python -m experiments.fl_table --plan        # cells, runs, and what is done
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from tff_quant import mechanisms
+from tff_quant import models
+from tff_quant.common import validation
+from tff_quant.program import cli, fl_table, results_io
+
+FLAGS = flags.FLAGS
+DEFAULT_MECHANISMS = ('rqm', 'pbm', 'qmgeo', 'quantized_gaussian',
+                      'randomized_projection', 'bq', 'skellam', 'ddgauss',
+                      'tff_skellam', 'tff_dgauss', 'gaussian', 'none')
+PEERS = ('gaussian', 'tff_skellam', 'tff_dgauss')
+flags.DEFINE_string('output_dir', 'results/fl_table', 'Results folder.')
+flags.DEFINE_list('mechanisms', list(DEFAULT_MECHANISMS), 'Mechanisms (registry '
+                  'names, TFF peers gaussian/tff_skellam/tff_dgauss, none).')
+flags.DEFINE_list('epsilons', ['3', '10'], 'Whole-model ε targets.')
+flags.DEFINE_list('bits', ['4', '8', '16'], 'Bits per coordinate.')
+flags.DEFINE_integer('seeds', 3, 'Seeds per cell (client sampling and noise).')
+flags.DEFINE_integer('rounds', 300, 'Rounds per run.')
+flags.DEFINE_integer('clients_per_round', 100, 'Clients per round.')
+flags.DEFINE_integer('total_clients', 3400, 'Population.')
+flags.DEFINE_string('model', 'small_cnn', 'Keras model (tff_quant.models).')
+flags.DEFINE_float('clip_norm', 1.0, 'ℓ2 clip of each update.')
+flags.DEFINE_float('coordinate_clip_multiple', 3.0, 'c∞ = k·clip_norm/√d.')
+flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
+flags.DEFINE_integer('eval_every', 50, 'Evaluate every k rounds.')
+flags.DEFINE_integer('split_seed', 0, 'Seed of the federated split (fixed).')
+flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
+flags.DEFINE_bool('plan', False, 'Print the cells and runs, and what is done.')
+flags.DEFINE_bool('report_only', False, 'Write the report from finished runs.')
+
+DATASET = 'fashion_mnist'
+INPUT_SHAPE, NUM_CLASSES = (28, 28, 1), 10
+
+
+def settings():
+  """The table's fixed settings (config.json): a folder holds one setting."""
+  return dict(dataset=DATASET, rounds=FLAGS.rounds,
+              clients_per_round=FLAGS.clients_per_round,
+              total_clients=FLAGS.total_clients, model=FLAGS.model,
+              clip_norm=FLAGS.clip_norm,
+              coordinate_clip_multiple=FLAGS.coordinate_clip_multiple,
+              client_lr=FLAGS.client_lr, split_seed=FLAGS.split_seed,
+              delta=1 / FLAGS.total_clients, rotate=True)
+
+
+def cells():
+  """[(mechanism, ε or None, bits)] in table order."""
+  epsilons = [validation.check_positive('--epsilons', float(e))
+              for e in FLAGS.epsilons]
+  bits = [validation.check_integer('--bits', int(b), 1, 24) for b in FLAGS.bits]
+  known = set(mechanisms.registry()) | set(PEERS) | {'none'}
+  out = []
+  for name in FLAGS.mechanisms:
+    validation.check_one_of('--mechanisms', name, sorted(known))
+    if name == 'none':
+      out.append((name, None, fl_table.FLOAT_BITS))
+      continue
+    for eps in epsilons:
+      for b in ([fl_table.FLOAT_BITS] if name == 'gaussian' else bits):
+        out.append((name, eps, b))
+  return out
+
+
+def cell_name(cell) -> str:
+  name, eps, bits = cell
+  return name if eps is None else f'{name}_eps{eps:g}_b{bits}'
+
+
+def model_dim() -> int:
+  """Coordinates the aggregator encodes: the model's, padded to 2^m (rotation)."""
+  raw = models.num_params(models.get(FLAGS.model, INPUT_SHAPE, NUM_CLASSES))
+  return 2**math.ceil(math.log2(raw))
+
+
+def calibrate(cell, dim):
+  """{'params': ...} or {'reason': ...} for one cell, with its seconds."""
+  from tff_quant import accounting  # pylint: disable=g-import-not-at-top
+  from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
+  name, eps, bits = cell
+  s = settings()
+  t0 = time.time()
+  try:
+    if name in PEERS:
+      peer = peers.calibrate(name, eps, s['delta'], s['rounds'],
+                             s['clients_per_round'], s['total_clients'],
+                             dim, s['clip_norm'],
+                             None if name == 'gaussian' else bits)
+      params = dict(noise_multiplier=peer.noise_multiplier)
+      if name != 'gaussian':
+        params['bits'] = bits
+      out = dict(params=params, mechanism=repr(peer))
+    else:
+      report = accounting.calibration_report(
+          name, eps, s['delta'], s['rounds'], s['clients_per_round'],
+          s['total_clients'], dim, l2_clip=s['clip_norm'],
+          coordinate_clip=s['coordinate_clip_multiple'] * s['clip_norm'] /
+          math.sqrt(dim), bits=bits)
+      out = dict(params=report.params, mechanism=repr(report.mechanism),
+                 epsilon=report.epsilon,
+                 ratio_to_gaussian=report.ratio_to_gaussian)
+  except ValueError as err:   # refused: out of reach, or no signal carried
+    out = dict(reason=str(err).splitlines()[0][:400])
+  out['seconds'] = time.time() - t0
+  return out
+
+
+def run_dir(cell, seed) -> str:
+  return os.path.join(FLAGS.output_dir, 'runs', f'{cell_name(cell)}_s{seed}')
+
+
+def train(cell, seed, calibration) -> float:
+  """One run through experiments.fl_emnist (resumes; its own process, so
+  TFF's workers end with it); returns its wall seconds."""
+  name, _, _ = cell
+  s = settings()
+  params = ','.join(f'{k}={v}' for k, v in sorted(
+      calibration.get('params', {}).items()))
+  args = [sys.executable, '-m', 'experiments.fl_emnist',
+          f'--dataset={DATASET}', f'--mechanism={name}',
+          f'--mechanism_params={params}', f'--rounds={s["rounds"]}',
+          f'--clients_per_round={s["clients_per_round"]}',
+          f'--total_clients={s["total_clients"]}', f'--model={s["model"]}',
+          f'--clip_norm={s["clip_norm"]}', f'--client_lr={s["client_lr"]}',
+          f'--coordinate_clip_multiple={s["coordinate_clip_multiple"]}',
+          '--rotate', f'--seed={seed}', f'--split_seed={s["split_seed"]}',
+          f'--noise_seed={1000 + seed}', f'--eval_every={FLAGS.eval_every}',
+          f'--root_output_dir={os.path.dirname(run_dir(cell, seed))}',
+          f'--experiment_name={os.path.basename(run_dir(cell, seed))}']
+  if FLAGS.data_dir:
+    args.append(f'--data_dir={FLAGS.data_dir}')
+  t0 = time.time()
+  subprocess.run(args, check=True)
+  return time.time() - t0
+
+
+def collect(all_cells, calibrations):
+  """fl_table.Cell per cell from the finished runs' summary.json."""
+  out = []
+  for cell in all_cells:
+    name, eps, bits = cell
+    cal = calibrations.get(cell_name(cell), {})
+    c = fl_table.Cell(name, eps, bits, reason=cal.get('reason', ''),
+                      params=json.dumps(cal.get('params', {}), sort_keys=True))
+    for seed in range(FLAGS.seeds):
+      path = os.path.join(run_dir(cell, seed), 'summary.json')
+      if os.path.exists(path):
+        with open(path) as f:
+          summary = json.load(f)
+        c.accuracies[seed] = summary['test_accuracy']
+        c.epsilons[seed] = summary['epsilon']
+    out.append(c)
+  return out
+
+
+def report(all_cells, calibrations, seconds):
+  cells_ = collect(all_cells, calibrations)
+  s = settings()
+  done = sum(c.seeds for c in cells_)
+  header = (f'# Equal-privacy FL table\n\nData: Fashion-MNIST (real images, '
+            f'/usr/share/datasets/fashion-mnist), SIMULATED federated split: '
+            f'{s["total_clients"]} clients, Dirichlet(0.5) over labels, split '
+            f'seed {s["split_seed"]}. {s["clients_per_round"]} clients per '
+            f'round, {s["rounds"]} rounds, model {s["model"]}, ℓ2 clip '
+            f'{s["clip_norm"]}, c∞ = {s["coordinate_clip_multiple"]:g}/√d '
+            f'after a random rotation, whole-model δ = 1/{s["total_clients"]} '
+            f'(proved for any inputs of the others). Seeds vary client '
+            f'sampling and noise. {done} runs, {seconds / 3600:.1f} h of '
+            'training (sum of run wall times on this 2-core machine).')
+  text = fl_table.write_report(cells_, FLAGS.output_dir,
+                               [int(b) for b in FLAGS.bits] +
+                               [fl_table.FLOAT_BITS], header)
+  fl_table.plot(cells_, os.path.join(FLAGS.output_dir, 'table.png'),
+                header.splitlines()[2][:160])
+  return text
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  with cli.user_errors_exit():
+    validation.check_integer('--seeds', FLAGS.seeds, 1)
+    all_cells = cells()
+    with results_io.exclusive(FLAGS.output_dir, 'FL table'):
+      config_path = os.path.join(FLAGS.output_dir, 'config.json')
+      if os.path.exists(config_path):
+        with open(config_path) as f:
+          old = json.load(f)
+        if old != settings():
+          raise ValueError(f'{FLAGS.output_dir} holds a table with other '
+                           f'settings ({old}); use another --output_dir.')
+      results_io.write_json(config_path, settings())
+      cal_path = os.path.join(FLAGS.output_dir, 'calibrations.json')
+      calibrations = {}
+      if os.path.exists(cal_path):
+        with open(cal_path) as f:
+          calibrations = json.load(f)
+      times_path = os.path.join(FLAGS.output_dir, 'run_seconds.json')
+      times = {}
+      if os.path.exists(times_path):
+        with open(times_path) as f:
+          times = json.load(f)
+      runs = [(cell, seed) for seed in range(FLAGS.seeds) for cell in all_cells]
+      if FLAGS.plan or FLAGS.report_only:
+        done = sum(os.path.exists(os.path.join(run_dir(c, s), 'summary.json'))
+                   for c, s in runs)
+        print(f'{len(all_cells)} cells, {len(runs)} runs ({done} finished); '
+              f'{len(calibrations)} cells calibrated.')
+        if FLAGS.report_only:
+          print(report(all_cells, calibrations, sum(times.values())))
+        return
+      dim = model_dim()
+      for i, cell in enumerate(all_cells):
+        key = cell_name(cell)
+        if key not in calibrations and cell[0] != 'none':
+          calibrations[key] = calibrate(cell, dim)
+          results_io.write_json(cal_path, calibrations)
+          got = calibrations[key]
+          print(f'[calibrate {i + 1}/{len(all_cells)}] {key}: '
+                f'{got.get("mechanism") or "refused: " + got["reason"]} '
+                f'({got["seconds"]:.0f} s)', flush=True)
+      todo = [(c, s) for c, s in runs
+              if 'reason' not in calibrations.get(cell_name(c), {})
+              and not os.path.exists(os.path.join(run_dir(c, s), 'summary.json'))]
+      for k, (cell, seed) in enumerate(todo):
+        mean = (sum(times.values()) / len(times)) if times else None
+        eta = (f'; ETA {mean * (len(todo) - k) / 3600:.1f} h' if mean else '')
+        print(f'[run {k + 1}/{len(todo)}] {cell_name(cell)} seed {seed}{eta}',
+              flush=True)
+        try:
+          times[f'{cell_name(cell)}_s{seed}'] = train(
+              cell, seed, calibrations.get(cell_name(cell), {}))
+        except subprocess.CalledProcessError as err:   # retried next start
+          print(f'  run failed (exit {err.returncode}); the table goes on and '
+                'a later start resumes it', flush=True)
+          continue
+        results_io.write_json(times_path, times)
+        report(all_cells, calibrations, sum(times.values()))
+      print(report(all_cells, calibrations, sum(times.values())))
+
+
+if __name__ == '__main__':
+  app.run(main)
