@@ -61,8 +61,9 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
   assert res.returncode == 0, res.stderr[-2000:]
   assert 'Calibrated gaussian(noise_multiplier=' in res.stdout
   assert 'Per-coordinate ε: n/a' in res.stdout
-  assert ("packing: none, one client per TFF client slot (TFF's own aggregator "
-          'gaussian takes one client per value') in res.stdout
+  # The central Gaussian packs: the server's noise on the sum has one law
+  # however the clients are grouped.
+  assert 'packing: K=3 clients per TFF client slot' in res.stdout
   with open(tmp_path / 'g' / 'summary.json') as f:
     summary = json.load(f)
   assert summary['epsilon'] <= 8.0 and summary['bits_per_coordinate'] == 32

@@ -1,3 +1,4 @@
+import math
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -183,3 +184,23 @@ def test_stacked_clipped_mean_is_the_clipped_mean_of_every_client():
     pc.StackedClippedMeanFactory(1.0, 3).create(plain_type)
   with pytest.raises(ValueError, match='clip_norm'):
     pc.StackedClippedMeanFactory(0.0, 3)
+
+
+def test_stacked_central_gaussian_adds_the_servers_noise_once():
+  """noise_std > 0 (the central Gaussian): zero updates from 2 slots of 3
+  clients give mean N(0, σ²)/6 per coordinate, as TFF's gaussian_fixed with
+  stddev z·clip over clients_per_round. 4,000 coordinates: the sample
+  variance is within 5 sd of its law's (relative sd √(2/4000))."""
+  dim, sigma = 4000, 3.0
+  value_type = pc.stacked_type(tff.TensorType(np.float32, [dim]), 3)
+  agg = pc.StackedClippedMeanFactory(1.0, 3, noise_std=sigma).create(value_type)
+  out = np.asarray(agg.next(agg.initialize(),
+                            [np.zeros((3, dim), np.float32)] * 2).result)
+  want = (sigma / 6)**2
+  assert abs(out.var() / want - 1) < 5 * math.sqrt(2 / dim)
+  assert abs(out.mean()) < 5 * math.sqrt(want / dim)
+  again = np.asarray(agg.next(agg.initialize(),
+                              [np.zeros((3, dim), np.float32)] * 2).result)
+  assert not np.array_equal(out, again)   # fresh noise each round
+  with pytest.raises(ValueError, match='noise_std'):
+    pc.StackedClippedMeanFactory(1.0, 3, noise_std=-1.0)

@@ -166,9 +166,13 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   server_opt = tff.learning.optimizers.build_sgdm(config.server_lr)
   with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
     if clients_per_slot > 1:
+      aggregator = (build_aggregator(config, clients_per_slot) if peer is None
+                    else packed_clients.StackedClippedMeanFactory(
+                        config.clip_norm, clients_per_slot,
+                        peer.noise_multiplier * config.clip_norm))
       process = packed_clients.build_packed_fed_avg(
           model_fn, clients_per_slot, client_opt, server_opt,
-          build_aggregator(config, clients_per_slot), vectorized=vectorized,
+          aggregator, vectorized=vectorized,
           metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
                               if private else
                               tff.learning.metrics.sum_then_finalize))
@@ -216,11 +220,12 @@ def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
     raise ValueError(f'{allowed}.')
   if k == 1:
     return k
-  if config.is_peer:
-    raise ValueError(f'clients_per_slot={k} needs a tff_quant mechanism or '
-                     f'{NO_PRIVACY!r} (the packed path encodes or clips each '
-                     'client before the sum), not TFF\'s own aggregator '
-                     f'{config.mechanism!r}; use clients_per_slot=1.')
+  if config.is_peer and config.mechanism != 'gaussian':
+    raise ValueError(f'clients_per_slot={k} needs a tff_quant mechanism, the '
+                     f'central gaussian or {NO_PRIVACY!r} (the packed path '
+                     'encodes or clips each client before the sum), not TFF\'s '
+                     f'own aggregator {config.mechanism!r}; use '
+                     'clients_per_slot=1.')
   if config.clients_per_round % k:
     raise ValueError(f'clients_per_round ({config.clients_per_round}) must be a '
                      f'multiple of clients_per_slot ({k}).')
@@ -243,11 +248,11 @@ def choose_packing(config: TrainingConfig, clients_per_slot: Optional[int],
   1 for TFF's own aggregators (their factories take one client per value).
   Vectorized whenever K > 1 and the model allows it."""
   given = check_packing(config, clients_per_slot)
-  if config.is_peer:
+  if config.is_peer and config.mechanism != 'gaussian':
     return Packing(1, False, (
         'packing: none, one client per TFF client slot (TFF\'s own aggregator '
-        f'{config.mechanism} takes one client per value; tff_quant mechanisms '
-        f'and {NO_PRIVACY!r} take packed clients)',))
+        f'{config.mechanism} takes one client per value; tff_quant mechanisms, '
+        f'the central Gaussian and {NO_PRIVACY!r} take packed clients)',))
   if given is None:
     k = packed_clients.auto_clients_per_slot(
         config.clients_per_round, dim, packed_clients.parallel_units(num_workers))

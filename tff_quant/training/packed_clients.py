@@ -277,18 +277,26 @@ def build_packed_client_work(model_fn, optimizer, clients_per_slot: int,
 
 
 class StackedClippedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
-  """The noise-free baseline for K clients stacked per value (mechanism 'none').
+  """The clipped mean for K clients stacked per value: the noise-free baseline
+  ('none'), or with `noise_std` the central Gaussian ('gaussian').
 
   Each client's update (one row) is clipped to ℓ2 norm `clip_norm` over the
   whole update, as `aggregators.clipped_mean_factory` (TFF's clipping_factory)
   clips it, and the result is the mean over all clients, through a plain
-  federated_sum (no privacy). Measurements: clipped_count, the clients clipped.
+  federated_sum. With `noise_std` > 0 the server adds N(0, noise_std²) to each
+  coordinate of the sum before dividing, as TFF's
+  DifferentiallyPrivateFactory.gaussian_fixed (noise_std = z·clip) does: the
+  server's output has the same law however the clients are packed (central
+  DP: the server is trusted with the sum). Measurements: clipped_count, the
+  clients clipped.
   """
 
-  def __init__(self, clip_norm: float, clients_per_value: int):
+  def __init__(self, clip_norm: float, clients_per_value: int,
+               noise_std: float = 0.0):
     self.clip_norm = float(validation.check_positive('clip_norm', clip_norm))
     self.clients_per_value = validation.check_integer(
         'clients_per_value', clients_per_value, 1)
+    self.noise_std = float(validation.check_number('noise_std', noise_std, 0))
 
   def create(self, value_type):
     specs = tff.types.type_to_tf_tensor_specs(value_type)
@@ -314,8 +322,14 @@ class StackedClippedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
       total = tf.nest.pack_sequence_as(value, [tf.reduce_sum(r, 0) for r in rows])
       return total, tf.reduce_sum(tf.cast(over, tf.int32))
 
+    noise_std = self.noise_std
+
     @tff.tensorflow.computation(row_type, np.int32)
     def divide(total, count):
+      if noise_std > 0:   # central DP: the server's noise on the sum
+        total = tf.nest.map_structure(
+            lambda t: t + tf.random.normal(tf.shape(t), stddev=noise_std,
+                                           dtype=t.dtype), total)
       return tf.nest.map_structure(lambda t: t / tf.cast(count, t.dtype), total)
 
     @tff.tensorflow.computation()
