@@ -215,6 +215,12 @@ def main(argv):
     print(f'Privacy of the whole model update seen by the server: '
           f'(ε={summary["epsilon"]:.4g}, δ={summary["delta"]:.3g}) '
           f'[{summary["epsilon_route"]}]')
+    if summary.get('epsilon_attained') is not None:
+      print(f'  ε ∈ [{summary["epsilon_attained"]:.4g}, {summary["epsilon"]:.4g}]'
+            ' [attained by named inputs, proved for any inputs of the others]; '
+            f'attained with {summary["attained_inputs"]}')
+    elif summary.get('attained_inputs'):
+      print(f'  (no attained value: {summary["attained_inputs"]})')
     if summary['pld_note']:
       print(f'  ({summary["pld_note"]})')
     if summary['epsilon_per_coordinate'] == summary['epsilon_per_coordinate']:

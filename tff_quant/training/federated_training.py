@@ -533,6 +533,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                    pld_note=g.pld_note,
                    epsilon_per_coordinate=coord_acct.epsilon_rdp(rounds_done)[0],
                    privacy_assumptions=g.assumptions,
+                   epsilon_attained=g.epsilon_attained,
+                   attained_inputs=g.attained_inputs,
                    bits_per_coordinate=mech.bits_per_coordinate,
                    bits_per_client_per_round=mech.bits_per_coordinate * dim)
   elif peer is not None:
@@ -541,6 +543,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                    epsilon_rdp=g.epsilon_rdp, epsilon_pld=g.epsilon_pld,
                    pld_note=g.pld_note, epsilon_per_coordinate=math.nan,
                    privacy_assumptions=g.assumptions,
+                   epsilon_attained=g.epsilon_attained,
+                   attained_inputs=g.attained_inputs,
                    bits_per_coordinate=peer.bits_per_coordinate,
                    bits_per_client_per_round=peer_bits_per_client(peer))
   else:
