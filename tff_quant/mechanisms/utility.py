@@ -13,8 +13,10 @@ inf when s <= 0 somewhere (two inputs then share a mean: no estimate from D
 is unbiased at both). An unbiased mechanism has s = 1 and E_a = max v; the
 continuous Gaussian's is σ²/n. Plain MSE (`decoded_mean_mse`) rewards an
 output that stays near 0 whatever x is (a modular sum wrapped past its
-modulus, a quantizer clipping noise far wider than its range); E_a does not:
-s -> 0 sends it to infinity.
+modulus, a quantizer clipping noise far wider than its range); E_a charges
+it 1/s²: infinite for the wrapped sum (s -> 0), and for the clipped
+quantizer about (π/2)σ²/n (s ≈ 2Cq/(√(2π)σ), its output ≈ ±Cq), which is
+what its signal is worth once rescaled.
 
 Why the derivative, not a secant over [-a, a]: it is the local exchange rate
 between input and output that the delta method needs, it is 1 exactly for an
