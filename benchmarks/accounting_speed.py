@@ -133,7 +133,7 @@ def _calibration_row(args, rows):
   t0 = time.perf_counter()
   try:
     r = accounting.calibration_report(name, target, bits=bits, **schedule)
-    row = (repr(r.mechanism), r.epsilon, r.rdp_floor, r.mse,
+    row = (repr(r.mechanism), r.epsilon, r.epsilon_attained, r.mse,
            r.ratio_to_gaussian, f'{r.candidates} ({r.pruned} pruned)', '')
   except ValueError as err:   # infeasible or refused: the reason is the row
     row = ('—', math.nan, None, math.nan, math.nan, 0, str(err)[:160])
@@ -151,14 +151,14 @@ def calibrations(names=('gaussian', 'skellam', 'ddgauss', 'qmgeo', 'rqm', 'pbm')
                   coordinate_clip=3 / math.sqrt(dim))
   print(f'\n| calibrate (ε = 10, δ = 1/3400, d = {dim}, {rounds} rounds, n = '
         f'{clients}, {bits} bits, '
-        'k = 3) | s | ε | RDP floor | variance/coord | ratio to Gaussian | '
+        'k = 3) | s | ε | attained ε | MSE/coord | debiased error / Gaussian\'s | '
         'candidates | mechanism or reason |\n|---|---|---|---|---|---|---|---|')
   for name in names:
-    mech, eps, floor, var, ratio, cands, why, seconds = _in_fresh_process(
+    mech, eps, low, var, ratio, cands, why, seconds = _in_fresh_process(
         _calibration_row, (name, None if name == 'gaussian' else bits, 10.0,
                            schedule))
-    floor = '—' if floor is None else f'{floor:.4g}'
-    print(f'| {name} | {seconds:.1f} | {eps:.4g} | {floor} | {var:.3g} | '
+    low = '—' if low is None else f'{low:.4g}'
+    print(f'| {name} | {seconds:.1f} | {eps:.4g} | {low} | {var:.3g} | '
           f'{ratio:.3g} | {cands} | {why or mech} |')
 
 

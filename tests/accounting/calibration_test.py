@@ -68,10 +68,13 @@ def test_calibration_takes_levels_from_bits_and_compares_with_the_gaussian(
   assert report.gaussian_mse > 0 and report.ratio_to_gaussian > 0
   if name == 'gaussian':
     assert report.ratio_to_gaussian == pytest.approx(1.0, rel=1e-9)
-  if name in ('gaussian', 'skellam'):   # closed forms: no floor offered
-    assert report.rdp_floor is None
+  # ε ∈ [attained, proved]: closed forms are exact (the two ends meet).
+  assert 0 < report.epsilon_attained <= report.epsilon * (1 + 1e-12)
+  if name in ('gaussian', 'skellam'):
+    assert report.epsilon_attained == pytest.approx(report.epsilon, rel=1e-9)
+    assert report.attained_inputs == 'exact (closed form)'
   else:
-    assert 0 < report.rdp_floor <= report.epsilon
+    assert 'others' in report.attained_inputs
 
 
 def test_bits_below_what_a_mechanism_needs_is_one_clear_error():
@@ -319,7 +322,7 @@ def test_screening_by_a_lower_bound_changes_no_answer(monkeypatch):
   assert screened.params['delta_ratio'] == plain.params['delta_ratio']
   assert screened.params['q'] == pytest.approx(plain.params['q'], rel=4e-3)
   assert screened.epsilon <= 10.0
-  # The floor: the same RDP route from clipped inputs' exact divergences
-  assert 0 < screened.rdp_floor <= screened.epsilon
+  # The attained end: the same route from named clipped inputs' divergences.
+  assert 0 < screened.epsilon_attained <= screened.epsilon
   assert 'not reachable' in unreachable
   assert unreachable == run(1e-3, **SCHEDULE, dim=1000, bits=3)[0]

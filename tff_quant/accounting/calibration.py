@@ -93,12 +93,14 @@ class _Epsilon:
   def exact(self, mech) -> float:
     """The accountant's ε (no screening)."""
     try:
+      # The search needs the proved ε only (the attained end is computed for
+      # the chosen mechanism, by the report).
       g = composition.training_guarantee(mech, orders=self.orders,
-                                         **self.schedule)
+                                         attained=False, **self.schedule)
       if self.orders != FAST_ORDERS and not g.rdp_order < max(self.orders):
         self.orders = FAST_ORDERS
         g = composition.training_guarantee(mech, orders=self.orders,
-                                           **self.schedule)
+                                           attained=False, **self.schedule)
     except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
       self.unresolved = str(err)
       return math.inf
@@ -356,13 +358,15 @@ class Calibration:
   refused: Sequence[Dict[str, object]] = ()
   pruned: int = 0
   assumptions: str = ''
-  #: The RDP route's ε from the exact divergences of one configuration of
-  #: clipped inputs (`lower_bound.epsilon_at_least(..., attainable=True)`): no
-  #: sound per-round bound gets the same route below it, so epsilon - rdp_floor
-  #: bounds what tighter divergence bounds could gain. Not a lower bound on the
-  #: true ε (WBK19 and the RDP conversion are upper bounds both share). None
-  #: where `lower_bound` does not apply or with the PLD route.
-  rdp_floor: Optional[float] = None
+  #: The lower end of ε ∈ [attained, proved]: the same route's ε from the
+  #: divergences named inputs attain (`accounting.attained`): no sound bound
+  #: over the others' inputs gets below it on this route, so epsilon -
+  #: epsilon_attained bounds what tighter bounds could gain. Not a lower bound
+  #: on the true ε (WBK19 and the RDP conversion are upper bounds both
+  #: share). None with the PLD route or where no search applies.
+  epsilon_attained: Optional[float] = None
+  #: The inputs attaining it (at the order of its ε).
+  attained_inputs: str = ''
   #: The Rényi orders `epsilon` was computed from: an accountant given these
   #: (`RoundAccountant(..., orders=...)`) reproduces it. With all orders the
   #: search may cost more, go over `vector.MAX_OPERATIONS` and fall back to a
@@ -717,9 +721,14 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                        signal_bound=signal,
                        unusable=[dict(u[1], why=u[0]) for u in unusable])
   if not use_pld:
-    report.rdp_floor = lower_bound.epsilon_at_least(
-        mech, rounds, clients_per_round, total_clients, delta, dim,
-        FAST_ORDERS, l2_clip, attainable=True)
+    low = composition.RoundAccountant(
+        mech, clients_per_round, total_clients, delta, dim, orders, l2_clip,
+        others)
+    report.epsilon_attained, at = low.epsilon_attained(rounds)
+    if low.attained is not None:
+      report.attained_inputs = (low.attained.describe(at)
+                                if low.attained.configurations and
+                                math.isfinite(at) else 'exact (closed form)')
   if compare_gaussian:
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,

@@ -29,6 +29,7 @@ uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
 """
 
 import dataclasses
+import functools
 import math
 from typing import Dict, Optional, Sequence
 
@@ -261,15 +262,21 @@ class RoundAccountant:
     self.l2_clip = l2_clip
     self.l2_route = (l2_clip is not None and
                      not vector.coordinate_route_applies(mech, dim, l2_clip))
-    if self.l2_route:
-      all_orders = sorted(set(range(2, max(orders) + 1)))  # WBK needs every j
-      self.rdp = vector.vector_rdp(mech, all_orders + [math.inf],
-                                   clients_per_round, dim, 2 * l2_clip,
-                                   others=others)
-    else:
-      self.rdp = per_round_rdp(mech, clients_per_round, dim, orders, others)
-    self._sub = self._subsampled(self.rdp)
     self._attained = None
+
+  @functools.cached_property
+  def rdp(self) -> Dict[float, float]:
+    """{order: proved per-round RDP} (math.inf too), computed on first use
+    (an accountant asked only for the attained end never computes it)."""
+    if self.l2_route:
+      every = sorted(set(range(2, max(self.orders) + 1)))  # WBK needs every j
+      return vector.vector_rdp(self.mech, every + [math.inf], self.n,
+                               self.dim, 2 * self.l2_clip, others=self.others)
+    return per_round_rdp(self.mech, self.n, self.dim, self.orders, self.others)
+
+  @functools.cached_property
+  def _sub(self):
+    return self._subsampled(self.rdp)
 
   def _subsampled(self, rdp: Dict[float, float]):
     """[orders] round RDP after sampling: WBK19 Thm 9, or the mechanism's
@@ -327,7 +334,6 @@ class RoundAccountant:
     self.delta, self.dim, self.orders = delta, dim, list(orders)
     self.gamma = clients_per_round / total_clients
     self.l2_clip, self.l2_route, self.rdp = None, True, dict(rdp)
-    self._sub = self._subsampled(self.rdp)
     self._assumptions, self._attained = assumptions, None
     return self
 

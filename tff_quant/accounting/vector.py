@@ -458,9 +458,7 @@ def _evaluator(targets: TargetPairs, log_r: np.ndarray, orders: np.ndarray):
       targets, _with_sum(targets.basis, [(log_r, m)]), orders)
 
 
-PRICE_MARGIN = 1.15   # constructions priced within this of the best are completed
 SPREAD_MARGIN = 1.5   # constructions keeping 1/this of the best spread are priced
-MAX_COMPLETED = 2     # most constructions completed per call
 PRICE_STDS = 1.5      # the pricing count: this many stds below the mean
 
 
@@ -476,9 +474,9 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
   skipped; the rest are priced by their pairs' sup divergence at
   PRICE_STDS standard deviations below the mean count of R copies (where
   the mixture's weight matters at high orders; it evaluates near there
-  anyway), and the MAX_COMPLETED within PRICE_MARGIN of
-  the smallest at some order are completed. Of a pair and its mirror image only one is evaluated where
-  R is symmetric (`_mirror_classes`)."""
+  anyway), and the cheapest at each order is completed (one or two in
+  practice). Of a pair and its mirror image only one is evaluated where R
+  is symmetric (`_mirror_classes`)."""
   runs = []
   candidates = blankets(mech, targets, num_others)
   spreads = [others_lib.spread(b, num_others) for b in candidates]
@@ -496,12 +494,9 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
     price = np.max(evaluate(low), axis=1)   # [orders] sup over pairs
     runs.append((price, blanket, kept, expand, half, evaluate))
   prices = np.stack([r[0] for r in runs]) / (orders[None, :] - 1)
-  # Each construction's best price relative to the cheapest, over orders.
-  with np.errstate(invalid='ignore'):   # inf / inf: every one as good
-    ratio = prices / np.maximum(np.min(prices, axis=0), 1e-300)
-  relative = np.min(np.where(np.isnan(ratio), 1.0, ratio), axis=1)
-  chosen = [i for i in np.argsort(relative, kind='stable')[:MAX_COMPLETED]
-            if relative[i] <= PRICE_MARGIN]
+  # The cheapest at each order (the first where prices tie, inf included).
+  chosen = sorted(set(np.argmin(np.nan_to_num(prices, nan=np.inf), axis=0)
+                      .tolist()))
   best = None
   for i in chosen:
     _, blanket, kept, expand, half, evaluate = runs[i]
