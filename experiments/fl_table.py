@@ -17,7 +17,9 @@ stopped, and a second start on the same folder is refused while one runs. Federa
 
 import json
 import math
+import multiprocessing
 import os
+from queue import Empty
 import subprocess
 import sys
 import time
@@ -55,6 +57,8 @@ flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
 flags.DEFINE_integer('eval_every', 50, 'Evaluate every k rounds.')
 flags.DEFINE_integer('split_seed', 0, 'Seed of the federated split (fixed).')
 flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
+flags.DEFINE_float('max_calibration_seconds', 900, 'A cell whose calibration '
+                   'runs longer is reported with that reason.')
 flags.DEFINE_bool('plan', False, 'Print the cells and runs, and what is done.')
 flags.DEFINE_bool('report_only', False, 'Write the report from finished runs.')
 
@@ -107,11 +111,40 @@ def model_dim() -> int:
 
 
 def calibrate(cell, dim):
+  """{'params': ...} or {'reason': ...} for one cell, with its seconds: in a
+  child process stopped after --max_calibration_seconds (then the reason)."""
+  context = multiprocessing.get_context('spawn')
+  queue = context.Queue()
+  child = context.Process(target=_calibrate_child,
+                          args=(cell, dim, settings(), queue))
+  t0 = time.time()
+  child.start()
+  try:
+    while time.time() - t0 < FLAGS.max_calibration_seconds:
+      try:
+        return queue.get(timeout=5)
+      except Empty:
+        if child.exitcode is not None:   # died (e.g. out of memory)
+          return dict(reason=f'calibration process ended with exit code '
+                      f'{child.exitcode} before answering',
+                      seconds=time.time() - t0)
+    return dict(reason=f'calibration did not finish in '
+                f'{FLAGS.max_calibration_seconds:g} s (stopped)',
+                seconds=time.time() - t0)
+  finally:
+    child.terminate()
+    child.join()
+
+
+def _calibrate_child(cell, dim, s, queue):
+  queue.put(_calibrated(cell, dim, s))
+
+
+def _calibrated(cell, dim, s):
   """{'params': ...} or {'reason': ...} for one cell, with its seconds."""
   from tff_quant import accounting  # pylint: disable=g-import-not-at-top
   from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
   name, eps, bits = cell
-  s = settings()
   t0 = time.time()
   try:
     if name in PEERS:
@@ -131,6 +164,7 @@ def calibrate(cell, dim):
           math.sqrt(dim), bits=bits)
       out = dict(params=report.params, mechanism=repr(report.mechanism),
                  epsilon=report.epsilon,
+                 epsilon_attained=report.epsilon_attained,
                  ratio_to_gaussian=report.ratio_to_gaussian)
   except ValueError as err:   # refused: out of reach, or no signal carried
     out = dict(reason=str(err).splitlines()[0][:400])

@@ -525,3 +525,30 @@ def test_mirror_images_are_evaluated_once(name, params):
   for a in ORDERS:
     np.testing.assert_allclose(halved.values[a], every.values[a], rtol=1e-9,
                                atol=1e-13)
+
+
+def test_breakpoints_of_many_lattice_inputs_take_linear_memory(monkeypatch):
+  """Over _PAIRWISE_INPUTS critical inputs (a lattice and its two ends: RQM at
+  16 bits has 52,430) the distances come from the lattice in O(K), and equal
+  the pairwise ones; off a lattice it is a ValueError, not 20 GB."""
+  mech = _mech('rqm', num_levels=64, delta_ratio=0.25)
+  crit = vector._critical(mech)
+  pairwise = vector._breakpoints(crit, 1.0)
+  monkeypatch.setattr(vector, '_PAIRWISE_INPUTS', 8)
+  np.testing.assert_allclose(vector._breakpoints(crit, 1.0), pairwise,
+                             rtol=1e-9)
+  with pytest.raises(ValueError, match='off a lattice'):
+    vector._breakpoints(np.sort(np.random.default_rng(0).uniform(-1, 1, 20)),
+                        1.0)
+
+
+def test_log_ratio_max_in_blocks_equals_at_once(monkeypatch):
+  rng = np.random.default_rng(1)
+  p, q = np.log(rng.uniform(size=(5, 7))), np.log(rng.uniform(size=(4, 7)))
+  p[0, 3] = -np.inf
+  q[1, 2] = -np.inf
+  pairs = np.array([[i, j] for i in range(5) for j in range(4)])
+  whole = vector._log_ratio_max(p, q, pairs)
+  monkeypatch.setattr(matrix_sums, '_BLOCK', 14)   # two pairs per block
+  np.testing.assert_array_equal(vector._log_ratio_max(p, q, pairs), whole)
+  assert np.isinf(whole[1 * 4 + 1]) and whole[1 * 4 + 1] > 0   # Q = 0 < P

@@ -138,13 +138,16 @@ def _overlap(log_rows: np.ndarray, shifts: np.ndarray) -> float:
 _SHIFT_PASSES = 3     # coordinate-descent passes over the shifts
 _SHIFT_REACH = 2      # levels a shift moves per trial
 _DESCENT_ROWS = 300   # most rows whose shifts are refined by descent
+_DESCENT_ENTRIES = 2**22   # ... and most entries of their frame (each trial
+                           # rebuilds it: ~1,800 trials)
 
 
 def aligned_shifts(log_rows: np.ndarray, partner: Optional[np.ndarray] = None
                    ) -> np.ndarray:
   """Integer translations with a large common mass Σ_u min_i row_i(u -
-  shift_i): each row's mean at 0, then (up to _DESCENT_ROWS rows)
-  coordinate descent. Any shifts give a valid bound; these give a large β.
+  shift_i): each row's mean at 0 (or no shift, if that overlaps more), then
+  (up to _DESCENT_ROWS rows and _DESCENT_ENTRIES frame entries) coordinate
+  descent. Any shifts give a valid bound; these give a large β.
   With `partner` (row partner[i] is row i reversed) mirrored rows keep
   mirrored shifts, shift_j = -(L-1) - shift_i, so the frame and R are
   symmetric about 0 (the accountant then evaluates half the pairs)."""
@@ -162,7 +165,7 @@ def aligned_shifts(log_rows: np.ndarray, partner: Optional[np.ndarray] = None
   best = _overlap(log_rows, shifts)
   if _overlap(log_rows, unshifted) > best:
     shifts, best = unshifted, _overlap(log_rows, unshifted)
-  if len(shifts) > _DESCENT_ROWS:
+  if len(shifts) > _DESCENT_ROWS or len(shifts) * length > _DESCENT_ENTRIES:
     return shifts
   for _ in range(_SHIFT_PASSES):
     improved = False

@@ -197,11 +197,31 @@ def _critical(mech) -> np.ndarray:
   return np.union1d(-half, half)
 
 
+_PAIRWISE_INPUTS = 4096   # critical inputs whose distances are taken pairwise
+
+
 def _breakpoints(crit: np.ndarray, c: float) -> np.ndarray:
   """Distinct positive distances between critical inputs; rounding twins
   (a mirrored input and the mechanism's own differ by ~1e-16) merged, within
-  _TIE relative (on such a sliver the chord is off by < f·_TIE)."""
-  gaps = np.unique(np.abs(crit[:, None] - crit[None, :]))
+  _TIE relative (on such a sliver the chord is off by < f·_TIE).
+
+  Over _PAIRWISE_INPUTS inputs (RQM at 16 bits: 52,430, whose K² distances
+  would take 20 GB) the inputs must be a lattice with its two ends apart
+  (`_critical` of a levels grid and ±c): then the distances are the
+  lattice's multiples and each end's distance to every input, in O(K);
+  otherwise ValueError before anything is allocated."""
+  if crit.size > _PAIRWISE_INPUTS:
+    inner = crit[1:-1]
+    if not _on_lattice(inner):
+      raise ValueError(f'{crit.size} critical inputs off a lattice: their '
+                       f'pairwise distances would take {crit.size**2 * 8 / 2**30:.0f}'
+                       ' GB; use fewer levels.')
+    step = (inner[-1] - inner[0]) / (inner.size - 1)
+    gaps = np.concatenate([step * np.arange(1, inner.size),
+                           np.abs(crit[0] - crit), np.abs(crit[-1] - crit)])
+  else:
+    gaps = np.abs(crit[:, None] - crit[None, :]).ravel()
+  gaps = np.unique(gaps)
   gaps = gaps[gaps > _TIE * 2 * c]
   return gaps[np.concatenate([[True], np.diff(gaps) > _TIE * gaps[1:]])]
 
@@ -813,13 +833,11 @@ def _pair_divergences(mech, targets: TargetPairs, orders: Sequence[float],
   inputs, `_extreme_mixes` at ±c: both where the ends are the only vertices,
   the smaller pair by pair)."""
   finite = np.asarray([a for a in orders if math.isfinite(a)])
-  up, lo = targets.pairs[:, 0], targets.pairs[:, 1]
+  up = targets.pairs[:, 0]
   local_up = _mix_rows(targets.upper_weights, targets.basis)
   local_lo = _mix_rows(targets.lower_weights, targets.basis)
-  with np.errstate(invalid='ignore'):
-    ratio = local_up[up] - local_lo[lo]
-  ratio = np.where(np.isfinite(local_up[up]), ratio, -np.inf)
-  out = {a: np.max(ratio, axis=1) for a in orders if math.isinf(a)}
+  d_inf = _log_ratio_max(local_up, local_lo, targets.pairs)
+  out = {a: d_inf for a in orders if math.isinf(a)}
   if not finite.size:
     return out
   log_e = None
@@ -827,8 +845,7 @@ def _pair_divergences(mech, targets: TargetPairs, orders: Sequence[float],
     # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
     log_mass = special.logsumexp(local_up, axis=1)[up]
     with np.errstate(invalid='ignore'):
-      log_cap = ((finite[:, None] - 1) * np.max(ratio, axis=1)[None, :] +
-                 log_mass[None, :])
+      log_cap = ((finite[:, None] - 1) * d_inf[None, :] + log_mass[None, :])
     log_e = others_mixture(mech, targets, num_clients - 1, finite, log_cap,
                            exact_splits)
   if others == 'extremes' or _ends_are_vertices(mech, targets):
@@ -837,6 +854,21 @@ def _pair_divergences(mech, targets: TargetPairs, orders: Sequence[float],
     log_e = mixes if log_e is None else np.minimum(log_e, mixes)
   for i, a in enumerate(finite):
     out[float(a)] = log_e[i] / (a - 1)
+  return out
+
+
+def _log_ratio_max(log_p: np.ndarray, log_q: np.ndarray, pairs: np.ndarray
+                   ) -> np.ndarray:
+  """[pairs] max over levels of log P/Q for rows (pairs[:, 0], pairs[:, 1]),
+  -inf where P is 0; in blocks of matrix_sums._BLOCK entries (8,340 pairs of
+  65,536 levels would take 4 GB at once)."""
+  out = np.empty(len(pairs))
+  step = max(1, matrix_sums._BLOCK // max(log_p.shape[1], 1))
+  for s in range(0, len(pairs), step):
+    a, b = log_p[pairs[s:s + step, 0]], log_q[pairs[s:s + step, 1]]
+    with np.errstate(invalid='ignore'):
+      ratio = np.where(np.isfinite(a), a - b, -np.inf)
+    out[s:s + step] = np.max(ratio, axis=1)
   return out
 
 
