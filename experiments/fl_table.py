@@ -2,9 +2,10 @@
 4 / 8 / 16 bits, several seeds each, with 95% intervals and verdicts only where
 they separate (tff_quant.program.fl_table).
 
-Each (mechanism, ε, bits) cell is calibrated once (`accounting.calibration_
-report`, or `peers.calibrate` for TFF's own aggregators; a refusal, e.g. bits
-that cannot carry the signal, becomes the cell's reason), then trained with
+Each (mechanism, ε, bits) cell is calibrated once, before its first run
+(`accounting.calibration_report`, or `peers.calibrate` for TFF's own
+aggregators, in a child process with a time limit; a refusal, e.g. bits that
+cannot carry the signal, becomes the cell's reason), then trained with
 `experiments.fl_emnist` once per seed: the seed sets the client sampling and
 the mechanism's noise, the federated split stays the same (--split_seed).
 Runs go seed-major (every cell's first seed before any second; TFF's own
@@ -57,7 +58,7 @@ flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
 flags.DEFINE_integer('eval_every', 50, 'Evaluate every k rounds.')
 flags.DEFINE_integer('split_seed', 0, 'Seed of the federated split (fixed).')
 flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
-flags.DEFINE_float('max_calibration_seconds', 900, 'A cell whose calibration '
+flags.DEFINE_float('max_calibration_seconds', 600, 'A cell whose calibration '
                    'runs longer is reported with that reason.')
 flags.DEFINE_bool('plan', False, 'Print the cells and runs, and what is done.')
 flags.DEFINE_bool('report_only', False, 'Write the report from finished runs.')
@@ -267,10 +268,11 @@ def main(argv):
       if os.path.exists(times_path):
         with open(times_path) as f:
           times = json.load(f)
-      # Seed-major, TFF's slow distributed aggregators last.
+      # Seed-major, more than 8 bits after fewer within a seed (their
+      # calibrations cost the most), TFF's slow distributed aggregators last.
       runs = sorted(((cell, seed) for seed in range(FLAGS.seeds)
                      for cell in all_cells),
-                    key=lambda r: (r[0][0] in SLOW, r[1]))
+                    key=lambda r: (r[0][0] in SLOW, r[1], r[0][2] > 8))
       if FLAGS.plan or FLAGS.report_only:
         done = sum(os.path.exists(os.path.join(run_dir(c, s), 'summary.json'))
                    for c, s in runs)
@@ -280,26 +282,25 @@ def main(argv):
           print(report(all_cells, calibrations, sum(times.values())))
         return
       dim = model_dim()
-      for i, cell in enumerate(all_cells):
+      todo = [(c, s) for c, s in runs if not os.path.exists(
+          os.path.join(run_dir(c, s), 'summary.json'))]
+      for k, (cell, seed) in enumerate(todo):
         key = cell_name(cell)
-        if key not in calibrations and cell[0] != 'none':
+        if key not in calibrations and cell[0] != 'none':   # at its first run
           calibrations[key] = calibrate(cell, dim)
           results_io.write_json(cal_path, calibrations)
           got = calibrations[key]
-          print(f'[calibrate {i + 1}/{len(all_cells)}] {key}: '
+          print(f'[calibrate] {key}: '
                 f'{got.get("mechanism") or "refused: " + got["reason"]} '
                 f'({got["seconds"]:.0f} s)', flush=True)
-      todo = [(c, s) for c, s in runs
-              if 'reason' not in calibrations.get(cell_name(c), {})
-              and not os.path.exists(os.path.join(run_dir(c, s), 'summary.json'))]
-      for k, (cell, seed) in enumerate(todo):
+        if 'reason' in calibrations.get(key, {}):
+          continue
         mean = (sum(times.values()) / len(times)) if times else None
-        eta = (f'; ETA {mean * (len(todo) - k) / 3600:.1f} h' if mean else '')
-        print(f'[run {k + 1}/{len(todo)}] {cell_name(cell)} seed {seed}{eta}',
-              flush=True)
+        eta = (f'; ETA {mean * (len(todo) - k) / 3600:.1f} h at most'
+               if mean else '')
+        print(f'[run {k + 1}/{len(todo)}] {key} seed {seed}{eta}', flush=True)
         try:
-          times[f'{cell_name(cell)}_s{seed}'] = train(
-              cell, seed, calibrations.get(cell_name(cell), {}))
+          times[f'{key}_s{seed}'] = train(cell, seed, calibrations.get(key, {}))
         except subprocess.CalledProcessError as err:   # retried next start
           print(f'  run failed (exit {err.returncode}); the table goes on and '
                 'a later start resumes it', flush=True)
