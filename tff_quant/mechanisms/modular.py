@@ -24,6 +24,7 @@ import math
 import numpy as np
 from scipy import special
 
+from tff_quant.common import laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
 from tff_quant.mechanisms import utility
@@ -48,12 +49,6 @@ class UnresolvableError(ValueError):
   """The exact noise-sum law is out of reach at these parameters (checked first)."""
 
 
-def _divergence():
-  """tff_quant.accounting.divergence, imported late (accounting imports mechanisms)."""
-  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
-  return divergence
-
-
 _SHIFT_BLOCK_ENTRIES = 2**22   # shifts x M entries evaluated at once (32 MiB)
 
 
@@ -68,8 +63,7 @@ def _shift_divergences(log_w: np.ndarray, top: int, orders):
         f'The noise-sum law on Z_{m} has {int(np.sum(np.isnan(log_w)))} '
         'unresolved entries: raise noise_std or lower num_levels.')
   if not np.all(np.isfinite(log_w)):
-    divergence = _divergence()
-    return {a: np.asarray([divergence.renyi_divergence(log_w, np.roll(log_w, j), a)
+    return {a: np.asarray([laws.renyi_divergence(log_w, np.roll(log_w, j), a)
                            for j in range(top + 1)]) for a in orders}
   out = {a: np.empty(top + 1) for a in orders}
   block = max(1, _SHIFT_BLOCK_ENTRIES // m)
@@ -134,7 +128,7 @@ class ModularNoiseMechanism(base.Mechanism):
   def noise_sum_log_pmf(self, num_clients: int) -> np.ndarray:
     """W_n: log P(Σ of n clients' noise ≡ k mod M), k = 0..M-1.
 
-    Default: convolution of n wrapped laws (`divergence.sum_log_pmf`, full
+    Default: convolution of n wrapped laws (`laws.sum_log_pmf`, full
     relative precision), refused above MAX_SUM_SUPPORT before it starts.
     """
     if num_clients == 1:
@@ -160,7 +154,7 @@ class ModularNoiseMechanism(base.Mechanism):
           'raise noise_std or lower num_levels.')
     centred = np.roll(self._wrapped_noise(), self.m // 2)   # index i: z = i - M/2
     try:
-      total = _divergence().sum_log_pmf([(centred, num_clients)])
+      total = laws.sum_log_pmf([(centred, num_clients)])
     except RuntimeError:
       raise UnresolvableError(
           f'The exact law of {num_clients} clients\' noise sum is not resolvable '
@@ -348,7 +342,6 @@ class ModularNoiseMechanism(base.Mechanism):
 
   def sum_divergences(self, orders, num_clients, distances):
     """Exact, by translation invariance on Z_M (module docstring)."""
-    divergence = _divergence()
     w = self.noise_sum_log_pmf(num_clients)
     u = np.asarray(distances, np.float64) / self.gamma
     top = int(math.ceil(u.max() - 1e-9))
@@ -364,8 +357,8 @@ class ModularNoiseMechanism(base.Mechanism):
         if f > 1e-9:
           mix = np.logaddexp(math.log1p(-f) + np.roll(w, j),
                              math.log(f) + np.roll(w, j + 1))
-          best = max(best, divergence.renyi_divergence(w, mix, a),
-                     divergence.renyi_divergence(mix, w, a))
+          best = max(best, laws.renyi_divergence(w, mix, a),
+                     laws.renyi_divergence(mix, w, a))
         vals.append(best)
       out[a] = np.asarray(vals)
     return out
