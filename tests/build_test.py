@@ -76,3 +76,26 @@ def test_imports_are_read_with_ast_not_line_patterns(tmp_path):
         ':tff_quant_program_cli', ':tff_quant_mechanisms_rqm'])
   finally:
     os.remove(path)
+
+
+def test_no_import_cycle_between_packages():
+  """The packages of tff_quant import each other one way only (the layers:
+  common < mechanisms < accounting < aggregators < program < training), at
+  any depth, function-level imports included."""
+  gen = _gen_build()
+  edges = {}
+  for path in python_files('tff_quant', r'.*\.py'):
+    parts = path.split('/')
+    if len(parts) < 3:
+      continue
+    for dep in gen.imported_files(path):
+      dep_parts = dep.split('/')
+      if dep_parts[0] == 'tff_quant' and len(dep_parts) > 2 and (
+          dep_parts[1] != parts[1]):
+        edges.setdefault(parts[1], set()).add(dep_parts[1])
+  reach = {a: set(b) for a, b in edges.items()}
+  for _ in edges:   # transitive closure (a handful of packages)
+    for a in reach:
+      reach[a] |= set().union(*(reach.get(b, set()) for b in reach[a]))
+  cycles = sorted(a for a in reach if a in reach[a])
+  assert not cycles, f'packages on an import cycle: {cycles} ({edges})'

@@ -16,7 +16,7 @@ import os
 from typing import Callable, Dict, List, Optional, Sequence
 
 from tff_quant.program import results_io
-from tff_quant.training import round_loop
+from tff_quant.program import round_loop
 
 
 @dataclasses.dataclass

@@ -26,7 +26,7 @@ from tff_quant import models
 from tff_quant.aggregators import quantization_factory
 from tff_quant.common import validation
 from tff_quant.program import runtime
-from tff_quant.training import round_loop
+from tff_quant.program import round_loop
 
 CLIPS = ('per_example_linf', 'elementwise', 'none')
 

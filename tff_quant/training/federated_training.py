@@ -28,7 +28,8 @@ from tff_quant.accounting import composition
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import results_io, runtime
-from tff_quant.training import packed_clients, round_loop
+from tff_quant.program import round_loop
+from tff_quant.training import packed_clients
 
 NO_PRIVACY = 'none'   # the clipped plain mean (noise-free baseline)
 PEER_PARAMS = ('noise_multiplier', 'bits')   # mechanism_params of a TFF peer

@@ -6,7 +6,7 @@ from tff_quant.program import results_io
 
 
 
-from tff_quant.training import round_loop
+from tff_quant.program import round_loop
 
 
 def test_prepare_run_dir_refuses_other_settings_and_fresh_discards(tmp_path):
