@@ -389,166 +389,213 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   if config.total_clients > len(data.train.client_ids):
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
                      f'{len(data.train.client_ids)} clients of {data.name}.')
-  element_spec = data.train.element_type_structure
-  input_spec = (tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
-                tf.TensorSpec([None], tf.int32))
-  keras_fn = lambda: models.get(config.model, data.input_shape, data.num_classes)
-  packing = choose_packing(config, clients_per_slot,
-                           models.tff_model_fn(keras_fn, input_spec),
-                           models.num_params(keras_fn()), len(workers or ()))
-  peer = None
-  if config.is_peer:
-    check_protobuf_for_peer(config.mechanism)
-    peer = build_peer(config, models.num_params(keras_fn()), log)
-  process, used = build_process(config, keras_fn, input_spec, peer,
-                                packing.clients_per_slot, packing.vectorized)
-  orders = composition.DEFAULT_ORDERS
-  if config.target_epsilon is not None and used:
-    # The run is accounted with the orders its calibration used, so it reports
-    # the ε the calibration proved (more orders can cost a looser route).
-    orders = calibrate_config(config, used[0].dim, log).orders
-    process, used = build_process(config, keras_fn, input_spec,
-                                  clients_per_slot=packing.clients_per_slot,
-                                  vectorized=packing.vectorized)
-  mech, dim = ((used[0].mechanism, used[0].dim) if used
-               else (None, models.num_params(keras_fn())))
-  delta = config.target_delta
-  acct = coord_acct = None
-  if peer is not None:
-    acct = peer.accountant(config.total_clients, delta)
-  if mech is not None:
+  rounds = _Rounds(config, data, clients_per_slot, workers, log,
+                   max_test_examples)
+  prepare_run_dir(run_dir, config, fresh)
+  rounds.start(run_dir)
+  done = round_loop.run_rounds(rounds.process.initialize(), config.rounds,
+                               run_dir, rounds.step, log=log)
+  rounds_done = max(done.start, config.rounds)
+  if done.start >= config.rounds:
+    log(f'{run_dir} already finished {done.start} rounds.')
+  summary = rounds.summary(done.state, rounds_done)
+  results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
+  return summary
+
+
+class _Rounds:
+  """One run's process, accountants and round step (`run`)."""
+
+  def __init__(self, config, data, clients_per_slot, workers, log,
+               max_test_examples):
+    self.config, self.data, self.log = config, data, log
+    element_spec = data.train.element_type_structure
+    self.input_spec = (
+        tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
+        tf.TensorSpec([None], tf.int32))
+    self.keras_fn = lambda: models.get(config.model, data.input_shape,
+                                       data.num_classes)
+    self.packing = choose_packing(
+        config, clients_per_slot,
+        models.tff_model_fn(self.keras_fn, self.input_spec),
+        models.num_params(self.keras_fn()), len(workers or ()))
+    self.peer = None
+    if config.is_peer:
+      check_protobuf_for_peer(config.mechanism)
+      self.peer = build_peer(config, models.num_params(self.keras_fn()), log)
+    self._build()
+    orders = composition.DEFAULT_ORDERS
+    if config.target_epsilon is not None and self.used:
+      # The run is accounted with the orders its calibration used, so it
+      # reports the ε the calibration proved (more orders can cost a looser
+      # route).
+      orders = calibrate_config(config, self.used[0].dim, log).orders
+      self._build()
+    self.mech, self.dim = ((self.used[0].mechanism, self.used[0].dim)
+                           if self.used else
+                           (None, models.num_params(self.keras_fn())))
+    self.acct, self.coord_acct = self._accountants(orders)
+    self.workers = workers
+    self.remote = None
+    self.max_test_examples = max_test_examples
+    self.times = []
+
+  def _build(self):
+    self.process, self.used = build_process(
+        self.config, self.keras_fn, self.input_spec, self.peer,
+        self.packing.clients_per_slot, self.packing.vectorized)
+
+  def _accountants(self, orders):
+    """(the run's accountant, the papers' per-coordinate one; None, None
+    for the noise-free baseline)."""
+    config, mech = self.config, self.mech
+    delta = config.target_delta
+    if self.peer is not None:
+      return self.peer.accountant(config.total_clients, delta), None
+    if mech is None:
+      return None, None
     acct = accounting.RoundAccountant(mech, config.clients_per_round,
-                                      config.total_clients, delta, dim,
+                                      config.total_clients, delta, self.dim,
                                       orders=orders, l2_clip=config.clip_norm)
     if not acct.gives_privacy:
-      raise ValueError(f'{mech} gives no privacy: its per-round Rényi divergence is '
-                       'infinite at every order (ε = inf). Change its parameters.')
+      raise ValueError(f'{mech} gives no privacy: its per-round Rényi divergence '
+                       'is infinite at every order (ε = inf). Change its '
+                       'parameters.')
     # The papers' scalar figure: one coordinate, the others at ±c (their setting).
     coord_acct = accounting.RoundAccountant(mech, config.clients_per_round,
                                             config.total_clients, delta, 1,
                                             others='extremes')
-  remote = runtime.parse_workers(workers) if workers else None
-  prepare_run_dir(run_dir, config, fresh)
-  if remote:
-    remote = runtime.use_remote_workers(remote)
-    log(f'Running on {len(remote.addresses)} TFF workers: {", ".join(remote.addresses)}')
-  else:
-    runtime.use_secure_sum_simulation()
+    return acct, coord_acct
 
-  population = data.train.client_ids[:config.total_clients]
-  eval_model = keras_fn()
-  eval_model.compile(
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
-  test_x, test_y = data.test_x, data.test_y
-  if max_test_examples:
-    test_x, test_y = test_x[:max_test_examples], test_y[:max_test_examples]
+  def start(self, run_dir):
+    """The execution context, the evaluation model and the run's log header."""
+    config, data = self.config, self.data
+    remote = runtime.parse_workers(self.workers) if self.workers else None
+    if remote:
+      self.remote = runtime.use_remote_workers(remote)
+      self.log(f'Running on {len(self.remote.addresses)} TFF workers: '
+               f'{", ".join(self.remote.addresses)}')
+    else:
+      runtime.use_secure_sum_simulation()
+    self.population = data.train.client_ids[:config.total_clients]
+    self.eval_model = self.keras_fn()
+    self.eval_model.compile(
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+    self.test_x, self.test_y = data.test_x, data.test_y
+    if self.max_test_examples:
+      self.test_x = self.test_x[:self.max_test_examples]
+      self.test_y = self.test_y[:self.max_test_examples]
+    self.tensorboard = tff.program.TensorBoardReleaseManager(
+        os.path.join(run_dir, 'tensorboard'))
+    self.log(f'Data: {data.description}')
+    shown = self.mech or self.peer
+    self.log(f'Model: {config.model} ({self.dim} coordinates sent per client); '
+             f'aggregator: {config.mechanism}' + (f' = {shown}' if shown else ''))
+    for line in self.packing.lines:
+      self.log(line)
 
-  def evaluate(st):
-    weights = process.get_model_weights(st)
+  def evaluate(self, state):
+    weights = self.process.get_model_weights(state)
     if isinstance(weights, collections.abc.Mapping):  # mergeable context
       weights = tff.learning.models.ModelWeights(**weights)
-    weights.assign_weights_to(eval_model)
-    loss, acc = eval_model.evaluate(test_x, test_y, batch_size=1000, verbose=0)
+    weights.assign_weights_to(self.eval_model)
+    loss, acc = self.eval_model.evaluate(self.test_x, self.test_y,
+                                         batch_size=1000, verbose=0)
     return float(loss), float(acc)
 
-  def client_dataset(cid):
-    return (data.train.create_tf_dataset_for_client(cid)
-            .repeat(config.local_epochs).batch(config.batch_size)
-            .map(lambda e: (e['x'], e['y'])))
-
-  tensorboard = tff.program.TensorBoardReleaseManager(
-      os.path.join(run_dir, 'tensorboard'))
-  log(f'Data: {data.description}')
-  log(f'Model: {config.model} ({dim} coordinates sent per client); '
-      f'aggregator: {config.mechanism}' + (f' = {mech or peer}' if mech or peer
-                                           else ''))
-  for line in packing.lines:
-    log(line)
-  times = []
-
-  def step(state, rnd):
-    t0 = time.time()
+  def _datasets(self, rnd):
+    """This round's clients (sampled from (seed, round)), packed or one each."""
+    config, packing = self.config, self.packing
     rng = np.random.default_rng([config.seed, rnd])
-    chosen = rng.choice(len(population), config.clients_per_round, replace=False)
-    ids = [population[i] for i in chosen]
-    datasets = (packed_clients.pack_datasets(
-        data.client_examples, ids, packing.clients_per_slot, config.batch_size,
-        config.local_epochs, vectorized=packing.vectorized)
-                if packing.clients_per_slot > 1
-                else [client_dataset(c) for c in ids])
-    state, metrics = _next_round(process, state, datasets, remote, rnd)
+    chosen = rng.choice(len(self.population), config.clients_per_round,
+                        replace=False)
+    ids = [self.population[i] for i in chosen]
+    if packing.clients_per_slot > 1:
+      return packed_clients.pack_datasets(
+          self.data.client_examples, ids, packing.clients_per_slot,
+          config.batch_size, config.local_epochs, vectorized=packing.vectorized)
+    return [self.data.train.create_tf_dataset_for_client(c)
+            .repeat(config.local_epochs).batch(config.batch_size)
+            .map(lambda e: (e['x'], e['y'])) for c in ids]
+
+  def step(self, state, rnd):
+    """One round: train, measure, account, release the metrics, log."""
+    config = self.config
+    t0 = time.time()
+    state, metrics = _next_round(self.process, state, self._datasets(rnd),
+                                 self.remote, rnd)
     train = metrics['client_work']['train']
-    quant = aggregators.find_measurements(metrics['aggregator'])
     row = collections.OrderedDict(
         train_loss=float(train['loss']),
         train_accuracy=float(train['sparse_categorical_accuracy']),
         test_loss=math.nan, test_accuracy=math.nan)
     if rnd % config.eval_every == 0 or rnd == config.rounds:
-      row['test_loss'], row['test_accuracy'] = evaluate(state)
-    if quant is not None:
-      row['bits_per_client'] = int(quant['bits_per_client'])
-      row['bits_per_coordinate'] = int(quant['bits_per_coordinate'])
-      row['secure_sum_bits'] = int(quant['secure_sum_bits'])
-      row['upload_bits_per_client'] = int(quant['upload_bits_per_client'])
-      row['clipped_fraction'] = float(quant['clipped_fraction'])
-      row['clipped_clients_fraction'] = float(quant['clipped_clients_fraction'])
-      row['nonfinite_count'] = int(quant['nonfinite_count'])
-      row['epsilon'], _ = acct.epsilon_rdp(rnd)
-      row['epsilon_per_coordinate'], _ = coord_acct.epsilon_rdp(rnd)
-    elif peer is not None:
-      check_peer_measurements(peer, metrics['aggregator'])
-      row['bits_per_client'] = peer_bits_per_client(peer)
-      row['epsilon'], _ = acct.epsilon_rdp(rnd)
-      row['epsilon_per_coordinate'] = math.nan   # an ℓ2 mechanism: no scalar figure
-    else:
-      row['bits_per_client'] = 32 * dim
-      row['epsilon'] = row['epsilon_per_coordinate'] = math.inf
-    row['delta'] = delta
-    asyncio.run(tensorboard.release(
+      row['test_loss'], row['test_accuracy'] = self.evaluate(state)
+    row.update(self._privacy_row(metrics['aggregator'], rnd))
+    asyncio.run(self.tensorboard.release(
         {k: float(v) for k, v in row.items() if math.isfinite(v)}, key=rnd))
-    times.append(time.time() - t0)
-    eta = np.mean(times[-10:]) * (config.rounds - rnd)
+    self.times.append(time.time() - t0)
+    eta = np.mean(self.times[-10:]) * (config.rounds - rnd)
     test = (f' test_acc={row["test_accuracy"]:.4f}'
             if not math.isnan(row['test_accuracy']) else '')
-    log(f'round {rnd}/{config.rounds} loss={row["train_loss"]:.4f} '
-        f'train_acc={row["train_accuracy"]:.4f}{test} eps={row["epsilon"]:.4g} '
-        f'bits/client={row["bits_per_client"]} clipped={row.get("clipped_fraction", 0):.3f} '
-        f'({times[-1]:.1f}s, ETA {eta:.0f}s)')
+    self.log(f'round {rnd}/{config.rounds} loss={row["train_loss"]:.4f} '
+             f'train_acc={row["train_accuracy"]:.4f}{test} '
+             f'eps={row["epsilon"]:.4g} bits/client={row["bits_per_client"]} '
+             f'clipped={row.get("clipped_fraction", 0):.3f} '
+             f'({self.times[-1]:.1f}s, ETA {eta:.0f}s)')
     return state, row
 
-  done = round_loop.run_rounds(process.initialize(), config.rounds, run_dir, step,
-                               log=log)
-  rounds_done = max(done.start, config.rounds)
-  if done.start >= config.rounds:
-    log(f'{run_dir} already finished {done.start} rounds.')
-  test_loss, test_acc = evaluate(done.state)
-  summary = collections.OrderedDict(
-      data=data.description, config=dataclasses.asdict(config), dim=dim,
-      rounds_completed=rounds_done, test_loss=test_loss,
-      test_accuracy=test_acc, delta=delta, bits_per_client_per_round=32 * dim)
-  if mech is not None:
-    g = acct.guarantee(rounds_done)   # PLD where its grid fits, else the reason
-    summary.update(mechanism=repr(mech), epsilon=g.epsilon, epsilon_route=g.route,
-                   epsilon_rdp=g.epsilon_rdp, epsilon_pld=g.epsilon_pld,
-                   pld_note=g.pld_note,
-                   epsilon_per_coordinate=coord_acct.epsilon_rdp(rounds_done)[0],
+  def _privacy_row(self, measurements, rnd):
+    """The round's bits, clipping and cumulative ε."""
+    row = collections.OrderedDict()
+    quant = aggregators.find_measurements(measurements)
+    if quant is not None:
+      for key in ('bits_per_client', 'bits_per_coordinate', 'secure_sum_bits',
+                  'upload_bits_per_client', 'nonfinite_count'):
+        row[key] = int(quant[key])
+      for key in ('clipped_fraction', 'clipped_clients_fraction'):
+        row[key] = float(quant[key])
+      row['epsilon'], _ = self.acct.epsilon_rdp(rnd)
+      row['epsilon_per_coordinate'], _ = self.coord_acct.epsilon_rdp(rnd)
+    elif self.peer is not None:
+      check_peer_measurements(self.peer, measurements)
+      row['bits_per_client'] = peer_bits_per_client(self.peer)
+      row['epsilon'], _ = self.acct.epsilon_rdp(rnd)
+      row['epsilon_per_coordinate'] = math.nan   # ℓ2 mechanism: no scalar figure
+    else:
+      row['bits_per_client'] = 32 * self.dim
+      row['epsilon'] = row['epsilon_per_coordinate'] = math.inf
+    row['delta'] = self.config.target_delta
+    return row
+
+  def summary(self, state, rounds_done):
+    """summary.json: data, config, final test metrics, ε ∈ [attained, proved]."""
+    config, mech, peer = self.config, self.mech, self.peer
+    test_loss, test_acc = self.evaluate(state)
+    summary = collections.OrderedDict(
+        data=self.data.description, config=dataclasses.asdict(config),
+        dim=self.dim, rounds_completed=rounds_done, test_loss=test_loss,
+        test_accuracy=test_acc, delta=config.target_delta,
+        bits_per_client_per_round=32 * self.dim)
+    if mech is None and peer is None:
+      summary.update(mechanism='none (clipped mean, no privacy)',
+                     epsilon=math.inf)
+      return summary
+    g = self.acct.guarantee(rounds_done)   # PLD where its grid fits, else why
+    summary.update(mechanism=repr(mech or peer), epsilon=g.epsilon,
+                   epsilon_route=g.route, epsilon_rdp=g.epsilon_rdp,
+                   epsilon_pld=g.epsilon_pld, pld_note=g.pld_note,
                    privacy_assumptions=g.assumptions,
                    epsilon_attained=g.epsilon_attained,
-                   attained_inputs=g.attained_inputs,
-                   bits_per_coordinate=mech.bits_per_coordinate,
-                   bits_per_client_per_round=mech.bits_per_coordinate * dim)
-  elif peer is not None:
-    g = acct.guarantee(rounds_done)
-    summary.update(mechanism=repr(peer), epsilon=g.epsilon, epsilon_route=g.route,
-                   epsilon_rdp=g.epsilon_rdp, epsilon_pld=g.epsilon_pld,
-                   pld_note=g.pld_note, epsilon_per_coordinate=math.nan,
-                   privacy_assumptions=g.assumptions,
-                   epsilon_attained=g.epsilon_attained,
-                   attained_inputs=g.attained_inputs,
-                   bits_per_coordinate=peer.bits_per_coordinate,
-                   bits_per_client_per_round=peer_bits_per_client(peer))
-  else:
-    summary.update(mechanism='none (clipped mean, no privacy)', epsilon=math.inf)
-  results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
-  return summary
+                   attained_inputs=g.attained_inputs)
+    if mech is not None:
+      summary.update(
+          epsilon_per_coordinate=self.coord_acct.epsilon_rdp(rounds_done)[0],
+          bits_per_coordinate=mech.bits_per_coordinate,
+          bits_per_client_per_round=mech.bits_per_coordinate * self.dim)
+    else:
+      summary.update(epsilon_per_coordinate=math.nan,
+                     bits_per_coordinate=peer.bits_per_coordinate,
+                     bits_per_client_per_round=peer_bits_per_client(peer))
+    return summary
