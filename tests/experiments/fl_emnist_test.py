@@ -30,6 +30,9 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
   assert 'MNIST' in out and 'SIMULATED' in out
   assert 'round 2/2' in out and 'ETA' in out
   assert 'Calibrated rqm to whole-model ε <= 8' in out
+  # The calibration and the run's guarantee read ε ∈ [attained, proved].
+  assert '[attained, proved]' in out and 'debiased error' in out
+  assert 'ε ∈ [' in out.split('Privacy of the whole model update')[1]
   # Packed by default: K = 3 on up to 2 cores (K = 1 from 3 cores on).
   from tff_quant.training import packed_clients  # pylint: disable=g-import-not-at-top
   k = packed_clients.auto_clients_per_slot(3, 7850, packed_clients.parallel_units())

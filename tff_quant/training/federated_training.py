@@ -280,8 +280,8 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print):
   """Sets config.mechanism_params to the calibration for config.target_epsilon.
 
   The whole run (rounds, clients_per_round of total_clients, δ) at model size
-  `dim` meets the target with the smallest decoded-mean MSE over the class's
-  calibrated parameters, within the bits per coordinate the given parameters
+  `dim` meets the target with the smallest debiased error (signal-aware:
+  `mechanisms.utility`) over the class's calibrated parameters, within the bits per coordinate the given parameters
   use; the given ones stay fixed. ValueError (nothing written)
   when the target is out of reach.
   """
@@ -299,11 +299,14 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print):
       coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
       math.sqrt(dim), bits=bits, **fixed)
   config.mechanism_params = cls.complete_params(report.params)
+  interval = (f'ε ∈ [{report.epsilon_attained:.4g}, {report.epsilon:.4g}] '
+              '[attained, proved]' if report.epsilon_attained is not None
+              else f'ε = {report.epsilon:.4g}')
   log(f'Calibrated {config.mechanism} to whole-model ε <= {config.target_epsilon:g} '
       f'(δ={config.target_delta:.3g}, {config.rounds} rounds): {report.mechanism}; '
-      f'decoded-mean MSE {report.mse:.3g} per coordinate = '
-      f'{report.ratio_to_gaussian:.3g}× the Gaussian\'s at the same ε '
-      f'({time.time() - t0:.0f} s)')
+      f'{interval}; debiased error {report.debiased_error:.3g} per coordinate = '
+      f'{report.ratio_to_gaussian:.3g}× the Gaussian\'s at the same ε (plain '
+      f'MSE {report.mse:.3g}) ({time.time() - t0:.0f} s)')
   return report
 
 
