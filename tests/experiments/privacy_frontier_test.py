@@ -46,7 +46,17 @@ def test_small_frontier_rows_resume_and_report(tmp_path):
     assert math.isclose(float(r['mse_ratio_to_gaussian']),
                         float(r['mse_per_coordinate']) / float(r['gaussian_mse']))
     assert float(r['slope']) == 1.0   # RQM is unbiased
+    # The optimistic end (calibrated on the attained ε) and the proved
+    # calibration's attained ε.
+    assert (float(r['ratio_to_gaussian_attained'])
+            <= float(r['ratio_to_gaussian']))
+    assert float(r['epsilon_attained']) <= float(r['epsilon_achieved'])
+  # A closed form's ends are one value (here: both out of reach).
+  assert by['skellam']['ratio_to_gaussian_attained'] == 'inf'
+  assert by['gaussian']['ratio_to_gaussian_attained'] == '1.0'
   assert (out / 'frontier.png').exists() and (out / 'frontier.md').exists()
+  assert ('Flips between the attained and the proved ε'
+          in (out / 'frontier.md').read_text())
   again = run_binary(SMALL + [f'--output_dir={out}'])
   assert again.returncode == 0 and '3 already in' in again.stdout
   other = run_binary(SMALL + [f'--output_dir={out}', '--rtol=0.1'])
@@ -60,11 +70,13 @@ def test_a_folder_ranked_by_plain_mse_is_not_resumed(tmp_path):
   out.mkdir()
   old = dict(coordinate_clip_multiples=[3.0], rtol=0.01, max_operations=1e9,
              l2_clip=1.0, others='any')
-  (out / 'frontier_config.json').write_text(json.dumps(old))
-  (out / 'frontier.csv').write_text('mechanism,bits\n')
-  res = run_binary(SMALL + [f'--output_dir={out}'])
-  assert res.returncode != 0 and '--fresh' in res.stderr + res.stdout
-  assert 'Traceback' not in res.stderr
+  # Nor cells with the proved end only (no `ends` in the config).
+  for config in (old, dict(old, metric=privacy_frontier.METRIC)):
+    (out / 'frontier_config.json').write_text(json.dumps(config))
+    (out / 'frontier.csv').write_text('mechanism,bits\n')
+    res = run_binary(SMALL + [f'--output_dir={out}'])
+    assert res.returncode != 0 and '--fresh' in res.stderr + res.stdout
+    assert 'Traceback' not in res.stderr
 
 
 def test_cost_limit_writes_inf_with_the_reason(tmp_path):

@@ -1,12 +1,14 @@
+import json
 import math
 import re
+import time
 
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
 from tff_quant import mechanisms
-from tff_quant.accounting import calibration, vector
+from tff_quant.accounting import attained, calibration, lower_bound, vector
 from tff_quant.program import frontier
 
 
@@ -127,10 +129,11 @@ def test_rows_shaped_by_a_limit_are_recognised_and_counted():
   assert frontier.limited_by_budget(dict(
       base, reason='calibration still running after --max_seconds_per_cell=9 s'))
   pbm = dict(base, mechanism='pbm', debiased_error_per_coordinate='1.0')
-  assert frontier.rqm_vs_pbm([base, pbm]) == (1, 0, 0)
-  assert frontier.rqm_vs_pbm([loose, pbm]) == (1, 0, 1)
-  assert frontier.rqm_vs_pbm([dict(base, debiased_error_per_coordinate='inf'),
-                              pbm]) == (0, 0, 0)
+  counts = lambda v: (v.both, v.rqm_lower, v.loose)
+  assert counts(frontier.rqm_vs_pbm([base, pbm])) == (1, 0, 0)
+  assert counts(frontier.rqm_vs_pbm([loose, pbm])) == (1, 0, 1)
+  assert counts(frontier.rqm_vs_pbm(
+      [dict(base, debiased_error_per_coordinate='inf'), pbm])) == (0, 0, 0)
 
 
 def test_rqm_vs_pbm_is_also_counted_per_bit_width():
@@ -142,4 +145,136 @@ def test_rqm_vs_pbm_is_also_counted_per_bit_width():
           dict(base, bits='8', mechanism='pbm', debiased_error_per_coordinate='1.5'),
           dict(base, bits='8', epsilon='3.0', debiased_error_per_coordinate='inf'),
           dict(base, bits='8', epsilon='3.0', mechanism='pbm')]
-  assert frontier.rqm_vs_pbm_by_bits(rows) == {4: (1, 0), 8: (1, 1)}
+  by_bits = frontier.rqm_vs_pbm_by_bits(rows)
+  assert {b: (v.both, v.rqm_lower) for b, v in by_bits.items()} == {
+      4: (1, 0), 8: (1, 1)}
+
+
+SETTING = dict(epsilon='10.0', delta='0.01', dim='100', clients_per_round='40',
+               total_clients='100', rounds='10', reason='')
+
+
+def _row(mechanism, bits, hi, lo, **kwargs):
+  """A row whose figure is [lo, hi] (ratio and error alike; lo 'nan':
+  the optimistic end unknown)."""
+  return dict(SETTING, mechanism=mechanism, bits=str(bits), ratio_to_gaussian=hi,
+              debiased_error_per_coordinate=hi, ratio_to_gaussian_attained=lo,
+              debiased_error_attained=lo, **kwargs)
+
+
+def test_rqm_vs_pbm_holds_only_where_the_intervals_separate():
+  """Proved figures rank every cell; the intervals [optimistic, proved]
+  separate in two; the others flip (an unknown optimistic end is 0)."""
+  rows = [_row('rqm', 2, '2.0', 'nan'), _row('pbm', 2, '1.0', '1.0'),
+          _row('rqm', 4, '2.0', '0.9'), _row('pbm', 4, '1.0', '1.0'),
+          _row('rqm', 8, '1.2', '1.15'), _row('pbm', 8, '1.6', '1.5'),
+          _row('rqm', 12, '3.0', '1.5'), _row('pbm', 12, '1.4', '1.2')]
+  v = frontier.rqm_vs_pbm(rows)
+  assert (v.both, v.rqm_lower, v.rqm_sure, v.pbm_sure) == (4, 1, 1, 1)
+  assert [c[1] for c in v.flips] == ['2', '4']
+  by_bits = frontier.rqm_vs_pbm_by_bits(rows)
+  assert [len(by_bits[b].flips) for b in (2, 4, 8, 12)] == [1, 1, 0, 0]
+  assert by_bits[12].pbm_sure == 1 and by_bits[8].rqm_sure == 1
+  marks = frontier.cell_flips(rows)
+  assert marks[frontier.key(rows[2])] == ['within 1.1×', 'vs PBM']
+  assert marks[frontier.key(rows[3])] == ['vs RQM']
+  assert marks[frontier.key(rows[0])] == ['within 1.1×?', 'vs PBM']
+  assert frontier.key(rows[4]) not in marks   # separate, over 1.1× at both ends
+
+
+def test_fewest_bits_flip_where_an_optimistic_end_reaches_the_factor():
+  rows = [_row('pbm', 2, '1.5', '1.3'), _row('pbm', 4, '1.3', '1.05'),
+          _row('pbm', 8, '1.05', '1.0'),
+          _row('qmgeo', 2, '1.05', '1.05'),
+          _row('rqm', 8, '1.5', '1.2'), _row('rqm', 16, 'inf', 'nan'),
+          _row('bq', 4, 'inf', 'inf')]
+  out = frontier.fewest_bits_interval(rows)[frontier.setting_of(rows[0])]
+  assert out == {'pbm': (8, 4, False), 'qmgeo': (2, 2, False),
+                 'rqm': (None, 16, True), 'bq': (None, None, False)}
+  assert frontier.fewest_bits_within(rows)[frontier.setting_of(rows[0])] == {
+      m: v[0] for m, v in out.items()}
+
+
+def test_the_report_marks_flips_and_writes_no_number_by_hand(tmp_path):
+  gauss = dict(SETTING, mechanism='gaussian', bits='inf', ratio_to_gaussian='1.0',
+               debiased_error_per_coordinate='1.0', mse_per_coordinate='1.0',
+               gaussian_mse='1.0', gaussian_noise_to_signal='100.0')
+  extra = dict(slope='1.0', mse_per_coordinate='1.0', mse_ratio_to_gaussian='1.0',
+               coordinate_clip_multiple='3.0', params='{}', gaussian_mse='1.0',
+               gaussian_noise_to_signal='100.0', epsilon_attained='7.5')
+  rows = [dict(gauss, **dict(extra, ratio_to_gaussian_attained='1.0',
+                             debiased_error_attained='1.0')),
+          _row('pbm', 4, '1.3', '1.05', **extra),
+          _row('pbm', 8, '1.05', '1.0', **extra),
+          _row('rqm', 4, '1.2', '1.15', **extra),
+          _row('rqm', 8, '1.04', 'nan', **extra, reason_attained='too costly')]
+  verdicts = frontier.write_report(rows, str(tmp_path))
+  text = (tmp_path / 'frontier.md').read_text()
+  assert 'pbm 8 (flips: 4 at the optimistic end)' in verdicts[2]
+  assert 'rqm 8' in verdicts[2] and 'rqm 8 (' not in verdicts[2]
+  # RQM lower in both cells on the proved figures; neither survives (at 4
+  # bits PBM's interval reaches below RQM's, at 8 RQM's end is unknown).
+  assert ('RQM lower in 2 of 2 on the proved figures; intervals: RQM lower in '
+          '0, PBM lower in 0, 2 overlap') in verdicts[0]
+  assert 'flips (the proved ranking does not survive' in verdicts[0]
+  assert ('Flips between the attained and the proved ε: 1 of 2 fewest-bits '
+          'verdicts, 2 of 2 RQM-vs-PBM cells') in verdicts[-1]
+  assert '| [1.05, 1.3] | within 1.1×' in text
+  assert '[?, 1.04]' in text and 'optimistic end: too costly' in text
+  assert (tmp_path / 'frontier.png').exists()
+
+
+def test_the_attained_ratio_is_rebased_on_the_one_gaussian_reference():
+  rows = [dict(SETTING, mechanism='gaussian', mse_per_coordinate='0.002',
+               debiased_error_per_coordinate='0.002', gaussian_mse='0.002',
+               gaussian_noise_to_signal='', ratio_to_gaussian='1.0',
+               mse_ratio_to_gaussian='1.0'),
+          dict(SETTING, mechanism='pbm', mse_per_coordinate='0.003',
+               debiased_error_per_coordinate='0.004', gaussian_mse='0.0025',
+               gaussian_noise_to_signal='', mse_ratio_to_gaussian='1.2',
+               ratio_to_gaussian='1.6', debiased_error_attained='0.003',
+               ratio_to_gaussian_attained='1.2')]
+  out = frontier.on_one_reference(rows)
+  assert float(out[1]['ratio_to_gaussian_attained']) == pytest.approx(1.5)
+
+
+CELL = ('pbm', 4, 10.0, 1 / 3400, 1000, 40, 3400, 300)
+
+
+def test_a_cell_carries_both_ends():
+  """PBM on the ℓ2 route: the optimistic end (calibrated on the attained ε)
+  is below the proved one, and the proved calibration's attained ε below
+  its ε; a closed form's two ends are one value."""
+  row = frontier.compute_cell(CELL, 1e9, [3.0], 1e-2)
+  assert row['ratio_to_gaussian_attained'] < row['ratio_to_gaussian']
+  assert row['ratio_to_gaussian_attained'] == pytest.approx(
+      row['debiased_error_attained'] / row['gaussian_mse'])
+  assert row['epsilon_attained'] < row['epsilon_achieved'] <= 10.0
+  assert json.loads(row['params_attained'])['theta'] > json.loads(
+      row['params'])['theta']
+  exact = frontier.compute_cell(('skellam', 12) + CELL[2:], 1e9, [2.0], 1e-2)
+  assert exact['ratio_to_gaussian_attained'] == exact['ratio_to_gaussian']
+  assert exact['epsilon_attained'] == exact['epsilon_achieved']
+  assert 'exact divergences' in exact['reason_attained']
+
+
+def test_an_optimistic_end_out_of_reach_is_unknown_with_the_reason(monkeypatch):
+  monkeypatch.setattr(attained, 'MAX_OPERATIONS', 1.0)
+  monkeypatch.setattr(lower_bound, 'MAX_OPERATIONS', 1.0)
+  row = frontier.compute_cell(CELL, 1e9, [3.0], 1e-2)
+  assert math.isfinite(row['ratio_to_gaussian'])
+  assert math.isnan(row['ratio_to_gaussian_attained'])
+  assert math.isnan(row['epsilon_attained'])
+  assert 'attained.MAX_OPERATIONS' in row['reason_attained']
+  assert frontier.ends(row) == (0.0, row['ratio_to_gaussian'], False)
+
+
+def test_a_cell_stopped_in_its_optimistic_end_keeps_its_proved_end(monkeypatch):
+  monkeypatch.setattr(frontier, 'with_attained_end',
+                      lambda *args: time.sleep(60))   # the forked worker's
+  rows = list(frontier.run_cells([('gaussian', 'inf', 3.0, 0.01, 1000, 4, 100,
+                                   10)], 1, 2.0, 1e9, [3.0], 1e-2))
+  assert math.isfinite(rows[0]['ratio_to_gaussian'])
+  assert math.isnan(rows[0]['ratio_to_gaussian_attained'])
+  assert '--max_seconds_per_cell' in rows[0]['reason_attained']
+  assert frontier.limited_by_budget(rows[0])

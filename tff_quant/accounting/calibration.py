@@ -18,6 +18,21 @@ DistributedDpSumFactory sizes it, or a decoded mean with slope < 1/2
 `CannotCarrySignal` says why and, for a modular sum, the bits it needs.
 `calibration_report` also calibrates the continuous Gaussian to the same
 target, for the ratio.
+
+Which ε meets the target (`bound`): 'proved' (the default) is the
+accountant's ε, a guarantee for any inputs of the other clients. 'attained'
+is the same route's ε from the per-round divergences that named inputs
+attain (`RoundAccountant.epsilon_attained`, `accounting.attained`): what a
+perfect bound over the others' inputs could at best allow on this route, so
+its calibration is the optimistic end of what the mechanism could be
+calibrated to. It is NOT a privacy guarantee (a mechanism calibrated so may
+exceed the target under the proved bound, and a tighter proof could land
+anywhere between the two ends); it exists to tell which comparisons survive
+the slack of our bounds. Where the divergences are exact in closed form
+(gaussian, skellam, ddgauss) the two ends coincide; where the attained search
+does not apply (its others' law over `attained.MAX_OPERATIONS`),
+`AttainedUnavailable` says so rather than fall back to the proved ε. RDP
+route only (not with use_pld).
 """
 
 import dataclasses
@@ -30,6 +45,7 @@ from scipy import optimize
 from tff_quant import mechanisms
 from tff_quant.mechanisms import modular
 from tff_quant.mechanisms import utility
+from tff_quant.accounting import attained as attained_lib
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
 from tff_quant.accounting import lower_bound
@@ -43,6 +59,20 @@ _UNBOUNDED_SPAN = 1e6     # an unbounded float range is searched up to default �
 # left ε = 8.18 over 2,000 rounds, so ε = 3 read as unreachable)
 _RTOL = 2e-3              # the root search stops at this relative width
 _MAX_ITERATIONS = 60      # iterations of the root search, at most
+#: What `bound` may name: the ε that must meet the target (module docstring).
+BOUNDS = ('proved', 'attained')
+#: A bound='attained' calibration's `assumptions`.
+ATTAINED_NOTE = (
+    'NOT a privacy guarantee: calibrated on the attained ε (bound=\'attained\': '
+    'the same route\'s ε from the divergences that named inputs attain), the '
+    'optimistic end of what a perfect bound over the other clients\' inputs '
+    'could allow; the proved ε of this mechanism may exceed the target.')
+
+
+class AttainedUnavailable(ValueError):
+  """bound='attained' asked of a mechanism whose attained ε cannot be computed
+  (the attained search does not apply: its others' law costs over
+  `attained.MAX_OPERATIONS`): the optimistic end is unknown there."""
 
 
 class _Epsilon:
@@ -67,11 +97,23 @@ class _Epsilon:
   same side of the target either way (RQM 8 bits, n = 100: its most private
   ends at Δ <= 8c, 9-20 s each, ε 3e7 to 1560, are certified in ~0.1 s). Not
   with the PLD route (the bound is the RDP route's).
+
+  With bound='attained' the ε of a candidate is its attained ε
+  (`RoundAccountant.epsilon_attained` at the same orders, capped the same
+  way: fewer orders only raise it); no screening there (the lower bound's one
+  law of the others is a large share of the attained search's own few), and
+  a candidate without an
+  attained ε raises `AttainedUnavailable`.
   """
 
-  def __init__(self, schedule, target=None):
+  def __init__(self, schedule, target=None, bound='proved'):
     self.schedule, self.orders = dict(schedule), FAST_ORDERS
-    self.target = None if schedule.get('use_pld') else target
+    self.bound = bound
+    self.target = (None if schedule.get('use_pld') or bound == 'attained'
+                   else target)
+    # repr(mechanism) -> (its RoundAccountant, the order of its attained ε):
+    # bound='attained' only (the report names the inputs from it).
+    self.accountants = {}
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
     # repr(mechanism) -> (its guarantee's text, the orders its ε came from)
     self.seen = {}
@@ -91,7 +133,10 @@ class _Epsilon:
     return self.exact(mech)
 
   def exact(self, mech) -> float:
-    """The accountant's ε (no screening)."""
+    """The accountant's ε (no screening); with bound='attained', the
+    attained ε."""
+    if self.bound == 'attained':
+      return self._attained(mech)
     try:
       # The search needs the proved ε only (the attained end is computed for
       # the chosen mechanism, by the report).
@@ -105,12 +150,49 @@ class _Epsilon:
       self.unresolved = str(err)
       return math.inf
     self.seen[repr(mech)] = (g.assumptions, tuple(self.orders))
-    if math.isfinite(g.rdp_order) and g.rdp_order < max(self.orders):
-      cap = max(8, 2 * g.rdp_order + 2)
+    self._cap(g.rdp_order)
+    return g.epsilon
+
+  def _cap(self, order):
+    """The orders of the next evaluation, from the order `order` that
+    attained the last ε (class docstring)."""
+    if math.isfinite(order) and order < max(self.orders):
+      cap = max(8, 2 * order + 2)
       self.orders = tuple(a for a in FAST_ORDERS if a <= cap)
     else:
       self.orders = FAST_ORDERS
-    return g.epsilon
+
+  def _attained(self, mech) -> float:
+    """The attained ε of `mech` (bound='attained'; class docstring)."""
+    s = self.schedule
+
+    def run():
+      acc = composition.RoundAccountant(
+          mech, s['clients_per_round'], s['total_clients'], s['delta'],
+          s['dim'], self.orders, s['l2_clip'], s['others'])
+      return (acc,) + acc.epsilon_attained(s['rounds'])
+
+    try:
+      acc, eps, order = run()
+      if eps is not None and (self.orders != FAST_ORDERS and
+                              not order < max(self.orders)):
+        self.orders = FAST_ORDERS
+        acc, eps, order = run()
+    except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
+      self.unresolved = str(err)
+      return math.inf
+    if eps is None:
+      ops = mech.num_levels**2 * (s['clients_per_round'] - 1)**2 / 2
+      raise AttainedUnavailable(
+          f'bound=\'attained\': no attained ε for {mech}: the attained search '
+          f'does not apply (the others\' law of {s["clients_per_round"] - 1} '
+          f'clients at {mech.num_levels} levels costs {ops:.2g} multiply-adds '
+          f'> attained.MAX_OPERATIONS={attained_lib.MAX_OPERATIONS:.2g}), so the '
+          'optimistic end is unknown here.')
+    self.seen[repr(mech)] = (ATTAINED_NOTE, tuple(self.orders))
+    self.accountants[repr(mech)] = (acc, order)
+    self._cap(order)
+    return eps
 
 
 def _float_interval(spec):
@@ -326,7 +408,8 @@ class Calibration:
     mechanism: the registry mechanism meeting the target and carrying the
       signal with the smallest debiased error among the candidates searched.
     params: its tunables (`for_coordinate_bound(c, **params)` rebuilds it).
-    epsilon: its whole-run ε (RDP route) at `delta`; <= target_epsilon.
+    epsilon: its whole-run ε (RDP route) at `delta`; <= target_epsilon. With
+      bound='attained', its attained ε: NOT a guarantee (`bound`).
     target_epsilon, delta: the target.
     mse: plain worst-case mean squared error per coordinate of the decoded
       mean of clients_per_round clients sharing any input in the range
@@ -385,6 +468,11 @@ class Calibration:
   #: Grid points that met the target but were refused for not carrying the
   #: signal (each with `why`).
   unusable: Sequence[Dict[str, object]] = ()
+  #: Which ε met the target (module docstring): 'proved' (a guarantee) or
+  #: 'attained' (the optimistic end: NOT a guarantee; `epsilon` and
+  #: `epsilon_attained` are then both the attained ε, and `assumptions` is
+  #: `ATTAINED_NOTE`).
+  bound: str = 'proved'
 
 
 def _closest(reached, epsilon_of):
@@ -469,15 +557,23 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
     coordinate_clip: c∞ (see `clip`).
     others: the other clients' inputs the guarantee covers: 'any' (proved) or
       'extremes' (±c, a search-backed assumption); `RoundAccountant`.
+    bound: the ε that must meet the target: 'proved' (default; the
+      accountant's, a guarantee) or 'attained' (the same route's ε from
+      divergences named inputs attain: the optimistic end of what a perfect
+      bound could allow, NOT a privacy guarantee; module docstring). RDP
+      route only.
     **params: the other parameters, fixed (defaults for the omitted ones).
 
   Raises:
     ValueError: unknown mechanism or parameter, a parameter without a privacy
-      direction, bad numbers, or a target no candidate reaches (the message
+      direction, bad numbers, a `bound` not in `BOUNDS` (or 'attained' with
+      use_pld), or a target no candidate reaches (the message
       names the smallest ε reached and where).
     CannotCarrySignal (a ValueError): candidates reach the target but none
       carries the signal (a modular sum wider than its modulus: the message
       names the bits it needs; or a decoded mean with slope < 1/2).
+    AttainedUnavailable (a ValueError): bound='attained' where a candidate's
+      attained ε cannot be computed.
   """
   return calibration_report(mechanism, epsilon, *args, compare_gaussian=False,
                             **kwargs).mechanism
@@ -492,7 +588,7 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
                        l2_clip: Optional[float] = None,
                        coordinate_clip: Optional[float] = None,
                        compare_gaussian: bool = True, others: str = 'any',
-                       **params) -> Calibration:
+                       bound: str = 'proved', **params) -> Calibration:
   """`calibrate`, returning a `Calibration`: the mechanism, its ε, debiased
   error, slope and plain MSE, and (with `compare_gaussian`) the continuous
   Gaussian calibrated to the same target and both ratios. Arguments as for
@@ -506,7 +602,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
               clients_per_round=clients_per_round, total_clients=total_clients,
               dim=dim, clip=clip, tune=tune, bits=bits, use_pld=use_pld,
               rtol=rtol, l2_clip=l2_clip, coordinate_clip=coordinate_clip,
-              compare_gaussian=compare_gaussian, others=others, **params)
+              compare_gaussian=compare_gaussian, others=others, bound=bound,
+              **params)
   try:
     return _calibration_report(**args)
   except CannotCarrySignal as err:
@@ -547,7 +644,7 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                         total_clients, dim=1, clip=None, tune=None, bits=None,
                         use_pld=False, rtol=_RTOL, l2_clip=None,
                         coordinate_clip=None, compare_gaussian=True,
-                        others='any', **params) -> Calibration:
+                        others='any', bound='proved', **params) -> Calibration:
   """`calibration_report` without the search for the bits a refused modular
   sum needs."""
   cls = mechanisms.get(mechanism)
@@ -555,6 +652,10 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
   validation.check_number('rtol', rtol, 0, 0.5, low_open=True)
   vector.check_others(others)
+  validation.check_one_of('bound', bound, BOUNDS)
+  if bound == 'attained' and use_pld:
+    raise ValueError("`bound`='attained' is the RDP route's attained ε; it "
+                     'does not combine with use_pld=True.')
   if clip is not None and coordinate_clip is not None and clip != coordinate_clip:
     raise ValueError(f'`clip` ({clip}) and `coordinate_clip` ({coordinate_clip}) '
                      'name the same bound; pass one.')
@@ -588,7 +689,7 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
                   total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld,
                   l2_clip=l2_clip, others=others)
-  epsilon_of = _Epsilon(schedule, epsilon)
+  epsilon_of = _Epsilon(schedule, epsilon, bound)
   # The signal the debiased error is judged on (module docstring).
   signal = clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim))
   error_of = lambda mech: mech.signal_utility(clients_per_round, signal).error
@@ -700,7 +801,9 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
     others = {k: v for k, v in fixed.items() if k not in tune}
     where = f' at {closest[1]}' if closest[1] else ''
     raise ValueError(
-        f'Target ε={epsilon} is not reachable for {mechanism}{budget}: the most '
+        f'Target ε={epsilon} is not reachable for {mechanism}{budget}'
+        + (' even on the attained ε (bound=\'attained\')'
+           if bound == 'attained' else '') + ': the most '
         f'private value of {", ".join(tune)} gives ε={closest[0]:.4g}{where} '
         f'(other parameters {others}); raise the target or change the schedule'
         + (f'; its exact law is out of reach there ({epsilon_of.unresolved})'
@@ -719,16 +822,18 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                        assumptions=assumptions, orders=orders,
                        debiased_error=util.error, slope=util.slope,
                        signal_bound=signal,
-                       unusable=[dict(u[1], why=u[0]) for u in unusable])
-  if not use_pld:
+                       unusable=[dict(u[1], why=u[0]) for u in unusable],
+                       bound=bound)
+  if bound == 'attained':   # the ε that met the target is the attained one
+    low, at = epsilon_of.accountants[repr(mech)]
+    report.epsilon_attained = best[3]
+    report.attained_inputs = _attained_inputs(low, at)
+  elif not use_pld:
     low = composition.RoundAccountant(
         mech, clients_per_round, total_clients, delta, dim, orders, l2_clip,
         others)
     report.epsilon_attained, at = low.epsilon_attained(rounds)
-    if low.attained is not None:
-      report.attained_inputs = (low.attained.describe(at)
-                                if low.attained.configurations and
-                                math.isfinite(at) else 'exact (closed form)')
+    report.attained_inputs = _attained_inputs(low, at)
   if compare_gaussian:
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,
@@ -739,6 +844,16 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
     report.ratio_to_gaussian = util.error / gauss.debiased_error
     report.mse_ratio_to_gaussian = report.mse / gauss.mse
   return report
+
+
+def _attained_inputs(accountant, order) -> str:
+  """The inputs attaining an accountant's attained ε at `order` ('' where
+  none is attained)."""
+  if accountant.attained is None:
+    return ''
+  if accountant.attained.configurations and math.isfinite(order):
+    return accountant.attained.describe(order)
+  return 'exact (closed form)'
 
 
 def _unusable(mech, util, clients, signal):

@@ -8,9 +8,22 @@ same target; plain MSE stays as extra columns. A mechanism that cannot carry
 the signal at those bits is inf with calibration's reason (for a modular sum,
 the bits it needs).
 
+Each figure is an interval [optimistic, proved]. The proved end calibrates
+so that the accountant's proved ε meets the target (a guarantee for any
+inputs of the other clients). The optimistic end calibrates so that the ε
+named inputs attain on the same route meets it (`calibration_report(...,
+bound='attained')`): the best a perfect bound over the others' inputs could
+allow, NOT a guarantee. The continuous Gaussian's reference is exact (its
+two ends are one value), and so are the closed forms' (skellam, ddgauss).
+Verdicts (`rqm_vs_pbm`, `fewest_bits_interval`) hold only where the
+intervals separate; one that holds on the proved figures alone is reported
+as flipping. Where the attained search does not apply (its cost), the
+optimistic end is unknown (nan) and taken as 0: no verdict against it holds.
+
 Used by experiments/privacy_frontier.py (the flags and the loop live there).
 """
 
+import dataclasses
 import functools
 import json
 import math
@@ -29,10 +42,19 @@ COLUMNS = ('mechanism', 'bits', 'epsilon', 'delta', 'dim', 'clients_per_round',
            'ratio_to_gaussian', 'slope', 'mse_per_coordinate',
            'mse_ratio_to_gaussian', 'epsilon_achieved', 'bits_used',
            'coordinate_clip_multiple', 'clip_bias_sq', 'gaussian_mse',
-           'gaussian_noise_to_signal', 'seconds', 'reason')
+           'gaussian_noise_to_signal', 'seconds', 'reason',
+           # The proved calibration's attained ε (nan: none computed).
+           'epsilon_attained',
+           # The optimistic end (module docstring): nan where unknown.
+           'debiased_error_attained', 'ratio_to_gaussian_attained',
+           'params_attained', 'coordinate_clip_multiple_attained',
+           'seconds_attained', 'reason_attained')
 #: Written to the results folder's config: cells ranked by another metric
 #: (plain MSE before it) are not resumed into one report.
 METRIC = 'debiased_error'
+#: Written to the config too: the ends each cell is computed at (a folder
+#: without the optimistic end is not resumed into one report).
+ENDS = 'attained,proved'
 KEY = COLUMNS[:8]
 GAUSSIAN = 'gaussian'
 CENTRAL_BITS = 'inf'   # the Gaussian's bits column: not quantized
@@ -87,20 +109,44 @@ def empty_row(cell, reason=''):
               mse_ratio_to_gaussian=math.inf, epsilon_achieved=math.nan,
               bits_used='', coordinate_clip_multiple='', clip_bias_sq='',
               gaussian_mse='', gaussian_noise_to_signal='', seconds='',
-              reason=reason)
+              reason=reason, epsilon_attained=math.nan,
+              **_unknown_optimistic_end(
+                  'not computed: the proved end has no calibration'
+                  if reason else ''))
+
+
+def _unknown_optimistic_end(reason):
+  """The optimistic end's columns when it is unknown (nan + why)."""
+  return dict(debiased_error_attained=math.nan,
+              ratio_to_gaussian_attained=math.nan, params_attained='',
+              coordinate_clip_multiple_attained='', seconds_attained='',
+              reason_attained=reason)
 
 
 def _cell_worker(cell, max_operations, ks, rtol, conn):
+  """Sends ('proved', row) and then ('both', row): a cell stopped in its
+  optimistic end keeps its proved one."""
   try:
-    conn.send(compute_cell(cell, max_operations, ks, rtol))
+    row = proved_row(cell, max_operations, ks, rtol)
   except Exception as e:  # pylint: disable=broad-except
-    conn.send(empty_row(cell, f'{type(e).__name__}: {e}'))
+    conn.send(('both', empty_row(cell, f'{type(e).__name__}: {e}')))
+    conn.close()
+    return
+  conn.send(('proved', row))
+  try:
+    row = with_attained_end(row, cell, ks, rtol)
+  except Exception as e:  # pylint: disable=broad-except
+    row = dict(row, **_unknown_optimistic_end(f'{type(e).__name__}: {e}'))
+  conn.send(('both', row))
   conn.close()
 
 
 def run_cells(todo, workers, max_seconds, max_operations, ks, rtol):
   """Yields each cell's row as it ends: one forked process per cell, at most
-  `workers` at a time, stopped (row inf + reason) after `max_seconds`."""
+  `workers` at a time. Each of a cell's two ends gets `max_seconds`: a cell
+  still in its proved end then is stopped (row inf + reason); one still in
+  its optimistic end keeps its proved end (the optimistic one unknown +
+  reason_attained)."""
   ctx = multiprocessing.get_context('fork')
   todo, running = list(todo), {}
   while todo or running:
@@ -111,23 +157,34 @@ def run_cells(todo, workers, max_seconds, max_operations, ks, rtol):
                          args=(cell, max_operations, ks, rtol, send), daemon=True)
       proc.start()
       send.close()
-      running[proc] = (cell, time.time(), recv)
+      running[proc] = (cell, time.time(), recv, None)
     time.sleep(0.05)
-    for proc, (cell, start, recv) in list(running.items()):
+    for proc, (cell, start, recv, proved) in list(running.items()):
       row = None
+      stopped = (f'calibration still running after '
+                 f'--max_seconds_per_cell={max_seconds:g} s')
       if recv.poll():
         try:
-          row = recv.recv()
+          end, got = recv.recv()
         except EOFError:
-          row = empty_row(cell, f'worker ended with code {proc.exitcode}')
+          end, got = 'both', empty_row(
+              cell, f'worker ended with code {proc.exitcode}')
+        if end == 'proved':   # the optimistic end's clock starts
+          running[proc] = (cell, time.time(), recv, got)
+          continue
+        row = got
       elif not proc.is_alive():
-        row = empty_row(cell, f'worker ended with code {proc.exitcode} '
-                        '(out of memory?)')
+        why = f'worker ended with code {proc.exitcode} (out of memory?)'
+        row = (empty_row(cell, why) if proved is None else
+               dict(proved, **_unknown_optimistic_end(why)))
       elif time.time() - start > max_seconds:
         proc.terminate()
-        row = empty_row(cell, f'calibration still running after '
-                        f'--max_seconds_per_cell={max_seconds:g} s')
-        row['seconds'] = time.time() - start
+        if proved is None:
+          row = empty_row(cell, stopped)
+          row['seconds'] = time.time() - start
+        else:
+          row = dict(proved, **_unknown_optimistic_end(stopped))
+          row['seconds_attained'] = time.time() - start
       if row is not None:
         proc.join()
         recv.close()
@@ -143,9 +200,22 @@ def gaussian_reference(eps, delta, rounds, n, total, dim, rtol):
       compare_gaussian=False)
 
 
+def _closed_form(name) -> bool:
+  """True when `name`'s divergences are exact in closed form: its attained
+  RDP is its proved RDP, the two ends one value."""
+  return (mechanisms.get(name).sum_divergences is not
+          mechanisms.Mechanism.sum_divergences)
+
+
 def compute_cell(cell, max_operations, ks, rtol):
-  """One row: the calibration at the k with the least debiased error + clipping
-  bias² (or inf + reason)."""
+  """One row, both ends: `proved_row`, then `with_attained_end`."""
+  row = proved_row(cell, max_operations, ks, rtol)
+  return with_attained_end(row, cell, ks, rtol)
+
+
+def proved_row(cell, max_operations, ks, rtol):
+  """One row's proved end: the calibration at the k with the least debiased
+  error + clipping bias² (or inf + reason); the optimistic end unknown."""
   name, bits, eps, delta, dim, n, total, rounds = cell
   t0 = time.time()
   row = empty_row(cell)
@@ -162,6 +232,7 @@ def compute_cell(cell, max_operations, ks, rtol):
                ratio_to_gaussian=1.0, slope=gauss.slope,
                mse_per_coordinate=gauss.mse, mse_ratio_to_gaussian=1.0,
                epsilon_achieved=gauss.epsilon, clip_bias_sq=0.0,
+               epsilon_attained=_number(gauss.epsilon_attained),
                seconds=time.time() - t0)
     return row
   reasons = []
@@ -187,27 +258,88 @@ def compute_cell(cell, max_operations, ks, rtol):
              slope=rep.slope, mse_per_coordinate=rep.mse,
              mse_ratio_to_gaussian=rep.mse / gauss.mse,
              epsilon_achieved=rep.epsilon,
+             epsilon_attained=_number(rep.epsilon_attained),
              bits_used=rep.mechanism.bits_per_coordinate,
              coordinate_clip_multiple=k, clip_bias_sq=clip_bias_sq(k, dim),
              reason=' | '.join(reasons).replace('\n', ' '))
   return row
 
 
+def _number(value):
+  return math.nan if value is None else value
+
+
+def with_attained_end(row, cell, ks, rtol):
+  """`row` (its proved end, `proved_row`) with the optimistic end: the same
+  cell calibrated with bound='attained' (module docstring) at each k, the k
+  with the least debiased error + clipping bias² kept. The proved
+  calibration meets the attained bound too, so the optimistic figure is the
+  lesser of the two (choosing k by error + bias could otherwise put it above
+  the proved one by the bias's difference, ~1e-7). Unknown (nan + why)
+  where the attained search does not apply; the proved end's copy where the
+  divergences are exact."""
+  name, bits, eps, delta, dim, n, total, rounds = cell
+  row = dict(row)
+  t0 = time.time()
+  if name == GAUSSIAN or _closed_form(name):
+    row.update(debiased_error_attained=row['debiased_error_per_coordinate'],
+               ratio_to_gaussian_attained=row['ratio_to_gaussian'],
+               params_attained=row['params'],
+               coordinate_clip_multiple_attained=row['coordinate_clip_multiple'],
+               seconds_attained=0.0,
+               reason_attained='exact divergences: the two ends are one value')
+    return row
+  schedule = dict(epsilon=eps, delta=delta, rounds=rounds, clients_per_round=n,
+                  total_clients=total, dim=dim, l2_clip=1.0, rtol=rtol,
+                  bound='attained')
+  gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol)
+  reasons = []
+  try:
+    best = _best_over_multiples(name, bits, dim, ks, None, schedule, reasons)
+  except calibration.AttainedUnavailable as e:
+    row.update(_unknown_optimistic_end(str(e)),
+               seconds_attained=time.time() - t0)
+    return row
+  proved_err = as_float(row['debiased_error_per_coordinate'])
+  proved_total = proved_err + (as_float(row['clip_bias_sq'])
+                               if math.isfinite(proved_err) else 0.0)
+  if best is not None and best[0] <= proved_total:
+    _, k, c, rep = best
+    err = min(rep.debiased_error, proved_err)
+    params = json.dumps(dict(clip=c, **rep.params), default=float)
+  elif math.isfinite(proved_err):
+    k, err, params = row['coordinate_clip_multiple'], proved_err, row['params']
+    reasons.append('the proved calibration (which meets the attained bound '
+                   'too) has the lesser error')
+  else:
+    k, err, params = '', math.inf, ''
+  row.update(debiased_error_attained=err,
+             ratio_to_gaussian_attained=err / gauss.debiased_error,
+             params_attained=params, coordinate_clip_multiple_attained=k,
+             seconds_attained=time.time() - t0,
+             reason_attained=' | '.join(reasons).replace('\n', ' '))
+  return row
+
+
 def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons):
   """(debiased error + clip bias², k, c, Calibration) at the best
   coordinate-clip multiple k, or None; why each other k failed is appended
-  to `reasons`."""
+  to `reasons`. max_operations None: no cost check (the optimistic end: the
+  proved accountant's cost does not apply; `AttainedUnavailable` is raised)."""
   best = None
   for k in ks:
     c = k / math.sqrt(dim)
-    cost = _cell_cost(name, bits, schedule['clients_per_round'], c)
-    if cost > max_operations:
+    cost = (0.0 if max_operations is None else
+            _cell_cost(name, bits, schedule['clients_per_round'], c))
+    if max_operations is not None and cost > max_operations:
       reasons.append(f'k={k:g}: exact search ~{cost:.2g} operations per evaluation '
                      f'> --max_operations={max_operations:.2g}')
       continue
     try:
       rep = accounting.calibration_report(name, bits=bits, coordinate_clip=c,
                                           compare_gaussian=False, **schedule)
+    except calibration.AttainedUnavailable:
+      raise
     except ValueError as e:
       reasons.append(f'k={k:g}: {e}')
       continue
@@ -224,20 +356,56 @@ def as_float(v):
     return math.nan
 
 
-def fewest_bits_within(rows, factor=1.1):
+ERROR = 'debiased_error_per_coordinate'
+RATIO = 'ratio_to_gaussian'
+_OPTIMISTIC = {ERROR: 'debiased_error_attained',
+               RATIO: 'ratio_to_gaussian_attained'}
+
+
+def ends(row, column=RATIO):
+  """(optimistic, proved, known): a row's figure (`column`: the ratio to the
+  Gaussian or the debiased error) as the interval [optimistic, proved]. An
+  unknown optimistic end (nan: the attained search did not apply, or the
+  cell stopped) is 0 with known False, so no verdict against it holds."""
+  hi = as_float(row[column])
+  lo = as_float(row.get(_OPTIMISTIC[column], math.nan))
+  if math.isnan(lo):
+    return 0.0, hi, False
+  return min(lo, hi), hi, True
+
+
+def fewest_bits_within(rows, factor=1.1, end='proved'):
   """{setting_of(row): {mechanism: fewest bits with debiased error <= factor ×
-  the Gaussian's}}."""
+  the Gaussian's}} on the proved figures, or (end='attained') on the
+  optimistic ends (an unknown one counts as within)."""
   out = {}
   for r in rows:
     if r['mechanism'] == GAUSSIAN:
       continue
     mine = out.setdefault(setting_of(r), {})
-    if as_float(r['ratio_to_gaussian']) <= factor:
+    lo, hi, _ = ends(r)
+    if (hi if end == 'proved' else lo) <= factor:
       b = int(r['bits'])
       mine[r['mechanism']] = min(b, mine.get(r['mechanism']) or b)
     else:
       mine.setdefault(r['mechanism'], None)
   return out
+
+
+def fewest_bits_interval(rows, factor=1.1):
+  """{setting_of(row): {mechanism: (proved, optimistic, unknown)}}: the fewest
+  bits within `factor` × the Gaussian's debiased error on the proved figures
+  and on the optimistic ends (None: no bits), and whether the optimistic
+  bits are there only because that end is unknown. The proved verdict holds
+  on the intervals only where the two agree; else it flips (at fewer bits
+  the interval straddles the factor)."""
+  proved = fewest_bits_within(rows, factor)
+  hopeful = fewest_bits_within(rows, factor, end='attained')
+  known = {(setting_of(r), r['mechanism'], int(r['bits'])): ends(r)[2]
+           for r in rows if r['mechanism'] != GAUSSIAN}
+  return {s: {m: (b, hopeful[s][m], hopeful[s][m] is not None and
+                  not known[(s, m, hopeful[s][m])])
+              for m, b in mechs.items()} for s, mechs in proved.items()}
 
 
 LOOSER = 'a looser bound over --max_operations'   # a row's reason, see compute_cell
@@ -246,34 +414,76 @@ _LIMIT_FLAGS = ('--max_operations', '--max_seconds_per_cell')
 
 def limited_by_budget(row) -> bool:
   """True when a cost or time limit shaped the row: a k refused or a cell
-  stopped (inf), or divergences bounded loosely over the cost limit; such a
-  cell may come out tighter under larger limits (`--retry_limited`)."""
-  return any(flag in row.get('reason', '') for flag in _LIMIT_FLAGS)
+  stopped (inf) at either end, or divergences bounded loosely over the cost
+  limit; such a cell may come out tighter under larger limits
+  (`--retry_limited`)."""
+  return any(flag in row.get(col, '') for flag in _LIMIT_FLAGS
+             for col in ('reason', 'reason_attained'))
 
 
-def rqm_vs_pbm(rows):
-  """(cells where both are finite, cells where RQM's debiased error is lower,
-  cells of those where either one's divergences were bounded loosely over the
-  cost limit: there the comparison is of bounds, not of mechanisms)."""
+@dataclasses.dataclass
+class Versus:
+  """RQM against PBM over cells (same bits, ε and schedule)."""
+  both: int = 0        # cells where both proved figures are finite
+  rqm_lower: int = 0   # of those, RQM's proved debiased error is lower
+  loose: int = 0       # of those, either bounded loosely over the cost limit
+  rqm_sure: int = 0    # the intervals separate, RQM lower
+  pbm_sure: int = 0    # the intervals separate, PBM lower
+  #: key(cell with mechanism '') where the proved figures rank the two but
+  #: the intervals [optimistic, proved] overlap: the verdict flips.
+  flips: list = dataclasses.field(default_factory=list)
+
+
+def rqm_vs_pbm(rows) -> Versus:
+  """RQM vs PBM per cell on the proved debiased errors and on the intervals
+  (`Versus`); a loose bound makes the comparison one of bounds, not of
+  mechanisms (counted)."""
   by = {}
   for r in rows:
     if r['mechanism'] in ('rqm', 'pbm'):
-      by.setdefault(key(dict(r, mechanism='')), {})[r['mechanism']] = (
-          as_float(r['debiased_error_per_coordinate']), LOOSER in r['reason'])
-  both = [v for v in by.values()
-          if len(v) == 2 and all(math.isfinite(m) for m, _ in v.values())]
-  return (len(both), sum(v['rqm'][0] < v['pbm'][0] for v in both),
-          sum(v['rqm'][1] or v['pbm'][1] for v in both))
+      by.setdefault(key(dict(r, mechanism='')), {})[r['mechanism']] = r
+  out = Versus()
+  for cell, v in sorted(by.items()):
+    if len(v) < 2:
+      continue
+    (r_lo, r_hi, _), (p_lo, p_hi, _) = ends(v['rqm'], ERROR), ends(v['pbm'], ERROR)
+    if not (math.isfinite(r_hi) and math.isfinite(p_hi)):
+      continue
+    out.both += 1
+    out.rqm_lower += r_hi < p_hi
+    out.loose += LOOSER in v['rqm']['reason'] or LOOSER in v['pbm']['reason']
+    out.rqm_sure += r_hi < p_lo
+    out.pbm_sure += p_hi < r_lo
+    if r_hi != p_hi and not (r_hi < p_lo or p_hi < r_lo):
+      out.flips.append(cell)
+  return out
 
 
 def rqm_vs_pbm_by_bits(rows):
-  """{bits: (cells where both are finite, cells where RQM's debiased error is
-  lower)}."""
+  """{bits: `Versus`} where both are calibrated at those bits somewhere."""
   out = {}
   for bits in sorted({int(r['bits']) for r in rows if r['mechanism'] == 'rqm'}):
-    both, wins, _ = rqm_vs_pbm([r for r in rows if r['bits'] == str(bits)])
-    if both:
-      out[bits] = (both, wins)
+    versus = rqm_vs_pbm([r for r in rows if r['bits'] == str(bits)])
+    if versus.both:
+      out[bits] = versus
+  return out
+
+
+def cell_flips(rows, factor=1.1):
+  """{key(row): [verdicts of that cell that flip]}: 'within 1.1×' where the
+  proved figure is over the factor and the optimistic end is not (or is
+  unknown: '?'), 'vs PBM'/'vs RQM' where the RQM-vs-PBM verdict flips."""
+  out = {}
+  for r in rows:
+    if r['mechanism'] == GAUSSIAN:
+      continue
+    lo, hi, known = ends(r)
+    if hi > factor >= lo:
+      out.setdefault(key(r), []).append(
+          f'within {factor:g}×' + ('' if known else '?'))
+  for cell in rqm_vs_pbm(rows).flips:
+    for mine, other in (('rqm', 'PBM'), ('pbm', 'RQM')):
+      out.setdefault((mine,) + cell[1:], []).append(f'vs {other}')
   return out
 
 
@@ -282,7 +492,8 @@ def on_one_reference(rows):
   noise-to-signal from it) is their setting's current Gaussian row: cells
   computed in earlier runs keep their own calibration, but one setting has one
   reference (a fix to the Gaussian's calibration otherwise left old rows
-  against an older one)."""
+  against an older one). The Gaussian's ends are one value: both ratios
+  are taken against it."""
   ref = {setting_of(r): as_float(r['mse_per_coordinate']) for r in rows
          if r['mechanism'] == GAUSSIAN}
   out = []
@@ -294,53 +505,111 @@ def on_one_reference(rows):
                ratio_to_gaussian=str(
                    as_float(r['debiased_error_per_coordinate']) / g),
                mse_ratio_to_gaussian=str(as_float(r['mse_per_coordinate']) / g))
+      if 'debiased_error_attained' in r:
+        r['ratio_to_gaussian_attained'] = str(
+            as_float(r['debiased_error_attained']) / g)
     out.append(r)
   return out
+
+
+def _interval(row) -> str:
+  lo, hi, known = ends(row)
+  if not known:
+    return f'[?, {hi:.3g}]'
+  return f'{hi:.3g}' if lo == hi else f'[{lo:.3g}, {hi:.3g}]'
+
+
+def _versus_text(v: Versus) -> str:
+  return (f'RQM lower in {v.rqm_lower} of {v.both} on the proved figures; '
+          f'intervals: RQM lower in {v.rqm_sure}, PBM lower in {v.pbm_sure}, '
+          f'{v.both - v.rqm_sure - v.pbm_sure} overlap')
+
+
+def _cell_text(cell) -> str:
+  _, bits, eps, _, dim, n, _, rounds = cell
+  return f'{bits} bits ε={eps} d={dim} n={n} {rounds} rounds'
 
 
 def write_report(rows, output_dir):
   """frontier.md (table + verdicts) and frontier.png; returns the verdict lines."""
   rows = sorted(rows, key=lambda r: tuple(as_float(r[c]) if c != 'mechanism'
                                           else 0 for c in KEY) + (r['mechanism'],))
+  flips = cell_flips(rows)
   lines = ['| mechanism | bits | ε | d | n | rounds | debiased error/coord '
-           '| × Gaussian | slope | MSE/coord | MSE × Gaussian | k '
-           '| params or reason |',
-           '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+           '[optimistic, proved] | × Gaussian [optimistic, proved] | flips '
+           '| slope | MSE/coord | MSE × Gaussian | k | ε attained (proved '
+           'calibration) | params or reason |',
+           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
   for r in rows:
     ratio = as_float(r['ratio_to_gaussian'])
+    lo, hi, known = ends(r, ERROR)
+    error = (f'{hi:.3g}' if known and lo == hi else
+             f'[{lo:.3g}, {hi:.3g}]' if known else f'[?, {hi:.3g}]')
+    what = r['params'] if math.isfinite(ratio) else r['reason'][:300]
+    if not known and r['mechanism'] != GAUSSIAN:
+      what += f' · optimistic end: {r.get("reason_attained", "")[:200]}'
     lines.append(f'| {r["mechanism"]} | {r["bits"]} | {r["epsilon"]} | {r["dim"]} | '
-                 f'{r["clients_per_round"]} | {r["rounds"]} | '
-                 f'{as_float(r["debiased_error_per_coordinate"]):.3g} | '
-                 f'{ratio:.3g} | {as_float(r["slope"]):.3g} | '
+                 f'{r["clients_per_round"]} | {r["rounds"]} | {error} | '
+                 f'{_interval(r)} | {", ".join(flips.get(key(r), []))} | '
+                 f'{as_float(r["slope"]):.3g} | '
                  f'{as_float(r["mse_per_coordinate"]):.3g} | '
                  f'{as_float(r["mse_ratio_to_gaussian"]):.3g} | '
                  f'{r["coordinate_clip_multiple"]} | '
-                 f'{r["params"] if math.isfinite(ratio) else r["reason"][:300]} |')
-  both, wins, loose = rqm_vs_pbm(rows)
-  verdicts = [f'RQM vs PBM at equal whole-model (ε, δ) and bits: RQM has the lower '
-              f'debiased error in {wins} of {both} cells where both are calibrated'
-              + (f' ({loose} of them with a looser bound over the cost limit '
-                 'for one of the two)' if loose else '') + '; by bits: '
-              + ', '.join(f'{b}: {w} of {n}'
-                          for b, (n, w) in rqm_vs_pbm_by_bits(rows).items())
-              + '.']
-  for setting, mechs in sorted(fewest_bits_within(rows).items(),
+                 f'{as_float(r.get("epsilon_attained")):.4g} | {what} |')
+  versus = rqm_vs_pbm(rows)
+  verdicts = [f'RQM vs PBM at equal whole-model (ε, δ) and bits, debiased '
+              f'error in {versus.both} cells where both are calibrated: '
+              + _versus_text(versus)
+              + (f' ({versus.loose} of them with a looser bound over the cost '
+                 'limit for one of the two)' if versus.loose else '')
+              + '; flips (the proved ranking does not survive the attained '
+              'end): ' + (', '.join(_cell_text(c) for c in versus.flips)
+                          or 'none') + '.',
+              'RQM vs PBM by bits: ' + '; '.join(
+                  f'{b}: {_versus_text(v)}'
+                  for b, v in rqm_vs_pbm_by_bits(rows).items()) + '.']
+  flipped = total = 0
+  for setting, mechs in sorted(fewest_bits_interval(rows).items(),
                                key=lambda kv: tuple(map(as_float, kv[0]))):
     eps, _, dim, n, _, rounds = setting
-    parts = [f'{m} {b}' if b is not None else f'{m} none'
-             for m, b in sorted(mechs.items())]
+    parts = []
+    for m, (b, b_hope, unknown) in sorted(mechs.items()):
+      total += 1
+      part = f'{m} {b if b is not None else "none"}'
+      if b_hope != b:
+        flipped += 1
+        part += (f' (flips: {b_hope}? at the optimistic end, not computed '
+                 'there)' if unknown else f' (flips: {b_hope} at the '
+                 'optimistic end)')
+      parts.append(part)
     nsr = [as_float(r['gaussian_noise_to_signal']) for r in rows
            if setting_of(r) == setting]
     nsr = max(nsr) if nsr else math.nan
     note = (f' [the Gaussian\'s noise energy is {nsr:.3g}× the update\'s]'
             if nsr > 1 else '')
     verdicts.append(f'ε={eps}, d={dim}, n={n}, {rounds} rounds: fewest bits within '
-                    f'1.1× of the Gaussian\'s debiased error: ' + ', '.join(parts)
-                    + note)
+                    f'1.1× of the Gaussian\'s debiased error (proved): '
+                    + ', '.join(parts) + note)
+  verdicts.append(f'Flips between the attained and the proved ε: {flipped} of '
+                  f'{total} fewest-bits verdicts, {len(versus.flips)} of '
+                  f'{versus.both} RQM-vs-PBM cells; cells marked in the table\'s '
+                  '"flips" column.')
   text = '\n'.join(['# Equal-privacy frontier', '',
                     'Data: none (exact accounting; debiased error of the decoded '
                     'mean, Var/slope² at the worst shared input |x| <= 1/√d, for '
-                    'updates of ℓ2 norm <= 1; plain MSE beside it).', '']
+                    'updates of ℓ2 norm <= 1; plain MSE beside it).', '',
+                    'Each figure is an interval [optimistic, proved]: proved = '
+                    'calibrated so that the accountant\'s proved ε meets the '
+                    'target (a guarantee); optimistic = calibrated so that the '
+                    'ε named inputs attain on the same route meets it '
+                    '(calibration bound=\'attained\': the best a perfect bound '
+                    'over the other clients\' inputs could allow; not a '
+                    'guarantee). The Gaussian\'s reference and the closed forms '
+                    '(skellam, ddgauss) are exact: one value. "?": the '
+                    'optimistic end was not computed (attained search over its '
+                    'cost limit, or stopped); no verdict against it holds. A '
+                    'verdict holds only where the intervals separate; one that '
+                    'holds on the proved figures alone is marked "flips".', '']
                    + verdicts + [''] + lines) + '\n'
   with open(os.path.join(output_dir, 'frontier.md.tmp'), 'w') as f:
     f.write(text)
@@ -352,7 +621,9 @@ def write_report(rows, output_dir):
 
 def plot(rows, path):
   """Debiased error's ratio to the Gaussian's vs bits: one panel per ε, one
-  line per mechanism (the first (d, n, rounds) setting of the rows)."""
+  colour per mechanism, its proved end solid and its optimistic end dotted
+  (where known and different; the first (d, n, rounds) setting of the
+  rows)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -369,12 +640,16 @@ def plot(rows, path):
   shown = {}
   for ax, eps in zip(axes[0], epsilons):
     for mech in mechs:
-      pts = sorted((int(r['bits']), as_float(r['ratio_to_gaussian']))
-                   for r in quantized if r['mechanism'] == mech and
-                   r['epsilon'] == eps and all(r[c] == v for c, v in setting.items()))
-      pts = [(b, v) for b, v in pts if math.isfinite(v)]
+      mine = sorted(((int(r['bits']),) + ends(r) for r in quantized
+                     if r['mechanism'] == mech and r['epsilon'] == eps and
+                     all(r[c] == v for c, v in setting.items())))
+      pts = [(b, hi) for b, _, hi, _ in mine if math.isfinite(hi)]
       if pts:
         shown[mech], = ax.plot(*zip(*pts), marker='o', color=color[mech])
+      low = [(b, lo) for b, lo, hi, known in mine
+             if known and math.isfinite(lo) and lo > 0]
+      if low and any(lo < hi for _, lo, hi, known in mine if known):
+        ax.plot(*zip(*low), marker='v', ls=':', color=color[mech], lw=1)
     ax.axhline(1.0, color='k', lw=0.8, ls='--')
     ax.set_yscale('log')
     ax.set_xlabel('bits per coordinate')
@@ -383,7 +658,8 @@ def plot(rows, path):
   axes[0][-1].legend([shown[m] for m in mechs if m in shown],
                      [m for m in mechs if m in shown], fontsize=7)
   fig.suptitle(f'd={setting["dim"]}, n={setting["clients_per_round"]}, '
-               f'{setting["rounds"]} rounds (no data: exact accounting)', fontsize=9)
+               f'{setting["rounds"]} rounds (no data: exact accounting); solid: '
+               'proved ε, dotted: the attained ε\'s optimistic end', fontsize=9)
   fig.tight_layout()
   fig.savefig(path + '.tmp.png', dpi=110)
   plt.close(fig)
