@@ -479,6 +479,7 @@ def _evaluator(targets: TargetPairs, log_r: np.ndarray, orders: np.ndarray):
 
 
 SPREAD_MARGIN = 1.5   # constructions keeping 1/this of the best spread are priced
+TWIN_SPREAD = 0.02    # same-block constructions this close in spread: one priced
 PRICE_STDS = 1.5      # the pricing count: this many stds below the mean
 
 
@@ -491,7 +492,8 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
   bounds (`others.mixture_bound`) of the `blankets` constructions, each
   proved (`others` module docstring). Constructions keeping under
   1/SPREAD_MARGIN of the best one's noise variance (`others.spread`) are
-  skipped; the rest are priced by their pairs' sup divergence at
+  skipped, and of two with the same block size within TWIN_SPREAD of each
+  other's only the larger is kept; the rest are priced by their pairs' sup divergence at
   PRICE_STDS standard deviations below the mean count of R copies (where
   the mixture's weight matters at high orders; it evaluates near there
   anyway), and the cheapest at each order is completed (one or two in
@@ -500,9 +502,12 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
   runs = []
   candidates = blankets(mech, targets, num_others)
   spreads = [others_lib.spread(b, num_others) for b in candidates]
-  for blanket, spread in zip(candidates, spreads):
-    if spread * SPREAD_MARGIN < max(spreads):
-      continue
+  for i, (blanket, spread) in enumerate(zip(candidates, spreads)):
+    if spread * SPREAD_MARGIN < max(spreads) or any(
+        b.block == blanket.block and abs(s - spread) <= TWIN_SPREAD * spread
+        and (s > spread or (s == spread and j < i))
+        for j, (b, s) in enumerate(zip(candidates, spreads)) if j != i):
+      continue   # far behind, or the twin (other centring) of a better one
     kept, expand = _mirror_classes(targets, blanket.log_r)
     half = dataclasses.replace(targets, pairs=targets.pairs[kept],
                                distance=targets.distance[kept])
