@@ -204,19 +204,27 @@ def _block_laws(log_rows: np.ndarray, block: int
   rows, partner): partner[i] is the multiset whose law is law i reversed
   (the rows reversed, when the rows mirror: row K-1-i is row i reversed),
   else None. Direct convolutions of nonnegative terms, each row scaled to
-  its maximum (relative error <= g·L·2^-53; `_BLOCK_MARGIN` covers it)."""
+  its maximum (relative error <= g·L·2^-53; `_BLOCK_MARGIN` covers it;
+  subnormal ranges dropped)."""
   k = log_rows.shape[0]
   combos = list(itertools.combinations_with_replacement(range(k), block))
   if block == 1:
     laws = log_rows
   else:
     top = np.max(log_rows, axis=1)
-    rows = np.exp(log_rows - top[:, None])
+    # Entries below e^-690 of their row's top are dropped (0: only lowers R),
+    # and so are sums below 1e-290: subnormal floats carry few significant
+    # bits, and a rounded-up tail could put β·R above the law.
+    scaled = log_rows - top[:, None]
+    with np.errstate(under='ignore'):
+      rows = np.where(scaled > -690.0, np.exp(np.maximum(scaled, -690.0)), 0.0)
     laws = []
     for combo in combos:
       law = rows[combo[0]]
       for i in combo[1:]:
-        law = np.convolve(law, rows[i])
+        with np.errstate(under='ignore'):
+          law = np.convolve(law, rows[i])
+      law = np.where(law > 1e-290, law, 0.0)
       with np.errstate(divide='ignore'):
         laws.append(np.log(law) + float(np.sum(top[list(combo)])))
     laws = np.stack(laws)
