@@ -1,8 +1,33 @@
-"""Exact privacy accounting of the secure sum (numpy/scipy + dp-accounting; no TF)."""
+"""Exact privacy accounting of the secure sum (numpy/scipy + dp-accounting; no TF).
 
+What each export is for (what the numbers mean: docs/privacy.md):
+* `training_guarantee(mech, rounds, clients_per_round, total_clients, delta,
+  dim, l2_clip=...)` -> `Guarantee`: (ε, δ) of a whole run;
+  `Guarantee.interval()` reads ε ∈ [attained, proved].
+* `RoundAccountant`: per-round RDP once, then (ε, δ) after any number of
+  rounds (`epsilon_rdp`, `epsilon_attained`, `guarantee`).
+* `calibrate` / `calibration_report` -> `Calibration`: a registered
+  mechanism's free parameters for a target (ε, δ), the one with the least
+  debiased error (docs/utility.md). `CannotCarrySignal`: every candidate
+  meeting the target was refused (it names why, and the bits a modular sum
+  needs); `AttainedUnavailable`: bound='attained' where that end cannot be
+  computed.
+* `per_round_rdp` (coordinate route), `vector_rdp` (ℓ2 route),
+  `subsampled_rdp_without_replacement` (WBK19 Thm 9).
+* `renyi_divergence_of_sum`, `SumDivergence`, `epsilon_infinity`,
+  `epsilon_infinity_local`, `impossible_mass`, `renyi_divergence`,
+  `sum_log_pmf`: divergences and laws of one coordinate's secure sum.
+* Modules: `attained` (the lower end: divergences named inputs attain),
+  `others` (the bound for any inputs of the other clients), `vector` (the ℓ2
+  route), `bounds` (each paper's closed form, for comparison only).
+"""
+
+from tff_quant.accounting import attained
 from tff_quant.accounting import bounds
+from tff_quant.accounting import others
 from tff_quant.accounting import vector
-from tff_quant.accounting.calibration import (Calibration, calibrate,
+from tff_quant.accounting.calibration import (AttainedUnavailable, Calibration,
+                                              CannotCarrySignal, calibrate,
                                               calibration_report)
 from tff_quant.accounting.composition import (Guarantee, RoundAccountant,
                                               per_round_rdp,

@@ -130,6 +130,7 @@ class Guarantee:
             '[attained by named inputs, proved]')
 
   def summary(self) -> str:
+    """One line: (ε, δ), rounds, the interval, both routes' ε and the PLD note."""
     pld = 'n/a' if self.epsilon_pld is None else f'{self.epsilon_pld:.4g}'
     return (f'(ε={self.epsilon:.4g}, δ={self.delta:.3g}) after {self.rounds} rounds; '
             f'{self.interval()} [{self.route}; RDP ε={self.epsilon_rdp:.4g} at '

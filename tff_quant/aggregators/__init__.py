@@ -1,4 +1,22 @@
-"""TFF aggregation factories: any tff_quant mechanism behind TFF's secure sum."""
+"""TFF aggregation factories: any tff_quant mechanism behind TFF's secure sum.
+
+What each export is for:
+* `QuantizationFactory`: the one generic `tff.aggregators.
+  UnweightedAggregationFactory` (clip, optional rotation, encode, secure sum,
+  decode, mean) for any mechanism.
+* `mechanism_factory(name, clip_norm, params, ...)`: it, for a name in
+  `tff_quant.mechanisms.registry()`; the shorthands `rqm_factory`,
+  `pbm_factory`, `bq_factory`, `qmgeo_factory`, `quantized_gaussian_factory`;
+  `clipped_mean_factory`: the noise-free baseline.
+* `weighted(factory)` / `UniformlyWeighted`: a factory for TFF's weighted
+  algorithms (client weights dropped on purpose).
+* `recording()`, `mechanisms_used(factory, value_type)` -> [`Created`]: what
+  every QuantizationFactory inside a (wrapped) factory built: the mechanism
+  and dimension the accountant needs.
+* `find_measurements(metrics)`: the per-round measurements in a process's
+  metrics; `secure_sum_bits(n, L)`: the field the secure sum needs.
+TFF's own DP aggregators as peers on the same accountant: the `peers` module.
+"""
 
 from tff_quant.aggregators.constructors import (UniformlyWeighted, bq_factory, clipped_mean_factory,
                                                 mechanism_factory, pbm_factory,

@@ -155,10 +155,13 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @property
   def clip_norm(self):
+    """The ℓ2 clip of each client's whole update."""
     return self._clip_norm
 
   @property
   def reproducible(self) -> bool:
+    """True when client seeds derive from `seed` (experiments only; see the
+    module docstring)."""
     return self._seed is not None
 
   def mechanism_for_dimension(self, dim: int) -> base.Mechanism:
@@ -191,6 +194,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
           'allow_no_privacy=True to study it.')
 
   def max_clients_for(self, mech: base.Mechanism) -> int:
+    """Clients per round whose level sum fits the int32 secure sum (or the
+    `max_clients_per_round` given)."""
     return self._max_clients or _INT32_MAX // (mech.num_levels - 1)
 
   def _check_capacity(self, mech):

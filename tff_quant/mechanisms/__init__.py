@@ -2,6 +2,19 @@
 
 `registry()` lists every mechanism of this package by name; a new module here
 with a `Mechanism` subclass that sets `name` is all it takes to add one.
+
+What each export is for (laws, parameters, departures from the papers:
+docs/mechanisms.md):
+* `Mechanism`: the protocol (`encode`/`decode` in TF, `log_pmf` exact in
+  numpy, `TUNABLES`, `for_coordinate_bound`); `Tunable`: one free parameter.
+* `RQM`, `PBM`, `BQ`, `QMGeo`, `QuantizedGaussian`, `RandomizedProjection`:
+  the papers' mechanisms; `DistributedSkellam`, `DistributedDiscreteGaussian`:
+  TFF's DistributedDpSumFactory per coordinate (modular sum); `Gaussian`: the
+  continuous reference (central, accounted only).
+* `registry()` {name: class}, `get(name)`, `build(name, c_inf, **params)`,
+  `variants()`: the mechanisms by name.
+* The module `utility`: the debiased error Var/slope² and the refusal rules
+  (docs/utility.md).
 """
 
 from tff_quant.mechanisms.base import Mechanism, Tunable
@@ -15,7 +28,9 @@ from tff_quant.mechanisms.randomized_projection import RandomizedProjection
 from tff_quant.mechanisms.registry import build, get, registry, variants
 from tff_quant.mechanisms.rqm import RQM
 from tff_quant.mechanisms.skellam import DistributedSkellam
+from tff_quant.mechanisms import utility
 
 __all__ = ['Mechanism', 'Tunable', 'RQM', 'PBM', 'BQ', 'QMGeo', 'QuantizedGaussian',
            'RandomizedProjection', 'DistributedDiscreteGaussian',
-           'DistributedSkellam', 'Gaussian', 'registry', 'get', 'build', 'variants']
+           'DistributedSkellam', 'Gaussian', 'registry', 'get', 'build', 'variants',
+           'utility']

@@ -76,12 +76,14 @@ class Tunable:
     return self.check(value)
 
   def allowed(self) -> str:
+    """The allowed values in words, e.g. '(0, 0.5]' or 'a bool'."""
     if self.kind is bool:
       return 'a bool'
     return validation.allowed_range(self.low, self.high, self.low_open,
                                     self.high_open)
 
   def describe(self) -> str:
+    """One line: name, type, allowed range, default, privacy direction, doc."""
     direction = (f'; more private when {self.more_private}'
                  if self.more_private else '')
     return (f'{self.name} ({self.kind.__name__} in {self.allowed()}, default '

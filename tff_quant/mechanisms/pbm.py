@@ -77,6 +77,7 @@ class PBM(base.Mechanism):
     return -0.5 * (self.m - 1) * self.level_step
 
   def success_prob(self, x: float) -> float:
+    """½ + θ·x/c: each trial's success probability at input x (clipped to [-c, c])."""
     return 0.5 + self.theta * self.clip_input(x) / self.clip
 
   def log_pmf(self, x):
