@@ -8,9 +8,10 @@ aggregators, in a child process with a time limit; a refusal, e.g. bits that
 cannot carry the signal, becomes the cell's reason), then trained with
 `experiments.fl_emnist` once per seed: the seed sets the client sampling and
 the mechanism's noise, the federated split stays the same (--split_seed).
-Runs go seed-major (every cell's first seed before any second; TFF's own
-distributed aggregators, ~10x slower, after the rest), each resumes where it
-stopped, and a second start on the same folder is refused while one runs. Federated Fashion-MNIST (real images, simulated Dirichlet(0.5) split).
+Runs go seed-major (every cell's first seed before any second), cells of at
+most 8 bits before wider ones, TFF's own distributed aggregators (~10x
+slower) last; each resumes where it stopped, and a second start on the same
+folder is refused while one runs. Federated Fashion-MNIST (real images, simulated Dirichlet(0.5) split).
 
   python -m experiments.fl_table --output_dir=results/fl_table
   python -m experiments.fl_table --plan        # cells, runs, and what is done
@@ -268,11 +269,12 @@ def main(argv):
       if os.path.exists(times_path):
         with open(times_path) as f:
           times = json.load(f)
-      # Seed-major, more than 8 bits after fewer within a seed (their
-      # calibrations cost the most), TFF's slow distributed aggregators last.
+      # Cells of at most 8 bits first, seed-major (every cell's first seed
+      # before any second); then those over 8 bits (their calibrations cost
+      # the most); TFF's slow distributed aggregators last.
       runs = sorted(((cell, seed) for seed in range(FLAGS.seeds)
                      for cell in all_cells),
-                    key=lambda r: (r[0][0] in SLOW, r[1], r[0][2] > 8))
+                    key=lambda r: (r[0][0] in SLOW, r[0][2] > 8, r[1]))
       if FLAGS.plan or FLAGS.report_only:
         done = sum(os.path.exists(os.path.join(run_dir(c, s), 'summary.json'))
                    for c, s in runs)

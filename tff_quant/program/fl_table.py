@@ -155,8 +155,9 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
            f'{mean:.3f} [{lo:.3f}, {hi:.3f}]' if math.isfinite(lo)
            else f'{mean:.3f} (1 seed)')
     reported = row[8].replace(' ', ', ')
+    note = row[10] or (row[9] if seeds else 'not run yet')
     md.append(f'| {name} | {eps} | {bits} | {seeds} | {acc} | {reported} | '
-              f'{row[10] or row[9]} |')
+              f'{note} |')
   md += ['', '## Verdicts (only where the 95% intervals separate)', '']
   md += [f'- {line}' for line in verdicts(cells)]
   md += ['', '## Which mechanism should I use?', '',
