@@ -163,7 +163,8 @@ def _calibrated(cell, dim, s):
           name, eps, s['delta'], s['rounds'], s['clients_per_round'],
           s['total_clients'], dim, l2_clip=s['clip_norm'],
           coordinate_clip=s['coordinate_clip_multiple'] * s['clip_norm'] /
-          math.sqrt(dim), bits=bits)
+          math.sqrt(dim), bits=bits,
+          progress=lambda line: print(f'  {line}', flush=True))
       out = dict(params=report.params, mechanism=repr(report.mechanism),
                  epsilon=report.epsilon,
                  epsilon_attained=report.epsilon_attained,

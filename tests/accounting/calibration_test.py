@@ -399,3 +399,18 @@ def test_no_attained_value_is_an_error_not_the_proved_end(monkeypatch):
   proved = calibration.calibration_report('pbm', 2.0, **SCHEDULE, bits=4,
                                           compare_gaussian=False)
   assert proved.epsilon <= 2.0 and proved.epsilon_attained is None
+
+
+def test_a_long_calibration_reports_its_progress(monkeypatch):
+  """Past PROGRESS_AFTER seconds each grid point is reported with an ETA;
+  a quick calibration says nothing."""
+  lines = []
+  monkeypatch.setattr(calibration, 'PROGRESS_AFTER', 1e9)
+  calibration.calibration_report('rqm', 2.0, **SCHEDULE, bits=4,
+                                 progress=lines.append)
+  assert not lines
+  monkeypatch.setattr(calibration, 'PROGRESS_AFTER', 0.0)
+  calibration.calibration_report('rqm', 2.0, **SCHEDULE, bits=4,
+                                 progress=lines.append)
+  assert lines and all(l.startswith('calibrating rqm: grid point ') and
+                       's left)' in l for l in lines)

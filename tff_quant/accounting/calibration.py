@@ -37,7 +37,8 @@ route only (not with use_pld).
 
 import dataclasses
 import math
-from typing import Dict, Optional, Sequence, Union
+import time
+from typing import Callable, Dict, Optional, Sequence, Union
 
 import numpy as np
 from scipy import optimize
@@ -588,11 +589,14 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
                        l2_clip: Optional[float] = None,
                        coordinate_clip: Optional[float] = None,
                        compare_gaussian: bool = True, others: str = 'any',
-                       bound: str = 'proved', **params) -> Calibration:
+                       bound: str = 'proved',
+                       progress: Optional[Callable[[str], None]] = None,
+                       **params) -> Calibration:
   """`calibrate`, returning a `Calibration`: the mechanism, its ε, debiased
   error, slope and plain MSE, and (with `compare_gaussian`) the continuous
   Gaussian calibrated to the same target and both ratios. Arguments as for
-  `calibrate`.
+  `calibrate`; `progress` (e.g. print), once a calibration has run
+  PROGRESS_AFTER seconds, gets a line per grid point: how far, and an ETA.
 
   A modular sum refused at `bits` (`CannotCarrySignal`) is calibrated again
   at more bits, from the lower bound its refusal proves up to TFF's 22, and
@@ -603,13 +607,35 @@ def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int
               dim=dim, clip=clip, tune=tune, bits=bits, use_pld=use_pld,
               rtol=rtol, l2_clip=l2_clip, coordinate_clip=coordinate_clip,
               compare_gaussian=compare_gaussian, others=others, bound=bound,
-              **params)
+              progress=progress, **params)
   try:
     return _calibration_report(**args)
   except CannotCarrySignal as err:
     if err.bits_needed is None or bits is None or 'num_levels' in params:
       raise
     raise _fewest_bits(err, args) from None
+
+
+PROGRESS_AFTER = 10.0   # seconds a calibration runs before it reports progress
+
+
+class _Progress:
+  """Calls `log` with a line per grid point once PROGRESS_AFTER seconds have
+  passed: the point, how many of how many, and an ETA (an upper bound: the
+  scan may stop early)."""
+
+  def __init__(self, log, mechanism, total):
+    self.log, self.mechanism, self.total = log, mechanism, total
+    self.start = time.time()
+
+  def __call__(self, index, grid_point):
+    elapsed = time.time() - self.start
+    if self.log is None or elapsed < PROGRESS_AFTER or not index:
+      return
+    eta = elapsed / index * (self.total - index)
+    self.log(f'calibrating {self.mechanism}: grid point {index + 1} of '
+             f'{self.total} {grid_point or ""} ({elapsed:.0f} s so far, at '
+             f'most ~{eta:.0f} s left)')
 
 
 _MAX_MODULAR_BITS = 22   # TFF's DistributedDpSumFactory allows bits <= 22
@@ -644,7 +670,8 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                         total_clients, dim=1, clip=None, tune=None, bits=None,
                         use_pld=False, rtol=_RTOL, l2_clip=None,
                         coordinate_clip=None, compare_gaussian=True,
-                        others='any', bound='proved', **params) -> Calibration:
+                        others='any', bound='proved', progress=None,
+                        **params) -> Calibration:
   """`calibration_report` without the search for the bits a refused modular
   sum needs."""
   cls = mechanisms.get(mechanism)
@@ -725,7 +752,10 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   refused = []   # (grid point, why): evaluations over vector.MAX_OPERATIONS
   hint = None     # the last grid point's answer: where the next search starts
   pruned = 0      # grid points shown unable to beat the incumbent (one ε each)
-  for grid_point in candidates({}, specs[:-1]):
+  points = list(candidates({}, specs[:-1]))
+  report_progress = _Progress(progress, mechanism, len(points))
+  for index, grid_point in enumerate(points):
+    report_progress(index, grid_point)
     base_params = dict(fixed, **grid_point)
     build = lambda v, b=base_params: cls.for_coordinate_bound(
         clip, **dict(b, **{last.name: v}))

@@ -297,7 +297,7 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print):
       config.rounds, config.clients_per_round, config.total_clients, dim,
       l2_clip=config.clip_norm,
       coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
-      math.sqrt(dim), bits=bits, **fixed)
+      math.sqrt(dim), bits=bits, progress=log, **fixed)
   config.mechanism_params = cls.complete_params(report.params)
   interval = (f'ε ∈ [{report.epsilon_attained:.4g}, {report.epsilon:.4g}] '
               '[attained, proved]' if report.epsilon_attained is not None
