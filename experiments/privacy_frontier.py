@@ -41,6 +41,7 @@ only.
 import json
 import math
 import os
+import time
 
 from absl import app
 from absl import flags
@@ -156,9 +157,13 @@ def _run(cells, settings, ks, out):
   print(f'[privacy_frontier] {len(cells)} cells, {len(cells) - len(todo)} already '
         f'in {csv_path}, {len(todo)} to compute with {FLAGS.workers} worker(s).',
         flush=True)
-  for row in frontier.run_cells(todo, FLAGS.workers, FLAGS.max_seconds_per_cell,
-                               FLAGS.max_operations, ks, FLAGS.rtol):
+  start = time.time()
+  for count, row in enumerate(frontier.run_cells(
+      todo, FLAGS.workers, FLAGS.max_seconds_per_cell, FLAGS.max_operations,
+      ks, FLAGS.rtol), 1):
     row = {k: str(v) for k, v in row.items()}
+    eta = (time.time() - start) / count * (len(todo) - count)
+    print(f'[{count}/{len(todo)}, ETA ~{eta / 60:.0f} min]', end='')
     rows = [r for r in rows if frontier.key(r) != frontier.key(row)] + [row]
     results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS]
                                              for r in rows])
