@@ -298,6 +298,30 @@ def _least_private_to_beat(build, spec, error_to_beat, error_of):
   return axis.value(x_ok)
 
 
+def _bisect_integer(build, spec, target, eps_at, bits, higher_private):
+  """`_search_last` for an integer parameter: plain bisection between the
+  most private value and the least private one within `bits`."""
+  lo, hi = int(spec.low), _largest_int_within_bits(build, spec, bits)
+  if hi < lo:
+    return None, math.nan, math.nan   # nothing fits the bits
+  safe, unsafe = (hi, lo) if higher_private else (lo, hi)
+  best = eps_at(safe)
+  if best > target:
+    return None, best, best
+  e = eps_at(unsafe)
+  if e <= target:
+    return unsafe, e, best
+  e = best
+  while abs(safe - unsafe) > 1:
+    mid = (safe + unsafe) // 2
+    e_mid = eps_at(mid)
+    if e_mid <= target:
+      safe, e = mid, e_mid
+    else:
+      unsafe = mid
+  return safe, e, best
+
+
 def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
                  hint_eps=None):
   """(least private value of `spec` with ε <= target, its ε, the smallest ε
@@ -313,25 +337,7 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   higher_private = spec.more_private == 'higher'
   eps_at = lambda v: epsilon_of(build(v))
   if spec.kind is int:
-    lo, hi = int(spec.low), _largest_int_within_bits(build, spec, bits)
-    if hi < lo:
-      return None, math.nan, math.nan   # nothing fits the bits
-    safe, unsafe = (hi, lo) if higher_private else (lo, hi)
-    best = eps_at(safe)
-    if best > target:
-      return None, best, best
-    e = eps_at(unsafe)
-    if e <= target:
-      return unsafe, e, best
-    e = best
-    while abs(safe - unsafe) > 1:
-      mid = (safe + unsafe) // 2
-      e_mid = eps_at(mid)
-      if e_mid <= target:
-        safe, e = mid, e_mid
-      else:
-        unsafe = mid
-    return safe, e, best
+    return _bisect_integer(build, spec, target, eps_at, bits, higher_private)
   axis = _Axis.of(spec)
   lo, hi, safe, unsafe = axis.lo, axis.hi, axis.safe, axis.unsafe
   if bits is not None and build(safe).bits_per_coordinate > bits:
@@ -674,7 +680,6 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                         **params) -> Calibration:
   """`calibration_report` without the search for the bits a refused modular
   sum needs."""
-  cls = mechanisms.get(mechanism)
   validation.check_positive('epsilon', epsilon)
   validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
   validation.check_number('rtol', rtol, 0, 0.5, low_open=True)
@@ -691,172 +696,31 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
     clip = 1.0 if l2_clip is None else l2_clip / math.sqrt(dim)
   validation.check_positive('coordinate_clip', clip)
   validation.check_optional(validation.check_integer, 'bits', bits, 1, 64)
-  if tune is None:
-    tune = cls.CALIBRATED
-  tune = (tune,) if isinstance(tune, str) else tuple(tune)
-  if not tune:
-    raise ValueError(f'{mechanism} declares no calibrated parameter; pass `tune`.')
-  specs = [cls.tunable(name) for name in tune]
-  last = specs[-1]
-  if last.more_private is None:
-    raise ValueError(f'`tune`: {last.name} of {mechanism} has no privacy direction; '
-                     'choose one of '
-                     f'{[t.name for t in cls.TUNABLES if t.more_private]}.')
-  for spec in specs:
-    if spec.kind is int and not spec.grid and bits is None:
-      raise ValueError(f'`bits` is required to search the integer parameter '
-                       f'{spec.name} of {mechanism}.')
-    if spec is not last and spec.kind is not int and not spec.grid:
-      raise ValueError(f'`tune`: {spec.name} of {mechanism} is real-valued and '
-                       'declares no grid to scan; only the last parameter is '
-                       'bisected.')
-  for name in tune:
-    params.pop(name, None)
-  fixed = cls.complete_params(_levels_from_bits(cls, params, tune, bits))
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
                   total_clients=total_clients, delta=delta, dim=dim, use_pld=use_pld,
                   l2_clip=l2_clip, others=others)
-  epsilon_of = _Epsilon(schedule, epsilon, bound)
-  # The signal the debiased error is judged on (module docstring).
-  signal = clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim))
-  error_of = lambda mech: mech.signal_utility(clients_per_round, signal).error
-
-  def outer_values(spec):
-    if spec.grid:
-      return list(spec.grid)
-    return range(int(spec.low), int(spec.high) + 1)
-
-  def candidates(prefix, outer):
-    """Every point of the scanned (outer) parameters that builds and fits `bits`."""
-    if not outer:
-      yield dict(prefix)
-      return
-    spec = outer[0]
-    for value in outer_values(spec):
-      trial = dict(prefix, **{spec.name: value})
-      try:
-        probe = cls.for_coordinate_bound(clip, **dict(fixed, **trial))
-      except ValueError:   # e.g. more rounding steps than the modulus holds
-        continue
-      if bits is not None and probe.bits_per_coordinate > bits:
-        if spec.grid:
-          continue
-        break
-      yield from candidates(trial, outer[1:])
-
-  best, evaluated, rising, fits = None, 0, 0, False
-  unusable = []   # (why, grid point, mechanism, bits needed or None, utility)
-  # (ε at the most private value, grid point, the mechanism when that ε is
-  # only a lower bound): where a target no candidate meets comes closest
-  reached = []
-  refused = []   # (grid point, why): evaluations over vector.MAX_OPERATIONS
-  hint = None     # the last grid point's answer: where the next search starts
-  pruned = 0      # grid points shown unable to beat the incumbent (one ε each)
-  points = list(candidates({}, specs[:-1]))
-  report_progress = _Progress(progress, mechanism, len(points))
-  for index, grid_point in enumerate(points):
-    report_progress(index, grid_point)
-    base_params = dict(fixed, **grid_point)
-    build = lambda v, b=base_params: cls.for_coordinate_bound(
-        clip, **dict(b, **{last.name: v}))
-    hint_eps, prune = None, best is not None and last.kind is not int
-    if prune:
-      try:
-        floor = _least_private_to_beat(build, last, best[0], error_of)
-      except (modular.UnresolvableError, _NotMonotone):   # search as usual
-        prune = False
-    if prune:
-      # Prune: the least private value with a smaller error than the
-      # incumbent's must meet the target, else this grid point cannot win (ε
-      # and the error both fall along the privacy direction). Start there.
-      try:
-        floor_eps = None if floor is None else epsilon_of(build(floor))
-      except vector.CostError as err:
-        refused.append((grid_point, str(err)))
-        continue
-      if floor is None or floor_eps > epsilon:
-        pruned += 1
-        rising += 1
-        if len(specs) == 2 and rising >= 2:
-          break
-        continue
-      hint, hint_eps = floor, floor_eps
-    try:
-      value, value_eps, most_private_eps = _search_last(
-          build, last, epsilon, epsilon_of, bits, rtol, hint, hint_eps)
-    except vector.CostError as err:   # e.g. RQM with many levels inside ±c
-      refused.append((grid_point, str(err)))
-      continue
-    evaluated += 1
-    if math.isnan(most_private_eps):
-      continue
-    fits = True
-    if value is None:   # the most private value was the last evaluated
-      reached.append((most_private_eps, grid_point, epsilon_of.bounded))
-      continue
-    hint = value
-    mech = build(value)
-    util = mech.signal_utility(clients_per_round, signal)
-    why = _unusable(mech, util, clients_per_round, signal)
-    if why is not None:
-      unusable.append((why[0], grid_point, mech, why[1], util))
-    elif best is None or util.error < best[0]:
-      best, rising = (util.error, mech, dict(base_params, **{last.name: value}),
-                      value_eps, util), 0
-      continue
-    rising += 1
-    # One scanned parameter: the error at the calibrated inner value is taken
-    # to be unimodal along its grid, and a refused point to stay refused
-    # further on (a modular sum's modulus needs grow with its steps): two
-    # rises in a row end the scan.
-    if len(specs) == 2 and rising >= 2:
-      break
-  if best is None and unusable:
-    raise _cannot_carry(mechanism, epsilon, bits, tune, clients_per_round,
-                        signal, unusable, refused)
-  closest = None if best is not None else _closest(reached, epsilon_of)
-  if refused and best is None and not (closest and closest[2]):
-    bounded = [g for _, g, m in reached if m is not None]
-    raise vector.CostError(
-        f'{refused[0][1]} No setting of {", ".join(tune)} could be evaluated: '
-        f'{[g for g, _ in refused]} were refused'
-        + (f', and {bounded} are out of reach (ε >= {closest[0]:.4g} by a '
-           'lower bound, lower_bound.py)' if bounded else '') + '.')
-  if not fits and bits is not None:
-    raise ValueError(f'`bits`={bits} is below what {mechanism} needs: no setting '
-                     f'of {", ".join(tune)} with {fixed} fits in {bits} bits per '
-                     'coordinate.')
-  if best is None:
-    budget = f' within {bits} bits' if bits is not None else ''
-    others = {k: v for k, v in fixed.items() if k not in tune}
-    where = f' at {closest[1]}' if closest[1] else ''
-    raise ValueError(
-        f'Target ε={epsilon} is not reachable for {mechanism}{budget}'
-        + (' even on the attained ε (bound=\'attained\')'
-           if bound == 'attained' else '') + ': the most '
-        f'private value of {", ".join(tune)} gives ε={closest[0]:.4g}{where} '
-        f'(other parameters {others}); raise the target or change the schedule'
-        + (f'; its exact law is out of reach there ({epsilon_of.unresolved})'
-           if math.isinf(closest[0]) and epsilon_of.unresolved else
-           '; every RDP order is infinite for it: try use_pld=True'
-           if math.isinf(closest[0]) and not use_pld else '')
-        + (f'; settings {[g for g, _ in refused]} were not evaluated (cost over '
-           f'vector.MAX_OPERATIONS)' if refused else '') + '.')
-  mech = best[1]
-  assumptions, orders = epsilon_of.seen.get(repr(mech), ('', FAST_ORDERS))
-  util = best[4]
-  report = Calibration(mech, best[2], best[3], epsilon, delta,
+  scan = _Scan(mechanism, epsilon, clip, tune, bits, rtol, params,
+               _Epsilon(schedule, epsilon, bound),
+               # The signal the debiased error is judged on (module docstring).
+               clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim)),
+               clients_per_round)
+  scan.run(progress)
+  if scan.best is None:
+    raise scan.no_answer(bound, use_pld)
+  mech, params_found, eps_found, util = scan.best[1:]
+  assumptions, orders = scan.epsilon_of.seen.get(repr(mech), ('', FAST_ORDERS))
+  report = Calibration(mech, params_found, eps_found, epsilon, delta,
                        mech.decoded_mean_mse(clients_per_round),
-                       candidates=evaluated,
-                       refused=[g for g, _ in refused], pruned=pruned,
+                       candidates=scan.evaluated,
+                       refused=[g for g, _ in scan.refused], pruned=scan.pruned,
                        assumptions=assumptions, orders=orders,
                        debiased_error=util.error, slope=util.slope,
-                       signal_bound=signal,
-                       unusable=[dict(u[1], why=u[0]) for u in unusable],
+                       signal_bound=scan.signal,
+                       unusable=[dict(u[1], why=u[0]) for u in scan.unusable],
                        bound=bound)
   if bound == 'attained':   # the ε that met the target is the attained one
-    low, at = epsilon_of.accountants[repr(mech)]
-    report.epsilon_attained = best[3]
+    low, at = scan.epsilon_of.accountants[repr(mech)]
+    report.epsilon_attained = eps_found
     report.attained_inputs = _attained_inputs(low, at)
   elif not use_pld:
     low = composition.RoundAccountant(
@@ -874,6 +738,182 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
     report.ratio_to_gaussian = util.error / gauss.debiased_error
     report.mse_ratio_to_gaussian = report.mse / gauss.mse
   return report
+
+
+class _Scan:
+  """The search of one calibration: the scanned (outer) parameters' grid, the
+  last parameter bisected at each point (`_search_last`), the incumbent with
+  the smallest debiased error, and what was refused on the way."""
+
+  def __init__(self, mechanism, epsilon, clip, tune, bits, rtol, params,
+               epsilon_of, signal, clients):
+    self.mechanism, self.epsilon, self.clip = mechanism, epsilon, clip
+    self.bits, self.rtol, self.epsilon_of = bits, rtol, epsilon_of
+    self.signal, self.clients = signal, clients
+    self.cls = cls = mechanisms.get(mechanism)
+    if tune is None:
+      tune = cls.CALIBRATED
+    tune = (tune,) if isinstance(tune, str) else tuple(tune)
+    if not tune:
+      raise ValueError(f'{mechanism} declares no calibrated parameter; pass '
+                       '`tune`.')
+    self.tune = tune
+    self.specs = specs = [cls.tunable(name) for name in tune]
+    self.last = last = specs[-1]
+    if last.more_private is None:
+      raise ValueError(f'`tune`: {last.name} of {mechanism} has no privacy '
+                       'direction; choose one of '
+                       f'{[t.name for t in cls.TUNABLES if t.more_private]}.')
+    for spec in specs:
+      if spec.kind is int and not spec.grid and bits is None:
+        raise ValueError(f'`bits` is required to search the integer parameter '
+                         f'{spec.name} of {mechanism}.')
+      if spec is not last and spec.kind is not int and not spec.grid:
+        raise ValueError(f'`tune`: {spec.name} of {mechanism} is real-valued '
+                         'and declares no grid to scan; only the last parameter '
+                         'is bisected.')
+    params = {k: v for k, v in params.items() if k not in tune}
+    self.fixed = cls.complete_params(_levels_from_bits(cls, params, tune, bits))
+    self.best = None   # (error, mechanism, params, ε, utility)
+    self.evaluated = self.rising = self.pruned = 0   # pruned: unable to win
+    self.fits = False
+    self.unusable = []   # (why, grid point, mechanism, bits needed, utility)
+    # (ε at the most private value, grid point, the mechanism when that ε is
+    # only a lower bound): where a target no candidate meets comes closest
+    self.reached = []
+    self.refused = []   # (grid point, why): evaluations over MAX_OPERATIONS
+    self.hint = None    # the last grid point's answer: where the next starts
+
+  def error_of(self, mech):
+    return mech.signal_utility(self.clients, self.signal).error
+
+  def candidates(self, prefix, outer):
+    """Every point of the scanned (outer) parameters that builds and fits
+    `bits`."""
+    if not outer:
+      yield dict(prefix)
+      return
+    spec = outer[0]
+    values = (list(spec.grid) if spec.grid
+              else range(int(spec.low), int(spec.high) + 1))
+    for value in values:
+      trial = dict(prefix, **{spec.name: value})
+      try:
+        probe = self.cls.for_coordinate_bound(self.clip,
+                                              **dict(self.fixed, **trial))
+      except ValueError:   # e.g. more rounding steps than the modulus holds
+        continue
+      if self.bits is not None and probe.bits_per_coordinate > self.bits:
+        if spec.grid:
+          continue
+        break
+      yield from self.candidates(trial, outer[1:])
+
+  def run(self, progress):
+    points = list(self.candidates({}, self.specs[:-1]))
+    report_progress = _Progress(progress, self.mechanism, len(points))
+    for index, grid_point in enumerate(points):
+      report_progress(index, grid_point)
+      if self.visit(grid_point) == 'stop':
+        break
+
+  def _rose(self):
+    """One more grid point without a better answer. One scanned parameter:
+    the error at the calibrated inner value is taken to be unimodal along
+    its grid, and a refused point to stay refused further on (a modular
+    sum's modulus needs grow with its steps): two rises in a row end it."""
+    self.rising += 1
+    return 'stop' if len(self.specs) == 2 and self.rising >= 2 else None
+
+  def visit(self, grid_point):
+    """Calibrates the last parameter at one grid point; 'stop' ends the scan."""
+    last, base = self.last, dict(self.fixed, **grid_point)
+    build = lambda v: self.cls.for_coordinate_bound(
+        self.clip, **dict(base, **{last.name: v}))
+    hint_eps = None
+    if self.best is not None and last.kind is not int:
+      # Prune: the least private value with a smaller error than the
+      # incumbent's must meet the target, else this grid point cannot win (ε
+      # and the error both fall along the privacy direction). Start there.
+      try:
+        floor = _least_private_to_beat(build, last, self.best[0],
+                                       self.error_of)
+      except (modular.UnresolvableError, _NotMonotone):   # search as usual
+        floor = False
+      if floor is not False:
+        try:
+          floor_eps = None if floor is None else self.epsilon_of(build(floor))
+        except vector.CostError as err:
+          self.refused.append((grid_point, str(err)))
+          return None
+        if floor is None or floor_eps > self.epsilon:
+          self.pruned += 1
+          return self._rose()
+        self.hint, hint_eps = floor, floor_eps
+    try:
+      value, value_eps, most_private_eps = _search_last(
+          build, last, self.epsilon, self.epsilon_of, self.bits, self.rtol,
+          self.hint, hint_eps)
+    except vector.CostError as err:   # e.g. RQM with many levels inside ±c
+      self.refused.append((grid_point, str(err)))
+      return None
+    self.evaluated += 1
+    if math.isnan(most_private_eps):
+      return None
+    self.fits = True
+    if value is None:   # the most private value was the last evaluated
+      self.reached.append((most_private_eps, grid_point,
+                           self.epsilon_of.bounded))
+      return None
+    self.hint = value
+    mech = build(value)
+    util = mech.signal_utility(self.clients, self.signal)
+    why = _unusable(mech, util, self.clients, self.signal)
+    if why is not None:
+      self.unusable.append((why[0], grid_point, mech, why[1], util))
+    elif self.best is None or util.error < self.best[0]:
+      self.best = (util.error, mech, dict(base, **{last.name: value}),
+                   value_eps, util)
+      self.rising = 0
+      return None
+    return self._rose()
+
+  def no_answer(self, bound, use_pld) -> ValueError:
+    """The error when no candidate met the target and carried the signal."""
+    mechanism, epsilon, tune, bits = (self.mechanism, self.epsilon, self.tune,
+                                      self.bits)
+    if self.unusable:
+      return _cannot_carry(mechanism, epsilon, bits, tune, self.clients,
+                           self.signal, self.unusable, self.refused)
+    closest = _closest(self.reached, self.epsilon_of)
+    refused = self.refused
+    if refused and not (closest and closest[2]):
+      bounded = [g for _, g, m in self.reached if m is not None]
+      return vector.CostError(
+          f'{refused[0][1]} No setting of {", ".join(tune)} could be evaluated: '
+          f'{[g for g, _ in refused]} were refused'
+          + (f', and {bounded} are out of reach (ε >= {closest[0]:.4g} by a '
+             'lower bound, lower_bound.py)' if bounded else '') + '.')
+    if not self.fits and bits is not None:
+      return ValueError(f'`bits`={bits} is below what {mechanism} needs: no '
+                        f'setting of {", ".join(tune)} with {self.fixed} fits '
+                        f'in {bits} bits per coordinate.')
+    budget = f' within {bits} bits' if bits is not None else ''
+    others = {k: v for k, v in self.fixed.items() if k not in tune}
+    where = f' at {closest[1]}' if closest[1] else ''
+    unresolved = self.epsilon_of.unresolved
+    return ValueError(
+        f'Target ε={epsilon} is not reachable for {mechanism}{budget}'
+        + (' even on the attained ε (bound=\'attained\')'
+           if bound == 'attained' else '') + ': the most '
+        f'private value of {", ".join(tune)} gives ε={closest[0]:.4g}{where} '
+        f'(other parameters {others}); raise the target or change the schedule'
+        + (f'; its exact law is out of reach there ({unresolved})'
+           if math.isinf(closest[0]) and unresolved else
+           '; every RDP order is infinite for it: try use_pld=True'
+           if math.isinf(closest[0]) and not use_pld else '')
+        + (f'; settings {[g for g, _ in refused]} were not evaluated (cost over '
+           f'vector.MAX_OPERATIONS)' if refused else '') + '.')
 
 
 def _attained_inputs(accountant, order) -> str:
