@@ -176,3 +176,27 @@ def test_block_parts_over_the_limits_are_not_built(monkeypatch):
   monkeypatch.setattr(others, 'MAX_BLOCK_LAWS', 10)
   assert others.aligned_part(rows, 2) is None
   assert [b.block for b in others.blankets(rows, 40)] == [1, 1]
+
+
+@pytest.mark.parametrize('name, block', [
+    ('rqm', 2), ('rqm', 3), ('qmgeo', 2), ('qmgeo', 3),
+    ('quantized_gaussian', 2)])   # its 3-blocks of 70 envelopes: over the limit
+def test_each_block_construction_alone_holds_over_interior_others(
+    name, block, monkeypatch):
+  """The accountant restricted to the aligned blanket of blocks of `block`
+  (3 others: one block, the rest dropped) against brute force over every
+  multiset of 3 others on a 5-point grid, targets on a 5-point grid."""
+  mech = _mech(name, **MECHANISMS[name])
+  full = vector.blankets
+  only = lambda m, t, k: [b for b in full(m, t, k)
+                          if b.block == block and 'rows' not in b.why]
+  targets = vector.target_pairs(mech, [2.0])
+  assert len(only(mech, targets, 3)) == 1
+  monkeypatch.setattr(vector, 'blankets', only)
+  proved = composition.per_round_rdp(mech, 4, orders=[8])
+  grid = np.linspace(-1, 1, 5)
+  for alpha in (2, 8):
+    worst = max(_exact(mech, x, y, o, alpha)
+                for x in grid for y in grid if x != y
+                for o in itertools.combinations_with_replacement(grid, 3))
+    assert worst <= proved[alpha] * (1 + 1e-9) + 1e-12, (alpha, worst)
