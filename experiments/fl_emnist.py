@@ -13,7 +13,7 @@ vectorized computation, K chosen from the clients per round and the CPU cores
       --mechanism_params=q=0.42,delta_ratio=1 \
       --root_output_dir=results/fl --experiment_name=rqm
 On several machines: start `worker_binary --port=N` on each (path:
-tff_quant.runtime.worker_binary_path()) and add --workers=host1:N,host2:N.
+tff_quant.program.runtime.worker_binary_path()) and add --workers=host1:N,host2:N.
 """
 
 import os
