@@ -206,7 +206,15 @@ def train(cell, seed, calibration) -> float:
   if FLAGS.data_dir:
     args.append(f'--data_dir={FLAGS.data_dir}')
   t0 = time.time()
-  subprocess.run(args, check=True)
+  child = subprocess.Popen(args)
+  try:
+    code = child.wait()
+  except BaseException:   # stopped: SIGTERM lets the run end its TFF workers
+    child.terminate()
+    child.wait(timeout=60)
+    raise
+  if code:
+    raise subprocess.CalledProcessError(code, args)
   return time.time() - t0
 
 

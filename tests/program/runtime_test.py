@@ -93,3 +93,35 @@ def test_fedavg_rounds_on_two_workers_equal_the_single_process_rounds(tff_contex
   # Same start, same client data, seeds from (seed, round, update): bit-identical.
   for a, b in zip(local, remote):
     np.testing.assert_array_equal(a, b)
+
+
+_CHILD = '''
+import numpy as np, tensorflow_federated as tff
+from tff_quant import aggregators
+from tff_quant.program import runtime
+runtime.use_secure_sum_simulation()
+process = aggregators.pbm_factory(1.0).create(tff.TensorType(np.float32, [3]))
+process.next(process.initialize(), [np.zeros(3, np.float32)] * 2)
+print(*runtime.worker_pids(), flush=True)
+import time; time.sleep(600)
+'''
+
+
+def test_sigterm_ends_the_workers_it_started():
+  """A run stopped with SIGTERM (what a scheduler or a parent script sends)
+  leaves no worker_binary behind."""
+  import subprocess, sys, signal, time  # pylint: disable=g-import-not-at-top,multiple-imports
+  child = subprocess.Popen([sys.executable, '-c', _CHILD],
+                           stdout=subprocess.PIPE, text=True)
+  try:
+    pids = [int(p) for p in child.stdout.readline().split()]
+    assert pids, 'the child should have started a worker'
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.time() + 10
+    while time.time() < deadline and any(runtime._alive(p) for p in pids):  # pylint: disable=protected-access
+      time.sleep(0.1)
+    assert not any(runtime._alive(p) for p in pids)  # pylint: disable=protected-access
+  finally:
+    child.kill()
+    child.wait()

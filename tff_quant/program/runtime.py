@@ -28,7 +28,22 @@ def use_secure_sum_simulation():
   tff.backends.test.set_sync_test_cpp_execution_context()
   if not _REGISTERED:
     atexit.register(stop_workers)
+    _exit_on_sigterm()
     _REGISTERED = True
+
+
+def _exit_on_sigterm():
+  """SIGTERM exits through SystemExit, so the atexit hook ends the workers (the
+  default action kills Python outright and orphans them). A handler someone
+  else installed is kept; so is the default outside the main thread."""
+  if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    return
+  def _raise(signum, frame):  # pylint: disable=unused-argument
+    raise SystemExit(128 + signum)
+  try:
+    signal.signal(signal.SIGTERM, _raise)
+  except ValueError:   # not the main thread
+    pass
 
 
 def worker_pids(only_children: bool = True) -> List[int]:
