@@ -414,3 +414,41 @@ def test_a_long_calibration_reports_its_progress(monkeypatch):
                                  progress=lines.append)
   assert lines and all(l.startswith('calibrating rqm: grid point ') and
                        's left)' in l for l in lines)
+
+
+def _looser_bound_search(looseness):
+  """(bracket, exact evaluations) of `_bracket_from_floor` on ε(x) = e^{2x}
+  (x a log-parameter) with a cheap bound ε(x)/looseness(x)."""
+  calls = []
+
+  def eps_x(x):
+    calls.append(x)
+    return math.exp(2 * x)
+
+  out = calibration._bracket_from_floor(
+      eps_x, lambda x: math.exp(2 * x) / looseness(x), lambda x: x,
+      x_ok=-5.0, x_unsafe=5.0, target=10.0, x_tol=1e-3)
+  return out, calls
+
+
+@pytest.mark.parametrize('looseness', [lambda x: 1.05, lambda x: 1.3 + 0.1 * x,
+                                       lambda x: 2.0 - 0.2 * math.tanh(x)])
+def test_the_cheap_bound_brackets_the_target_in_few_exact_evaluations(looseness):
+  """The bracket straddles the root x* = ln(10)/2 (safe end exact, unsafe end
+  exact or certified by the bound), in at most _PROXY_STEPS exact evaluations."""
+  (ok, bad), calls = _looser_bound_search(looseness)
+  root = math.log(10.0) / 2
+  assert ok <= root < bad
+  assert len(calls) <= calibration._PROXY_STEPS
+  # from a span of 10: one end within 0.01 of the root, the bracket < 0.5
+  assert min(root - ok, bad - root) < 0.01 and bad - ok < 0.5
+
+
+def test_the_cheap_bound_is_not_used_where_it_does_not_apply():
+  assert calibration._bracket_from_floor(
+      lambda x: math.exp(x), lambda x: None, lambda x: x, -5.0, 5.0, 10.0,
+      1e-3) is None
+  # a bound that never exceeds the target certifies nothing
+  assert calibration._bracket_from_floor(
+      lambda x: math.exp(x), lambda x: 1.0, lambda x: x, -5.0, 5.0, 10.0,
+      1e-3) is None
