@@ -5,11 +5,14 @@
 mechanisms cache their laws), the continuous Gaussian's in the same pass as
 the baseline; --repeats passes, interleaved, and min/median/max per row.
   python -m benchmarks.calibration_speed [--repeats=2] [--clients=100,1000]
+      [--limit_s=600]   (a calibration still running then is stopped and
+                         its row says so)
 """
 
 import math
 import multiprocessing
 import os
+import queue as queue_lib
 import sys
 import time
 
@@ -40,12 +43,18 @@ def _one(args, queue):
   queue.put((time.perf_counter() - t0, what))
 
 
-def timed(name, clients):
+def timed(name, clients, limit_s):
+  """(seconds, answer) of one calibration in a fresh process, stopped after
+  `limit_s` (then the seconds are the limit and the answer says so)."""
   context = multiprocessing.get_context('spawn')
   queue = context.Queue()
   child = context.Process(target=_one, args=((name, clients), queue))
   child.start()
-  out = queue.get()
+  try:
+    out = queue.get(timeout=limit_s)
+  except queue_lib.Empty:
+    child.terminate()
+    out = (limit_s, f'stopped after {limit_s:g} s (over the limit)')
   child.join()
   return out
 
@@ -53,11 +62,14 @@ def timed(name, clients):
 def main():
   repeats = 2
   clients = (100, 1000)
+  limit_s = 600.0
   for arg in sys.argv[1:]:
     if arg.startswith('--repeats='):
       repeats = int(arg.split('=')[1])
     if arg.startswith('--clients='):
       clients = tuple(int(c) for c in arg.split('=')[1].split(','))
+    if arg.startswith('--limit_s='):
+      limit_s = float(arg.split('=')[1])
   names = ['gaussian'] + [n for n in mechanisms.registry() if n != 'gaussian']
   print(f'Calibration at 8 bits, d = {DIM}, ε = {TARGET:g}, 300 rounds '
         f'({os.cpu_count()} cores; load average at start '
@@ -66,14 +78,14 @@ def main():
   for n in clients:
     times = {name: [] for name in names}
     answer = {}
-    for _ in range(repeats):
+    for repeat in range(repeats):
       for name in names:
-        seconds, answer[name] = timed(name, n)
+        seconds, answer[name] = timed(name, n, limit_s)
         times[name].append(seconds)
-    for name in names:
-      t = np.array(times[name])
-      print(f'| {name} | {n} | {t.min():.1f} | {np.median(t):.1f} | '
-            f'{t.max():.1f} | {answer[name]} |', flush=True)
+        if repeat == repeats - 1:   # its row, as soon as it is complete
+          t = np.array(times[name])
+          print(f'| {name} | {n} | {t.min():.1f} | {np.median(t):.1f} | '
+                f'{t.max():.1f} | {answer[name]} |', flush=True)
 
 
 if __name__ == '__main__':

@@ -195,6 +195,19 @@ def test_a_modulus_too_small_for_the_summed_noise_is_refused_naming_the_bits(
   assert report.ratio_to_gaussian > 1.0
 
 
+def test_the_bits_are_not_confirmed_where_the_noise_sum_law_is_too_large(
+    monkeypatch):
+  """Past _CONFIRM_SUPPORT points (n = 1,000 at 11 bits took over 20 minutes)
+  the search stops: the refusal names the first width it did not calibrate
+  (every narrower one was refused) and says why."""
+  monkeypatch.setattr(calibration, '_CONFIRM_SUPPORT', 100 * 2**10)
+  with pytest.raises(calibration.CannotCarrySignal,
+                     match=r'it needs at least (\d+) bits \(not confirmed by '
+                     r'calibrating at \1 bits: .* 100 clients') as err:
+    calibration.calibrate('skellam', 10.0, **ISSUE, bits=4)
+  assert err.value.bits_needed == 11   # 9 and 10 refused; 11 is the answer
+
+
 def test_the_bits_search_stops_at_tffs_limit_and_keeps_the_lower_bound(
     monkeypatch):
   """Skellam at 6 bits, n = 10 (7 carry it): with the search capped below
