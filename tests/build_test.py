@@ -1,6 +1,5 @@
 """BUILD: every module, experiment and test has a target, with deps = its imports."""
 
-import importlib.util
 import os
 import re
 
@@ -37,16 +36,8 @@ def test_every_file_has_a_target():
   assert not stale, f'BUILD names files that do not exist: {stale}'
 
 
-def _gen_build():
-  spec = importlib.util.spec_from_file_location(
-      'gen_build', os.path.join(ROOT, 'tools', 'gen_build.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def test_every_target_depends_on_exactly_what_its_file_imports():
-  gen = _gen_build()
+def test_every_target_depends_on_exactly_what_its_file_imports(repo_tool):
+  gen = repo_tool('gen_build')
   with open(os.path.join(ROOT, 'BUILD')) as f:
     build = f.read()
   targets = re.findall(r'srcs = \["([^"]+)"[^\]]*\],\n(?:    main = "[^"]+",\n)?'
@@ -60,8 +51,8 @@ def test_every_target_depends_on_exactly_what_its_file_imports():
   assert not wrong, f'BUILD deps differ from the imports (listed, imported): {wrong}'
 
 
-def test_imports_are_read_with_ast_not_line_patterns(tmp_path):
-  gen = _gen_build()
+def test_imports_are_read_with_ast_not_line_patterns(tmp_path, repo_tool):
+  gen = repo_tool('gen_build')
   # A parenthesised multi-line import and one inside a function both count;
   # the line after an import is not swallowed.
   rel = 'tests/_build_probe_test.py'
@@ -78,11 +69,11 @@ def test_imports_are_read_with_ast_not_line_patterns(tmp_path):
     os.remove(path)
 
 
-def test_no_import_cycle_between_packages():
+def test_no_import_cycle_between_packages(repo_tool):
   """The packages of tff_quant import each other one way only (the layers:
   common < mechanisms < accounting < aggregators < program < training), at
   any depth, function-level imports included."""
-  gen = _gen_build()
+  gen = repo_tool('gen_build')
   edges = {}
   for path in python_files('tff_quant', r'.*\.py'):
     parts = path.split('/')

@@ -1,5 +1,7 @@
-"""Session-wide: TFF's secure-sum context once; no worker_binary left behind."""
+"""Session-wide: TFF's secure-sum context once; no worker_binary left behind;
+the repository's tools/ scripts as modules."""
 
+import importlib.util
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -15,3 +17,17 @@ def tff_context():
   yield
   runtime.stop_workers()
   assert not runtime.worker_pids(), 'TFF worker_binary processes left running'
+
+
+@pytest.fixture(scope='session')
+def repo_tool():
+  """load(name): tools/<name>.py imported as a module (tools/ is no package)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+  def load(name):
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(root, 'tools', f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+  return load

@@ -122,16 +122,8 @@ def test_python_blocks_run_as_written(page, tmp_path):
       assert re.search(r'ε ∈ \[[0-9.e+-]+, [0-9.e+-]+\]', run.stdout), run.stdout
 
 
-def _readme_tables():
-  spec = importlib.util.spec_from_file_location(
-      'readme_tables', os.path.join(ROOT, 'tools', 'readme_tables.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def test_which_mechanism_table_is_what_the_tool_writes():
-  tool = _readme_tables()
+def test_which_mechanism_table_is_what_the_tool_writes(repo_tool):
+  tool = repo_tool('readme_tables')
   block = tool.current_block(_read(README))
   if os.path.exists(tool.TABLE):
     assert block == tool.which_mechanism(), (
@@ -141,8 +133,8 @@ def test_which_mechanism_table_is_what_the_tool_writes():
     assert block == tool.ABSENT
 
 
-def test_the_tool_copies_the_section_and_says_when_it_is_absent(tmp_path):
-  tool = _readme_tables()
+def test_the_tool_copies_the_section_and_says_when_it_is_absent(tmp_path, repo_tool):
+  tool = repo_tool('readme_tables')
   table = tmp_path / 'table.md'
   table.write_text('# T\n\n| a |\n\n## Which mechanism should I use?\n\n'
                    '| ε | best |\n|---|---|\n| 3 | pbm |\n\n## Later\n\nx\n')
