@@ -477,15 +477,17 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   least = min(seen.values())
   floor = least - 1e-2 * (target - least)
 
+  close = lambda e: target * (1 - rtol) <= e <= target
+
   def excess(x):
     e = eps_x(x)
-    if target * (1 - rtol) <= e <= target:
+    if close(e):
       raise _CloseEnough()
     if not e < math.inf:
       return 50.0
     return math.log(max(e - floor, 1e-300) / (target - floor))
 
-  if not target * (1 - rtol) <= seen[x_ok] <= target:
+  if not close(seen[x_ok]):
     try:
       optimize.brentq(excess, x_ok, x_bad, xtol=x_tol, maxiter=_MAX_ITERATIONS)
     except (RuntimeError, _CloseEnough):   # the best safe value seen holds
@@ -738,7 +740,8 @@ _MAX_MODULAR_BITS = 22   # TFF's DistributedDpSumFactory allows bits <= 22
 #: `_fewest_bits` confirms a bit width by calibrating there only while the
 #: exact law of the clients' noise sum has at most this many points (n·2^bits;
 #: n = 100 at 11 bits: 2e5, ~10 s for the whole confirmation; n = 1,000 at 11
-#: bits ran over 20 minutes): past it the refusal names the lower bound.
+#: bits ran over 20 minutes): past it the refusal names the first width
+#: it did not calibrate, every narrower one having been refused.
 _CONFIRM_SUPPORT = 2**20
 
 
