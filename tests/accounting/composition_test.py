@@ -117,6 +117,29 @@ def test_extremes_fall_back_to_the_local_bound_where_the_sum_is_unresolved():
   assert rdp[3] == pytest.approx(1.5 * rdp[2], rel=1e-12)
 
 
+def test_large_extremes_sums_take_a_bound_that_is_above_the_exact_value(
+    monkeypatch):
+  """With the size limits at 0, PBM takes its one-trial reduction and RQM (no
+  reduction, no local bound) its local D∞; each is >= the exact extremes value, and
+  PBM's reduction stays within 1% of it (0.3% here)."""
+  orders = [2, 4, 8]
+  pbm = mechanisms.get('pbm')(clip=1.0, num_levels=16, theta=0.05)
+  rqm = mechanisms.get('rqm').for_coordinate_bound(1.0, num_levels=8)
+  exact = {m.name: C.per_round_rdp(m, 6, orders=orders, others='extremes')
+           for m in (pbm, rqm)}
+  monkeypatch.setattr(C, 'REDUCE_ABOVE_POINTS', 0)
+  monkeypatch.setattr(C, 'LOCAL_ABOVE_POINTS', 0)
+  for m in (pbm, rqm):
+    bound = C.per_round_rdp(m, 6, orders=orders, others='extremes')
+    for a in orders:
+      assert bound[a] >= exact[m.name][a] * (1 - 1e-9), (m.name, a)
+  reduced = C.per_round_rdp(pbm, 6, orders=orders, others='extremes')
+  for a in orders:
+    assert reduced[a] == pytest.approx(exact['pbm'][a], rel=1e-2)
+  bound = C.per_round_rdp(rqm, 6, orders=orders, others='extremes')
+  assert bound[4] == pytest.approx(divergence.epsilon_infinity(rqm), rel=1e-12)
+
+
 def test_guarantee_says_when_a_sub_sum_was_searched(monkeypatch):
   """With the cost limit at 3 clients (a cost model of one per client), the
   6-client ℓ2 route searches the target and 2 others, and the text says so."""
