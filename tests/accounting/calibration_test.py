@@ -451,10 +451,36 @@ def test_the_cheap_bound_brackets_the_target_in_few_exact_evaluations(looseness)
   exact or certified by the bound), in at most _PROXY_STEPS exact evaluations."""
   (ok, bad), calls = _looser_bound_search(looseness)
   root = math.log(10.0) / 2
-  assert ok <= root < bad
+  assert ok < bad and ok <= root + 1e-12 and root - 1e-12 <= bad   # a secant
+  # through two exact points of log ε = 2x can land on the root itself
   assert len(calls) <= calibration._PROXY_STEPS
   # from a span of 10: one end within 0.01 of the root, the bracket < 0.5
   assert min(root - ok, bad - root) < 0.01 and bad - ok < 0.5
+
+
+def test_the_most_private_end_is_not_evaluated_when_the_bound_defers_it():
+  """RQM's q (more private lower) with ε(q) = 50 q^1.2 and a bound 1.15x
+  looser: the search never evaluates the most private end exactly (the
+  slowest law but one) and stops inside [target (1 - rtol), target]."""
+  spec = mechanisms.get('rqm').tunable('q')
+  exact_at = []
+
+  class Epsilon:
+    looseness = None
+
+    def __call__(self, q):
+      exact_at.append(q)
+      return 50.0 * q**1.2
+
+    def floor(self, q):
+      return 50.0 * q**1.2 / 1.15
+
+  value, eps, _ = calibration._search_last(lambda q: q, spec, 10.0, Epsilon(),
+                                           None, 2e-3)
+  assert min(exact_at) > 0.01   # the safe end is 1e-4
+  assert 10.0 * (1 - 2e-3) <= eps <= 10.0
+  assert value == pytest.approx((10.0 / 50.0)**(1 / 1.2), rel=2e-3)
+  assert len(exact_at) <= 3
 
 
 def test_the_cheap_bound_is_not_used_where_it_does_not_apply():
