@@ -552,3 +552,19 @@ def test_log_ratio_max_in_blocks_equals_at_once(monkeypatch):
   monkeypatch.setattr(matrix_sums, '_BLOCK', 14)   # two pairs per block
   np.testing.assert_array_equal(vector._log_ratio_max(p, q, pairs), whole)
   assert np.isinf(whole[1 * 4 + 1]) and whole[1 * 4 + 1] > 0   # Q = 0 < P
+
+
+def test_target_laws_over_the_memory_limit_are_refused_before_allocating(
+    monkeypatch):
+  """With vector.MAX_BYTES below the target pairs' laws: the local bound
+  where the mechanism has one (named in the method), else CostError naming
+  the GiB needed."""
+  grid = vector.distance_grid(1.0, 8)
+  qg = _mech('quantized_gaussian', num_levels=8, noise_multiplier=0.5)
+  monkeypatch.setattr(vector, 'MAX_BYTES', 100)
+  curve = vector.divergence_curve(qg, [2.0], 3, t_grid=grid)
+  assert 'GiB' in curve.method and curve.method.startswith('local')
+  np.testing.assert_array_equal(curve.values[2.0],
+                                qg.local_divergences([2.0], grid)[2.0])
+  with pytest.raises(vector.CostError, match='GiB'):
+    vector.divergence_curve(_mech('rqm'), [2.0], 3, t_grid=grid)

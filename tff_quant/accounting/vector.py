@@ -117,6 +117,10 @@ _TIE = 1e-9                # breakpoints this close (relative) to a distance sit
 # Refuse (before allocating) evaluations above this many elementary log-domain
 # operations (~1 minute of numpy on one core).
 MAX_OPERATIONS = 3e10
+# Refuse (before allocating) target pairs whose laws would take more than this
+# many bytes: the upper and lower rows and a temporary of that size (BQ at 16
+# bits: 73 rows of 6.6e6 levels, 3.6 GB each, killed the process for memory).
+MAX_BYTES = 3 * 2**30
 
 
 OTHERS = ('any', 'extremes')   # what the accountant assumes of the others' inputs
@@ -817,6 +821,16 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
         f'{MAX_OPERATIONS:.2g}, about a minute): lower `t_points`/`cells`, the '
         'number of orders, or the levels.')
   targets = target_pairs(mech, t_grid, cells)
+  need = 3 * 8 * targets.upper_weights.shape[0] * targets.basis.shape[1]
+  if need > MAX_BYTES:
+    if local is not None:
+      return DivergenceCurve(t_grid, local, f'{_LOCAL_METHOD} (the target '
+                             f'pairs\' laws need ~{need / 2**30:.3g} GiB)',
+                             num_clients)
+    raise CostError(
+        f'The target pairs of {mech!r} need ~{need / 2**30:.3g} GiB of laws '
+        f'(limit vector.MAX_BYTES = {MAX_BYTES / 2**30:.3g} GiB): lower '
+        '`cells` or the levels.')
   try:
     per_pair = _pair_divergences(mech, targets, orders, num_clients,
                                  exact_splits, others)
