@@ -6,7 +6,8 @@ mechanisms cache their laws), the continuous Gaussian's in the same pass as
 the baseline; --repeats passes, interleaved, and min/median/max per row.
   python -m benchmarks.calibration_speed [--repeats=2] [--clients=100,1000]
       [--limit_s=600]   (a calibration still running then is stopped and
-                         its row says so)
+                         its row says so) [--mechanisms=rqm,qmgeo] (default:
+                         every registry mechanism; the Gaussian always)
 """
 
 import math
@@ -63,6 +64,7 @@ def main():
   repeats = 2
   clients = (100, 1000)
   limit_s = 600.0
+  chosen = None
   for arg in sys.argv[1:]:
     if arg.startswith('--repeats='):
       repeats = int(arg.split('=')[1])
@@ -70,7 +72,12 @@ def main():
       clients = tuple(int(c) for c in arg.split('=')[1].split(','))
     if arg.startswith('--limit_s='):
       limit_s = float(arg.split('=')[1])
-  names = ['gaussian'] + [n for n in mechanisms.registry() if n != 'gaussian']
+    if arg.startswith('--mechanisms='):
+      chosen = arg.split('=')[1].split(',')
+      for name in chosen:
+        mechanisms.get(name)   # an unknown name: the registry's error
+  names = ['gaussian'] + [n for n in mechanisms.registry() if n != 'gaussian'
+                          and (chosen is None or n in chosen)]
   print(f'Calibration at 8 bits, d = {DIM}, ε = {TARGET:g}, 300 rounds '
         f'({os.cpu_count()} cores; load average at start '
         f'{os.getloadavg()[0]:.1f}); seconds over {repeats} interleaved passes.\n')
