@@ -403,12 +403,11 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
       return None   # the bound certifies nothing
     lo, step = x, 2 * step
   r = lambda _, c=looseness or 1.0: c
-  exact = []   # (x, log ε) at the exact evaluations
-  looseness_at = {}   # x -> log(ε / bound) there
+  exact = {}   # x -> (log ε, log(ε / bound)) at the exact evaluations, in order
   for _ in range(_PROXY_STEPS):
     x = None
     if len(exact) >= 2:   # a secant through the last two exact points
-      (x1, l1), (x2, l2) = exact[-2:]
+      (x1, (l1, _)), (x2, (l2, _)) = list(exact.items())[-2:]
       if l1 != l2 and (l1 > math.log(target)) == (l2 > math.log(target)):
         x = x2 + (math.log(aim) - l2) * (x2 - x1) / (l2 - l1)
         if not min(x_ok, x_bad) < x < max(x_ok, x_bad):
@@ -427,12 +426,11 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     if (abs(x_bad - x_ok) <= x_tol or aim - (target - aim) <= e <= target or
         not (0 < b < math.inf and 0 < e < math.inf)):
       break
-    exact.append((x, math.log(e)))
-    looseness_at[x] = math.log(e / b)
-    if x_ok in looseness_at and x_bad in looseness_at:
+    exact[x] = (math.log(e), math.log(e / b))
+    if x_ok in exact and x_bad in exact:
       # the log-looseness interpolated between the bracket's ends
-      (x1, c1), (x2, c2) = (x_ok, looseness_at[x_ok]), (x_bad, looseness_at[x_bad])
-      r = lambda y, x1=x1, c1=c1, k=(c2 - c1) / (x2 - x1): math.exp(c1 + k * (y - x1))
+      c1, c2 = exact[x_ok][1], exact[x_bad][1]
+      r = lambda y, x1=x_ok, c1=c1, k=(c2 - c1) / (x_bad - x_ok): math.exp(c1 + k * (y - x1))
     else:
       r = lambda _, c=e / b: c
   return x_ok, x_bad
@@ -488,8 +486,8 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   x_tol = 0.5 * (rtol if axis.geometric else rtol * max(abs(safe), abs(unsafe)))
   # The cheap bound steers the first exact evaluations to the window the
   # root search stops in, [target (1 - rtol), target] (measured, RQM 8 bits,
-  # n = 100: 8 exact evaluations at the first grid point -> ; after a hint
-  # 6 -> ).
+  # n = 100: 8 exact evaluations at the first grid point -> 6; after a hint
+  # 6 -> 3).
   near = _bracket_from_floor(
       eps_x, floor, lambda x: build(axis.value(x)), start, x_unsafe, target,
       x_tol, aim=target * (1 - rtol / 2),

@@ -207,10 +207,9 @@ def _extremes_divergences(mech, orders, num_clients) -> Dict[float, float]:
                                              red.num_clients)
     return {r.alpha: red.copies * r.value for r in res}
   local = mech.local_divergences(orders, [2 * mech.input_bound])
-  if points > LOCAL_ABOVE_POINTS:
-    if local is None:   # D_α <= D∞ at every order
-      return dict.fromkeys(orders, divergence.epsilon_infinity(mech))
-    return {a: float(local[a][0]) for a in orders}
+  local = None if local is None else {a: float(local[a][0]) for a in orders}
+  if points > LOCAL_ABOVE_POINTS:   # D_α <= D∞ at every order
+    return local or dict.fromkeys(orders, divergence.epsilon_infinity(mech))
   try:
     res = divergence.renyi_divergence_of_sum(mech, orders, num_clients)
     return {r.alpha: r.value for r in res}
@@ -219,7 +218,7 @@ def _extremes_divergences(mech, orders, num_clients) -> Dict[float, float]:
     # the bound only matters where the sum's law cannot be resolved.
     if local is None:
       raise
-    return {a: float(local[a][0]) for a in orders}
+    return local
 
 
 def _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta, mixes,
