@@ -29,8 +29,6 @@ if any(a.startswith(('--mechanism=tff_', '-mechanism=tff_')) for a in sys.argv):
 from tff_quant.program import quiet  # pylint: disable=g-bad-import-order,g-import-not-at-top
 quiet.import_tensorflow()
 
-import signal  # pylint: disable=g-import-not-at-top
-
 from absl import app
 from absl import flags
 from absl import logging
@@ -40,6 +38,7 @@ from tff_quant import mechanisms
 from tff_quant.common import validation
 from tff_quant.training import federated_training as ft
 from tff_quant.program import cli
+from tff_quant.program import runtime
 
 _D = ft.TrainingConfig()
 FLAGS = flags.FLAGS
@@ -183,8 +182,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
-  # SIGTERM/SIGINT -> normal exit, so atexit ends TFF's worker processes.
-  signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+  # SIGTERM -> normal exit, so atexit ends TFF's worker processes.
+  runtime.exit_on_sigterm()
   with cli.user_errors_exit():
     config = config_from_flags()
     config.validate()

@@ -32,7 +32,7 @@ from absl import flags
 from tff_quant import mechanisms
 from tff_quant import models
 from tff_quant.common import validation
-from tff_quant.program import cli, fl_table, results_io
+from tff_quant.program import cli, fl_table, results_io, runtime
 
 FLAGS = flags.FLAGS
 DEFAULT_MECHANISMS = ('rqm', 'pbm', 'qmgeo', 'quantized_gaussian',
@@ -262,6 +262,9 @@ def report(all_cells, calibrations, seconds):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  # SIGTERM -> SystemExit, so a calibration child or a run is stopped with
+  # the table (the default action would leave them running).
+  runtime.exit_on_sigterm()
   with cli.user_errors_exit():
     validation.check_integer('--seeds', FLAGS.seeds, 1)
     all_cells = cells()

@@ -84,6 +84,21 @@ def test_bits_below_what_a_mechanism_needs_is_one_clear_error():
     calibration.calibrate('bq', 2.0, **SCHEDULE, bits=8)
 
 
+def test_a_scan_toward_less_privacy_ends_at_the_first_point_that_misses(
+    monkeypatch):
+  # BQ's s (more private lower) is scanned upward: once the most private m
+  # misses the target at some s, every larger s misses too. At 12 bits there
+  # are ~2,000 values of s; the scan stops after the first.
+  visited = []
+  visit = calibration._Scan.visit
+  monkeypatch.setattr(calibration._Scan, 'visit',
+                      lambda self, point: visited.append(point) or visit(
+                          self, point))
+  with pytest.raises(ValueError, match='use_pld=True'):
+    calibration.calibrate('bq', 2.0, **SCHEDULE, bits=12)
+  assert visited == [{'s': 1}]
+
+
 @pytest.mark.parametrize('kwargs, match', [
     (dict(epsilon=-1.0), 'epsilon'), (dict(epsilon=float('nan')), 'epsilon'),
     (dict(l2_clip=-1.0), 'l2_clip'), (dict(coordinate_clip=float('nan')),
@@ -225,9 +240,29 @@ def test_noise_far_wider_than_the_range_is_refused_by_its_slope(name):
   range, so the decoded mean keeps ~1% of the input (slope 0.005-0.01);
   refused with the slope, and no bits named (more would not help)."""
   with pytest.raises(calibration.CannotCarrySignal,
-                     match=r'slope 0\.0\d+ < 0\.5 at best') as err:
+                     match=r'slope 0\.\d+ < 0\.5') as err:
     calibration.calibrate(name, 10.0, **ISSUE, bits=4)
   assert err.value.bits_needed is None
+
+
+def test_a_refusal_by_slope_takes_one_evaluation_and_agrees_with_the_search(
+    monkeypatch):
+  """The quantized Gaussian at 4 bits: ε at the noisiest setting that still
+  carries the signal already misses the target, so the refusal takes one ε
+  evaluation; the full search (prune off) refuses too, at a slope below."""
+  calls = []
+  epsilon_of = calibration._Epsilon.__call__
+  monkeypatch.setattr(calibration._Epsilon, '__call__',
+                      lambda self, m: calls.append(m) or epsilon_of(self, m))
+  with pytest.raises(calibration.CannotCarrySignal,
+                     match=r'slope 0\.4\d+ < 0\.5 where ε >?= \S+ > 10 already'):
+    calibration.calibrate('quantized_gaussian', 10.0, **ISSUE, bits=4)
+  assert len(calls) == 1
+  monkeypatch.setattr(calibration._Scan, '_carry_prune', lambda *a: None)
+  with pytest.raises(calibration.CannotCarrySignal,
+                     match=r'slope 0\.0\d+ < 0\.5 at best'):
+    calibration.calibrate('quantized_gaussian', 10.0, **ISSUE, bits=4)
+  assert len(calls) > 3
 
 
 def test_the_report_carries_the_debiased_error_it_minimised_and_the_mse():

@@ -1,11 +1,14 @@
 """Tests for experiments/fl_table.py: a tiny table end to end (calibration,
 runs through fl_emnist, the report), resumed without re-running, refused on a
-folder of other settings, and a refused cell reported with its reason."""
+folder of other settings, a refused cell reported with its reason, and
+stopped by SIGTERM with its calibration child."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ['--epsilons=10', '--bits=4', '--seeds=1', '--rounds=1',
@@ -41,3 +44,36 @@ def test_tiny_table_runs_reports_and_resumes(tmp_path):
 def test_bad_flags_are_refused(tmp_path):
   bad = _table(str(tmp_path / 't'), '--mechanisms=nope', '--plan')
   assert bad.returncode != 0 and '--mechanisms' in bad.stderr
+
+
+def _children(pid):
+  path = f'/proc/{pid}/task/{pid}/children'
+  return [int(c) for c in open(path).read().split()] if os.path.exists(path) else []
+
+
+def test_sigterm_stops_the_table_and_its_calibration_child(tmp_path):
+  # RQM at 16 bits, 100 clients: a calibration of minutes, in a child process.
+  table = subprocess.Popen(
+      [sys.executable, '-m', 'experiments.fl_table',
+       f'--output_dir={tmp_path / "t"}', '--mechanisms=rqm', '--bits=16',
+       '--epsilons=10', '--seeds=1', '--rounds=300'],
+      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  while not _children(table.pid) and time.time() < deadline:
+    time.sleep(0.5)
+  children = _children(table.pid)
+  try:
+    assert children and table.poll() is None
+    time.sleep(3)   # the child is calibrating
+    table.send_signal(signal.SIGTERM)
+    assert table.wait(timeout=60) == 128 + signal.SIGTERM
+    time.sleep(1)
+    alive = [c for c in children if os.path.exists(f'/proc/{c}') and
+             open(f'/proc/{c}/stat').read().split()[2] != 'Z']
+    assert not alive
+  finally:   # on a failure, leave nothing running
+    for pid in [table.pid] + children:
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass

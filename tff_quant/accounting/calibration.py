@@ -292,31 +292,37 @@ class CannotCarrySignal(ValueError):
     self.bits_needed = bits_needed
 
 
-def _least_private_to_beat(build, spec, error_to_beat, error_of):
-  """The most private value of a real `spec` whose debiased error
-  (`error_of(mechanism)`) is below `error_to_beat`, or None when no value in
-  its range is (bisection on the error, cheap: no accounting; the error is
-  taken to rise along the privacy direction). A grid point whose ε misses
-  the target there cannot beat the incumbent."""
+def _least_private_to_beat(build, spec, error_to_beat, error_of, samples=33,
+                           iterations=60):
+  """A value of a real `spec` at or just past (more private than) the most
+  private one whose error (`error_of(mechanism)`) is below `error_to_beat`:
+  every value that beats it is at most as private. None when no value in its
+  range beats it; the most private end when all do. Bisection on the error
+  (cheap: no accounting; the error is taken to rise along the privacy
+  direction, checked on `samples` points), `iterations` halvings. A grid
+  point whose ε misses the target there cannot beat it."""
   axis = _Axis.of(spec)
   error = lambda x: error_of(build(axis.value(x)))
   x_ok, x_bad = axis.x(axis.unsafe), axis.x(axis.safe)   # beats / does not beat
-  # Checked on 33 points (plain MSE broke it: a wrapping modular sum's fell
-  # with more noise); a fall anywhere: no pruning.
-  sampled = [error(x) for x in np.linspace(x_ok, x_bad, 33)]
+  # Checked on `samples` points (plain MSE broke it: a wrapping modular
+  # sum's fell with more noise); a fall anywhere: no pruning.
+  sampled = [error(x) for x in np.linspace(x_ok, x_bad, samples)]
   if any(b < a * (1 - 1e-9) for a, b in zip(sampled, sampled[1:])):
     raise _NotMonotone()
   if not sampled[0] < error_to_beat:
     return None
   if sampled[-1] < error_to_beat:
     return axis.safe
-  for _ in range(60):
+  step = (x_bad - x_ok) / (samples - 1)
+  first_bad = next(i for i, e in enumerate(sampled) if not e < error_to_beat)
+  x_ok, x_bad = x_ok + (first_bad - 1) * step, x_ok + first_bad * step
+  for _ in range(iterations):
     mid = 0.5 * (x_ok + x_bad)
     if error(mid) < error_to_beat:
       x_ok = mid
     else:
       x_bad = mid
-  return axis.value(x_ok)
+  return axis.value(x_bad)
 
 
 def _bisect_integer(build, spec, target, eps_at, bits, higher_private):
@@ -938,6 +944,7 @@ class _Scan:
     self.reached = []
     self.refused = []   # (grid point, why): evaluations over MAX_OPERATIONS
     self.hint = None    # the last grid point's answer: where the next starts
+    self.stopped_after = None   # the scanned parameter `_missed` stopped
 
   def error_of(self, mech):
     return mech.signal_utility(self.clients, self.signal).error
@@ -980,12 +987,76 @@ class _Scan:
     self.rising += 1
     return 'stop' if len(self.specs) == 2 and self.rising >= 2 else None
 
+  def _missed(self):
+    """A grid point whose most private value misses the target, or whose
+    evaluation is over its cost. Along one scanned integer range stepped
+    toward less privacy (more_private='lower', visited in ascending order),
+    every later point does too: ε rises along it, the bit budget leaves the
+    last parameter less room, and the accountant's critical inputs grow with
+    it. The scan ends there (BQ at 16 bits: 32,642 values of s, each missing
+    at ε = inf on the RDP route or refused for its cost, took minutes)."""
+    outer = self.specs[:-1]
+    if (len(outer) == 1 and outer[0].kind is int and not outer[0].grid
+        and outer[0].more_private == 'lower'):
+      self.stopped_after = outer[0].name
+      return 'stop'
+    return None
+
+  def _carry_prune(self, build, grid_point):
+    """Before a grid point is searched with no incumbent: the slope falls
+    along the privacy direction, so where ε already misses the target at a
+    value past the most private one carrying the signal (slope >=
+    utility.MIN_SLOPE), every candidate meeting it here would be refused
+    (`_unusable`). Recorded so without the search: 'pruned' (QMGeo's and the
+    quantized Gaussian's 8-bit refusals at n = 100 took 7 exact evaluations
+    and 69-117 s). Else (that value, its ε) when it meets the target (the
+    search starts there), or None (every value carries the signal, the slope
+    is not monotone, or a modular sum, whose refusal is its modulus's)."""
+    axis = _Axis.of(self.last)
+    if build(axis.unsafe).modulus is not None:
+      return None
+    inverse_slope = lambda m: 1 / max(
+        m.signal_utility(self.clients, self.signal).slope, 1e-300)
+    try:   # 9 samples, 12 halvings: 21 slopes (0.3 s each for QG at 256 levels)
+      edge = _least_private_to_beat(build, self.last, 1 / utility.MIN_SLOPE,
+                                    inverse_slope, samples=9, iterations=12)
+    except (modular.UnresolvableError, _NotMonotone):
+      return None
+    if edge == axis.safe:
+      return None
+    mech = build(axis.unsafe if edge is None else edge)
+    util = mech.signal_utility(self.clients, self.signal)
+    if edge is None:
+      why = (f'slope {util.slope:.3g} < {utility.MIN_SLOPE} even at its least '
+             'private setting')
+    else:
+      eps = self.epsilon_of(mech)
+      if eps <= self.epsilon:
+        return edge, eps
+      at_least = '>' if self.epsilon_of.bounded is not None else ''
+      why = (f'slope {util.slope:.4g} < {utility.MIN_SLOPE} where ε {at_least}= '
+             f'{eps:.4g} > {self.epsilon:g} already, and less at any setting '
+             'meeting the target (the slope falls as the noise grows)')
+    self.unusable.append((why, grid_point, mech, None, util))
+    self.pruned += 1
+    return 'pruned'
+
   def visit(self, grid_point):
     """Calibrates the last parameter at one grid point; 'stop' ends the scan."""
     last, base = self.last, dict(self.fixed, **grid_point)
     build = lambda v: self.cls.for_coordinate_bound(
         self.clip, **dict(base, **{last.name: v}))
     hint_eps = None
+    if self.best is None and last.kind is not int:
+      try:
+        carried = self._carry_prune(build, grid_point)
+      except vector.CostError as err:
+        self.refused.append((grid_point, str(err)))
+        return self._missed()
+      if carried == 'pruned':
+        return self._rose()
+      if carried is not None:
+        self.hint, hint_eps = carried
     if self.best is not None and last.kind is not int:
       # Prune: the least private value with a smaller error than the
       # incumbent's must meet the target, else this grid point cannot win (ε
@@ -1011,7 +1082,7 @@ class _Scan:
           self.hint, hint_eps)
     except vector.CostError as err:   # e.g. RQM with many levels inside ±c
       self.refused.append((grid_point, str(err)))
-      return None
+      return self._missed()
     self.evaluated += 1
     if math.isnan(most_private_eps):
       return None
@@ -1019,7 +1090,7 @@ class _Scan:
     if value is None:   # the most private value was the last evaluated
       self.reached.append((most_private_eps, grid_point,
                            self.epsilon_of.bounded))
-      return None
+      return self._missed()
     self.hint = value
     mech = build(value)
     util = mech.signal_utility(self.clients, self.signal)
@@ -1047,6 +1118,8 @@ class _Scan:
       return vector.CostError(
           f'{refused[0][1]} No setting of {", ".join(tune)} could be evaluated: '
           f'{[g for g, _ in refused]} were refused'
+          + (f' (larger {self.stopped_after} costs more and was not tried)'
+             if self.stopped_after else '')
           + (f', and {bounded} are out of reach (ε >= {closest[0]:.4g} by a '
              'lower bound, lower_bound.py)' if bounded else '') + '.')
     if not self.fits and bits is not None:

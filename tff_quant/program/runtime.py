@@ -28,11 +28,11 @@ def use_secure_sum_simulation():
   tff.backends.test.set_sync_test_cpp_execution_context()
   if not _REGISTERED:
     atexit.register(stop_workers)
-    _exit_on_sigterm()
+    exit_on_sigterm()
     _REGISTERED = True
 
 
-def _exit_on_sigterm():
+def exit_on_sigterm():
   """SIGTERM exits through SystemExit, so the atexit hook ends the workers (the
   default action kills Python outright and orphans them). A handler someone
   else installed is kept; so is the default outside the main thread."""
