@@ -439,7 +439,6 @@ def test_no_attained_value_is_an_error_not_the_proved_end(monkeypatch):
   """Where the attained search does not apply (its cost), the optimistic
   end is unknown: AttainedUnavailable, not a silent proved ε."""
   monkeypatch.setattr(attained, 'MAX_OPERATIONS', 1.0)
-  monkeypatch.setattr(lower_bound, 'MAX_OPERATIONS', 1.0)   # its copy
   with pytest.raises(calibration.AttainedUnavailable,
                      match='attained.MAX_OPERATIONS'):
     calibration.calibration_report('pbm', 2.0, **SCHEDULE, bits=4,

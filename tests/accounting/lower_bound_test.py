@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tff_quant import mechanisms
+from tff_quant.accounting import attained
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
 from tff_quant.accounting import lower_bound
@@ -91,15 +92,40 @@ def test_the_l2_route_moves_the_target_by_the_sensitivity_per_coordinate():
 
 def test_steps_aside_for_closed_forms_and_costly_laws():
   """No bound for mechanisms accounted in closed form or with their own
-  subsampling analysis, nor where the others' law costs over MAX_OPERATIONS."""
+  subsampling analysis, nor where even the FFT route's convolution costs over
+  attained.MAX_FFT_OPERATIONS."""
   for name in ('gaussian', 'skellam', 'ddgauss'):
     cls = mechanisms.get(name)
     mech = cls.for_coordinate_bound(0.1, **cls.complete_params({}))
     assert lower_bound.epsilon_at_least(mech, 10, dim=DIM, **SCHEDULE) is None
-  big = mechanisms.RQM(1.0, 1.0, 256, 0.3)
-  assert lower_bound.applies(big, 100)
-  assert not lower_bound.applies(big, 1000)   # 256²·999²/2 = 3.3e10
-  assert lower_bound.epsilon_at_least(big, 10, 1000, 3400, 1e-5) is None
+  rqm = mechanisms.RQM(1.0, 1.0, 256, 0.3)
+  assert lower_bound.applies(rqm, 100)
+  # 256²·999²/2 = 3.3e10 by matrix products; 48·256·254,747 = 3.1e9 by FFT.
+  assert lower_bound.applies(rqm, 1000)
+  assert not attained.applies(rqm, 1000)   # the attained search: no FFT
+  huge = mechanisms.RQM(1.0, 1.0, 4096, 0.3)
+  assert not lower_bound.applies(huge, 1000)
+  assert lower_bound.epsilon_at_least(huge, 10, 1000, 3400, 1e-5) is None
+
+
+@pytest.mark.parametrize('l2_clip', [None, 1.0])
+def test_the_fft_route_stays_below_the_accountant_and_near_matrix_products(
+    monkeypatch, l2_clip):
+  """RQM at 16 levels, n = 60: the screen's others' law by the tilted FFT
+  (forced by a tiny MAX_OPERATIONS) is within 1e-3 of the one by matrix
+  products, below it up to the carried error, and below the accountant."""
+  c = 0.5 if l2_clip is None else 3 / math.sqrt(DIM)
+  mech = mechanisms.RQM(c, 2 * c, 16, 0.3)
+  schedule = dict(clients_per_round=60, total_clients=1000, delta=1e-5)
+  products = lower_bound.round_rdp_at_least(mech, ORDERS, 60, DIM, l2_clip)
+  monkeypatch.setattr(attained, 'MAX_OPERATIONS', 1.0)
+  fft = lower_bound.round_rdp_at_least(mech, ORDERS, 60, DIM, l2_clip)
+  accountant = composition.RoundAccountant(mech, dim=DIM, orders=ORDERS,
+                                           l2_clip=l2_clip, **schedule)
+  for order in ORDERS:
+    assert fft[order] == pytest.approx(products[order], rel=1e-3), order
+    assert fft[order] <= products[order] + 1e-12 * DIM, order
+    assert fft[order] <= accountant.rdp[order] * (1 + 1e-12), order
 
 
 def test_worthwhile_only_before_a_costly_accountant():

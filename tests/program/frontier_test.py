@@ -8,7 +8,7 @@ import pytest
 from scipy import integrate, stats
 
 from tff_quant import mechanisms
-from tff_quant.accounting import attained, calibration, lower_bound, vector
+from tff_quant.accounting import attained, calibration, vector
 from tff_quant.program import frontier
 
 
@@ -260,7 +260,6 @@ def test_a_cell_carries_both_ends():
 
 def test_an_optimistic_end_out_of_reach_is_unknown_with_the_reason(monkeypatch):
   monkeypatch.setattr(attained, 'MAX_OPERATIONS', 1.0)
-  monkeypatch.setattr(lower_bound, 'MAX_OPERATIONS', 1.0)
   row = frontier.compute_cell(CELL, 1e9, [3.0], 1e-2)
   assert math.isfinite(row['ratio_to_gaussian'])
   assert math.isnan(row['ratio_to_gaussian_attained'])

@@ -381,14 +381,31 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     return bound_at[x]
 
   def last_within(r, lo, hi):
-    """The last x in [lo, hi) (to x_tol / 4) where bound(x)·r(x) <= aim
-    (true at lo, false at hi); None where the bound does not apply."""
-    while abs(hi - lo) > x_tol / 4:
-      mid = 0.5 * (lo + hi)
-      b = bound(mid)
-      if b is None:
+    """An x in [lo, hi) where bound(x)·r(x) <= aim, within 0.2% of it or the
+    last such x to x_tol / 4 (true at lo, false at hi); None where the bound
+    does not apply. Illinois regula falsi on log(bound·r / aim): 3-6 bounds
+    where bisection took 12-17 (each 3 s for RQM at n = 1,000)."""
+    def g(x):
+      b = bound(x)
+      return None if b is None else math.log(max(b * r(x), 1e-300) / aim)
+    g_lo, g_hi = g(lo), g(hi)
+    if g_lo is None or g_hi is None:
+      return None
+    w_lo, w_hi, side = g_lo, g_hi, 0   # the secant's (Illinois-halved) ends
+    while abs(hi - lo) > x_tol / 4 and not -0.002 <= g_lo <= 0:
+      x = (hi - w_hi * (hi - lo) / (w_hi - w_lo)
+           if math.isfinite(w_hi) and w_hi != w_lo else 0.5 * (lo + hi))
+      if not min(lo, hi) < x < max(lo, hi):
+        x = 0.5 * (lo + hi)
+      g_x = g(x)
+      if g_x is None:
         return None
-      lo, hi = (mid, hi) if b * r(mid) <= aim else (lo, mid)
+      if g_x <= 0:
+        lo, g_lo, w_lo = x, g_x, g_x
+        w_hi, side = (w_hi / 2 if side == -1 else w_hi), -1
+      else:
+        hi, g_hi, w_hi = x, g_x, g_x
+        w_lo, side = (w_lo / 2 if side == 1 else w_lo), 1
     return lo
 
   b = bound(x_ok)
