@@ -1034,9 +1034,9 @@ class _Scan:
       return None
     inverse_slope = lambda m: 1 / max(
         m.signal_utility(self.clients, self.signal).slope, 1e-300)
-    try:   # 9 samples, 12 halvings: 21 slopes (0.3 s each for QG at 256 levels)
+    try:   # 5 samples + 5 halvings: 10 slopes (QG: 0.3-1 s each)
       edge = _least_private_to_beat(build, self.last, 1 / utility.MIN_SLOPE,
-                                    inverse_slope, samples=9, iterations=12)
+                                    inverse_slope, samples=5, iterations=5)
     except (modular.UnresolvableError, _NotMonotone):
       return None
     if edge == axis.safe:
