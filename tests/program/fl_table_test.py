@@ -62,6 +62,14 @@ def test_recommendation_names_the_best_and_its_ties_within_the_budget():
   assert rec[(10.0, 16)][0].startswith('d (16 bits)')
 
 
+def test_a_single_run_is_never_recommended_over_a_cell_with_an_interval():
+  cells = [_cell('a', [0.80, 0.81, 0.80]), _cell('one', [0.95])]
+  (_, _, best, tied), = fl_table.recommendations(cells, [8])
+  assert best.startswith('a (8 bits)') and 'one (8 bits): 0.950, 1 seed' in tied
+  (_, _, best, _), = fl_table.recommendations([_cell('one', [0.95])], [8])
+  assert best == 'one (8 bits): 0.950, 1 seed'
+
+
 def test_report_and_plot_are_written(tmp_path):
   cells = [_cell('a', [0.80, 0.81, 0.80]), _cell('b', [0.6, 0.62, 0.61]),
            fl_table.Cell('skellam', 10.0, 4, reason='needs 11 bits'),

@@ -105,7 +105,9 @@ def recommendations(cells: Sequence[Cell], budgets: Sequence[int]
                     ) -> List[Tuple[float, int, str, str]]:
   """[(ε, bit budget, recommended, the tied)]: among trained cells at that ε
   with bits <= the budget (each mechanism at its best bits), the best mean
-  accuracy, and every other mechanism whose interval overlaps it."""
+  accuracy of those with an interval (2+ seeds; a single run only where no
+  cell has more), and every other mechanism whose interval overlaps it (a
+  single run's always does)."""
   out = []
   for eps in sorted({c.epsilon for c in cells if c.epsilon is not None}):
     for budget in budgets:
@@ -119,8 +121,9 @@ def recommendations(cells: Sequence[Cell], budgets: Sequence[int]
         out.append((eps, budget, 'none trained', ''))
         continue
       ranked = sorted(best_of.values(), key=lambda c: -c.interval()[0])
-      top = ranked[0]
-      tied = [c for c in ranked[1:] if separated(top, c) == 0]
+      top = next((c for c in ranked if math.isfinite(c.interval()[1])),
+                 ranked[0])
+      tied = [c for c in ranked if c is not top and separated(top, c) == 0]
       out.append((eps, budget,
                   f'{top.mechanism} ({top.bits} bits): {_fmt(top)}',
                   ', '.join(f'{c.mechanism} ({c.bits} bits): {_fmt(c)}'
