@@ -95,13 +95,18 @@ class AttainedRdp(dict):
     return self.configurations[order].describe(self.c)
 
 
+def _products_cost(mech, num_others: int) -> float:
+  """Multiply-adds of the others' law by matrix products: L²m²/2."""
+  return mech.num_levels**2 * num_others**2 / 2
+
+
 def operations(mech, clients_per_round: int, fft: bool = False) -> float:
   """Multiply-adds of one configuration's laws: L²(n-1)²/2 by matrix products
   (`matrix_sums.Powers`); with `fft`, where that is over MAX_OPERATIONS, the
   FFT route's convolution of the target rows with the law (module
   constants)."""
   levels, others = mech.num_levels, clients_per_round - 1
-  powers = levels**2 * others**2 / 2
+  powers = _products_cost(mech, others)
   if powers <= MAX_OPERATIONS or not fft:
     return powers
   return FFT_ROWS * levels * (others * (levels - 1) + 1)
@@ -117,7 +122,7 @@ def _others_laws(mech, num_others: int, inputs: Sequence[float],
   `fft`, over it, by the tilted FFT sum (FFT_LOG_ERROR; a law it leaves
   unresolved is skipped)."""
   out, spent, powers = [], 0.0, {}
-  cost = mech.num_levels**2 * num_others**2 / 2
+  cost = _products_cost(mech, num_others)
   half = num_others // 2
   if fft and cost > budget:
     groups = [((num_others, v),) for v in inputs]
@@ -244,9 +249,9 @@ def applies(mech, clients_per_round: int, fft: bool = False) -> bool:
   `fft`, MAX_FFT_OPERATIONS (by the FFT route; `operations`)."""
   if mech.central or mech.has_exact_divergences:
     return False
-  cost = operations(mech, clients_per_round, fft)
-  return cost <= (MAX_OPERATIONS if cost == operations(mech, clients_per_round)
-                  else MAX_FFT_OPERATIONS)
+  if _products_cost(mech, clients_per_round - 1) <= MAX_OPERATIONS:
+    return True
+  return fft and operations(mech, clients_per_round, fft) <= MAX_FFT_OPERATIONS
 
 
 def round_rdp(mech, orders: Sequence[float], clients_per_round: int,

@@ -200,7 +200,7 @@ class _Epsilon:
       self.unresolved = str(err)
       return math.inf
     if eps is None:
-      ops = mech.num_levels**2 * (s['clients_per_round'] - 1)**2 / 2
+      ops = attained_lib.operations(mech, s['clients_per_round'])
       raise AttainedUnavailable(
           f'bound=\'attained\': no attained ε for {mech}: the attained search '
           f'does not apply (the others\' law of {s["clients_per_round"] - 1} '

@@ -22,7 +22,6 @@ from tff_quant.accounting import vector
 from tff_quant.mechanisms import base
 
 
-
 # A bound is worth computing before an accountant estimated at this many
 # times its cost (PBM at 256 levels, n = 100: 6.7e6 against 3.2e8, and its
 # widely spread laws make the bound 0.6 s against 0.5 s for the whole
