@@ -492,29 +492,85 @@ def test_the_cheap_bound_brackets_the_target_in_few_exact_evaluations(looseness)
   assert min(root - ok, bad - root) < 0.01 and bad - ok < 0.5
 
 
+class _FakeEpsilon:
+  """ε(q) and a cheap bound ε(q)/looseness for `_search_last`; the exact
+  evaluations' q in `exact_at`."""
+  looseness = None
+
+  def __init__(self, eps, looseness):
+    self.eps, self.ratio, self.exact_at = eps, looseness, []
+
+  def __call__(self, q):
+    self.exact_at.append(q)
+    return self.eps(q)
+
+  def floor(self, q):
+    return self.eps(q) / self.ratio
+
+
+def test_the_secant_on_the_shifted_log_lands_where_a_log_secant_overshoots():
+  """ε = 8.3 + 340 q (x = log q; RQM 8 bits, n = 1,000, Δ = 64c) with a
+  looseness drifting 1.46 -> 1.2: the secant through two exact points on
+  log(ε - floor), floor below the least ε known, reaches the window
+  [9.9, 10] at the third evaluation; on log ε it overshoots (a fourth)."""
+  def search(least):
+    calls = []
+    eps = lambda x: 8.3 + 340 * math.exp(x)
+    loose = lambda x: 1.46 - 0.06 * (x - math.log(1e-4))
+    calibration._bracket_from_floor(
+        lambda x: calls.append(eps(x)) or eps(x),
+        lambda x: eps(x) / loose(x), lambda x: x, x_ok=math.log(1e-4),
+        x_unsafe=0.0, target=10.0, x_tol=5e-3, aim=9.95, looseness=1.46,
+        least=least)
+    return calls
+
+  shifted, plain = search(8.334), search(None)
+  assert len(shifted) == 3 and 9.9 <= shifted[-1] <= 10.0
+  assert len(plain) == 4 and plain[2] > 10.0
+
+
 def test_the_most_private_end_is_not_evaluated_when_the_bound_defers_it():
   """RQM's q (more private lower) with ε(q) = 50 q^1.2 and a bound 1.15x
   looser: the search never evaluates the most private end exactly (the
   slowest law but one) and stops inside [target (1 - rtol), target]."""
   spec = mechanisms.get('rqm').tunable('q')
-  exact_at = []
-
-  class Epsilon:
-    looseness = None
-
-    def __call__(self, q):
-      exact_at.append(q)
-      return 50.0 * q**1.2
-
-    def floor(self, q):
-      return 50.0 * q**1.2 / 1.15
-
-  value, eps, _ = calibration._search_last(lambda q: q, spec, 10.0, Epsilon(),
+  fake = _FakeEpsilon(lambda q: 50.0 * q**1.2, 1.15)
+  exact_at = fake.exact_at
+  value, eps, _ = calibration._search_last(lambda q: q, spec, 10.0, fake,
                                            None, 2e-3)
   assert min(exact_at) > 0.01   # the safe end is 1e-4
   assert 10.0 * (1 - 2e-3) <= eps <= 10.0
   assert value == pytest.approx((10.0 / 50.0)**(1 / 1.2), rel=2e-3)
   assert len(exact_at) <= 3
+
+
+def test_a_most_private_end_close_to_the_target_is_evaluated_first():
+  """RQM 8 bits, n = 1,000, Δ = 32c in miniature: the bound at the safe end
+  (9.4) is within SAFE_END_FIRST of the target but the exact ε (17) misses
+  it: one exact evaluation ends the search (no bracket is built)."""
+  spec = mechanisms.get('rqm').tunable('q')
+  fake = _FakeEpsilon(lambda q: 17.0 + 50.0 * q**1.2, 1.8)
+  exact_at = fake.exact_at
+  value, eps, least = calibration._search_last(lambda q: q, spec, 10.0, fake,
+                                               None, 2e-3)
+  assert value is None and eps == least > 10.0
+  assert len(exact_at) == 1 and exact_at[0] == pytest.approx(1e-4, rel=1e-3)
+
+
+def test_known_evaluations_that_bracket_the_target_start_the_root_search():
+  """`known` (a grid point's evaluations from the scan) bracketing the root
+  q* = 0.2616 of ε(q) = 50 q^1.2: no stepping, every evaluation inside the
+  bracket, within rtol of the target, and the evaluations added to it."""
+  spec = mechanisms.get('rqm').tunable('q')
+  eps = lambda q: 50.0 * q**1.2
+  fake = _FakeEpsilon(eps, 1.15)
+  exact_at = fake.exact_at
+  known = {0.25: eps(0.25), 0.27: eps(0.27), 0.01: eps(0.01)}
+  value, got, _ = calibration._search_last(lambda q: q, spec, 10.0, fake,
+                                           None, 2e-3, 0.25, eps(0.25), known)
+  assert 10.0 * (1 - 2e-3) <= got <= 10.0
+  assert len(exact_at) <= 2 and all(0.25 < q < 0.27 for q in exact_at)
+  assert set(exact_at) <= set(known)
 
 
 def test_the_cheap_bound_is_not_used_where_it_does_not_apply():

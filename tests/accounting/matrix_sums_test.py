@@ -78,6 +78,20 @@ def test_powers_are_within_their_error_bound():
     assert err < 1e-11
 
 
+def test_powers_restart_from_the_nearest_checkpoint(monkeypatch):
+  """A count asked below the last starts from the checkpoint under it: the
+  same additions as from 0, so the same law."""
+  monkeypatch.setattr(matrix_sums, 'CHECKPOINT', 2)
+  log_r = _sharp_law(6, 0.7, 3)
+  reused, fresh = matrix_sums.Powers(log_r), lambda m: matrix_sums.Powers(
+      log_r)(m)
+  for m in (7, 3, 5):
+    law, err = reused(m)
+    ref, ref_err = fresh(m)
+    assert np.array_equal(law, ref) and err == ref_err
+  assert set(reused._kept) == {0, 2, 3, 4, 5, 6, 7}
+
+
 def _exact_power_sum(p, q, alpha):
   terms = [mpmath.exp(alpha * mpmath.mpf(a) + (1 - alpha) * mpmath.mpf(b))
            for a, b in zip(p, q) if np.isfinite(a)]
@@ -104,6 +118,22 @@ def test_power_sums_lie_at_or_above_the_exact_value(spread):
       assert exact <= dense[n, m] <= exact + 1e-9 * (alpha - 1), (alpha, i, j)
       if m < 2:
         assert exact <= sparse[n, m] <= exact + 1e-9 * (alpha - 1)
+
+
+def test_far_tails_are_bounded_not_summed():
+  """Laws falling by 1 per index: the indices where no term reaches e^-60
+  are cut, and the sums still lie in [exact, exact + 1e-9·(α-1)]."""
+  rng = np.random.default_rng(3)
+  base = _sharp_law(400, 1.0, 6)
+  rows = base + 0.5 * rng.uniform(-1, 1, (2, base.size))
+  rows -= np.logaddexp.reduce(rows, axis=1)[:, None]
+  orders = np.array([2.0, 8.0])
+  kept, _, lost = matrix_sums._cut_tail(rows[:1], rows[1:], orders)
+  assert kept.shape[1] < 0.5 * base.size and np.all(lost < -50)
+  got = matrix_sums.log_power_sums(rows[:1], rows[1:], orders, 0.0)[:, 0]
+  for n, alpha in enumerate(orders):
+    exact = _exact_power_sum(rows[0], rows[1], alpha)
+    assert exact <= got[n] <= exact + 1e-9 * (alpha - 1), alpha
 
 
 @pytest.mark.parametrize('spread', [1e-3, 0.5, 8.0])

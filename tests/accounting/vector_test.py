@@ -568,3 +568,33 @@ def test_target_laws_over_the_memory_limit_are_refused_before_allocating(
                                 qg.local_divergences([2.0], grid)[2.0])
   with pytest.raises(vector.CostError, match='GiB'):
     vector.divergence_curve(_mech('rqm'), [2.0], 3, t_grid=grid)
+
+
+def test_mixed_rows_are_within_their_error_bound():
+  """`_mix_rows`' scaled product, and its log-domain fallback where a mixed
+  value is far below the column's largest (here e^-900): within
+  `_mix_error` of 50-digit arithmetic."""
+  import mpmath
+  mpmath.mp.dps = 50
+  rng = np.random.default_rng(0)
+  basis = rng.uniform(-30, 0, (3, 50))
+  basis[0, :10] = 0.0
+  basis[1:, :10] -= 900.0     # rows 1-2 far below row 0 there
+  basis[2, 40:] = -np.inf
+  weights = np.array([[0.3, 0.7, 0.0], [0.0, 0.25, 0.75], [1.0, 0.0, 0.0],
+                      [0.0, 0.0, 1.0]])
+  targets = vector.TargetPairs(basis=basis, upper_weights=weights,
+                               lower_weights=weights, pairs=np.zeros((1, 2), int),
+                               distance=np.ones(1), method='vertices',
+                               symmetric=False)
+  got = vector._mix_rows(weights, basis)
+  bound = vector._mix_error(targets, basis)
+  for i, w in enumerate(weights):
+    for z in range(basis.shape[1]):
+      exact = mpmath.fsum(mpmath.mpf(float(wk)) * mpmath.exp(mpmath.mpf(b))
+                          for wk, b in zip(w, basis[:, z])
+                          if wk > 0 and np.isfinite(b))
+      if exact == 0:
+        assert got[i, z] == -np.inf
+      else:
+        assert abs(mpmath.mpf(got[i, z]) - mpmath.log(exact)) <= bound, (i, z)

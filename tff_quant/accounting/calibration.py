@@ -61,6 +61,12 @@ _UNBOUNDED_SPAN = 1e6     # an unbounded float range is searched up to default �
 _RTOL = 2e-3              # the root search stops at this relative width
 _MAX_ITERATIONS = 60      # iterations of the root search, at most
 _PROXY_STEPS = 4         # exact evaluations steered by the cheap bound, at most
+# The root search's width while the grid is scanned; the winner is searched
+# again to `rtol` (`_Scan.refine`). RQM 8 bits, n = 1,000: the last steps
+# into a 0.2% window took 2-3 exact evaluations per grid point, 7-30 s each.
+SCAN_RTOL = 1e-2
+SAFE_END_FIRST = 2.0     # a most private end whose bound is within this
+                         # factor of the target is evaluated first (`_search_last`)
 #: What `bound` may name: the ε that must meet the target (module docstring).
 BOUNDS = ('proved', 'attained')
 #: A bound='attained' calibration's `assumptions`.
@@ -350,7 +356,7 @@ def _bisect_integer(build, spec, target, eps_at, bits, higher_private):
 
 
 def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
-                        aim=None, looseness=None):
+                        aim=None, looseness=None, least=None):
   """(safe x, unsafe x) close around the target, found with the screening's
   cheap lower bound on ε (`_Epsilon.floor`: ~0.3 s against 3-14 s for the
   exact ε at 256 levels, n = 100); None where that bound does not apply.
@@ -364,8 +370,9 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
   r = ε/bound (`looseness`, else 1), meets `aim` (default the target;
   `_search_last` aims inside its stopping window), the second where the
   bound scaled by the looseness measured at the first does. Then, while the
-  last two exact points lie on one side of the target, a secant on log ε
-  through them (the looseness drifts: RQM 8 bits, Δ = 16c: 1.09 -> 1.20
+  last two exact points lie on one side of the target, a secant on
+  log(ε - floor) through them, floor just below `least` (the least exact ε
+  known, if any; else on log ε) (the looseness drifts: RQM 8 bits, Δ = 16c: 1.09 -> 1.20
   over 20% of q); once safe and unsafe exact points bracket it, the bound
   scaled by the looseness interpolated between them (QMGeo's ε jumps, 10.3
   -> 17.9 over 2% of p, where a secant overshoots); at most `_PROXY_STEPS`
@@ -380,11 +387,16 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
       bound_at[x] = floor(build_x(x))
     return bound_at[x]
 
+  # `aim` sits mid-window: the window [target (1 - rtol), target] is
+  # 2 log(aim / target) wide in log ε.
+  window = 2 * math.log(min(aim / target, 1 - 1e-4))
+
   def last_within(r, lo, hi):
-    """An x in [lo, hi) where bound(x)·r(x) <= aim, within 0.2% of it or the
-    last such x to x_tol / 4 (true at lo, false at hi); None where the bound
-    does not apply. Illinois regula falsi on log(bound·r / aim): 3-6 bounds
-    where bisection took 12-17 (each 3 s for RQM at n = 1,000)."""
+    """An x in [lo, hi) where bound(x)·r(x) <= aim, within the window's
+    width below it or the last such x to x_tol / 4 (true at lo, false at
+    hi); None where the bound does not apply. Illinois regula falsi on
+    log(bound·r / aim): 3-6 bounds where bisection took 12-17 (each 3 s for
+    RQM at n = 1,000)."""
     def g(x):
       b = bound(x)
       return None if b is None else math.log(max(b * r(x), 1e-300) / aim)
@@ -392,7 +404,7 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     if g_lo is None or g_hi is None:
       return None
     w_lo, w_hi, side = g_lo, g_hi, 0   # the secant's (Illinois-halved) ends
-    while abs(hi - lo) > x_tol / 4 and not -0.002 <= g_lo <= 0:
+    while abs(hi - lo) > x_tol / 4 and not window <= g_lo <= 0:
       x = (hi - w_hi * (hi - lo) / (w_hi - w_lo)
            if math.isfinite(w_hi) and w_hi != w_lo else 0.5 * (lo + hi))
       if not min(lo, hi) < x < max(lo, hi):
@@ -431,8 +443,14 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     x = None
     if len(exact) >= 2:   # a secant through the last two exact points
       (x1, (l1, _)), (x2, (l2, _)) = list(exact.items())[-2:]
-      if l1 != l2 and (l1 > math.log(target)) == (l2 > math.log(target)):
-        x = x2 + (math.log(aim) - l2) * (x2 - x1) / (l2 - l1)
+      if l1 != l2 and (l1 > target) == (l2 > target):
+        # on log(ε - floor), floor just below the least ε known (`least`),
+        # as Brent's method below: RQM's ε - floor is near linear in q, so
+        # a secant on log ε overshot (10.47 aiming at 9.95; this: 9.98)
+        base = (0.0 if least is None or not least < min(l1, l2, aim) else
+                least - 1e-2 * (target - least))
+        f = lambda e, base=base: math.log(e - base)
+        x = x2 + (f(aim) - f(l2)) * (x2 - x1) / (f(l2) - f(l1))
         if not min(x_ok, x_bad) < x < max(x_ok, x_bad):
           x = None
     if x is None:
@@ -449,7 +467,7 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     if (abs(x_bad - x_ok) <= x_tol or aim - (target - aim) <= e <= target or
         not (0 < b < math.inf and 0 < e < math.inf)):
       break
-    exact[x] = (math.log(e), math.log(e / b))
+    exact[x] = (e, math.log(e / b))
     if x_ok in exact and x_bad in exact:
       # the log-looseness interpolated between the bracket's ends
       c1, c2 = exact[x_ok][1], exact[x_bad][1]
@@ -460,7 +478,7 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
 
 
 def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
-                 hint_eps=None):
+                 hint_eps=None, known=None):
   """(least private value of `spec` with ε <= target, its ε, the smallest ε
   seen): bisection for an integer, Brent's method for a real (in log space
   for a scale parameter) to relative width `rtol`; the value is None when even
@@ -470,7 +488,10 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   previous grid point, or the pruning floor; `hint_eps` its ε if known) or the
   most private end toward the least private one, in growing steps (a secant
   on log ε): the least private end (q -> 1 for RQM: ~10^8 ε, and the slowest
-  law to resolve, 173 s at 256 levels) is evaluated only if reached."""
+  law to resolve, 173 s at 256 levels) is evaluated only if reached.
+  `known` ({value: ε}, updated with this search's evaluations) holds earlier
+  ones at the same grid point: where they bracket the target the search goes
+  straight to Brent's method from them."""
   higher_private = spec.more_private == 'higher'
   eps_at = lambda v: epsilon_of(build(v))
   if spec.kind is int:
@@ -488,54 +509,70 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
       seen[x] = eps_at(axis.value(x))
     return seen[x]
 
-  # Bracket: a safe x and an unsafe x, stepping toward the unsafe end (secant
-  # on log ε, doubling at least; at most half the way left, so the unsafe end
-  # is evaluated only once the search is within 1/64 of the span of it).
   span = x_unsafe - x_safe
-  start = x_safe
-  if hint is not None and hint_eps is not None and lo < hint < hi:
-    seen[to_x(hint)] = hint_eps
-  floor = getattr(epsilon_of, 'floor', None)
-  if hint is not None and lo < hint < hi and eps_x(to_x(hint)) <= target:
-    start = to_x(hint)
-  else:
-    # The most private end's exact ε (its law the slowest but one) is
-    # needed only if no safe value turns up: a cheap bound within the
-    # target defers it.
-    low = None if floor is None else floor(build(safe))
-    if (low is None or low > target) and eps_x(x_safe) > target:
-      return None, seen[x_safe], seen[x_safe]
-  x_ok, x_prev, x_bad, step = start, None, None, span / 16
   x_tol = 0.5 * (rtol if axis.geometric else rtol * max(abs(safe), abs(unsafe)))
-  # The cheap bound steers the first exact evaluations to the window the
-  # root search stops in, [target (1 - rtol), target] (measured, RQM 8 bits,
-  # n = 100: 8 exact evaluations at the first grid point -> 6; after a hint
-  # 6 -> 3).
-  near = _bracket_from_floor(
-      eps_x, floor, lambda x: build(axis.value(x)), start, x_unsafe, target,
-      x_tol, aim=target * (1 - rtol / 2),
-      looseness=getattr(epsilon_of, 'looseness', None))
-  if near is not None:
-    x_ok, x_bad = near
-  if x_ok not in seen and eps_x(x_ok) > target:   # the deferred check
-    return None, seen[x_ok], min(seen.values())
-  while x_bad is None:
-    e_ok = seen[x_ok]
-    if x_prev is not None and 0 < seen[x_prev] < e_ok < math.inf:
-      slope = math.log(e_ok / seen[x_prev]) / (x_ok - x_prev)
-      step = math.copysign(min(max(abs(1.5 * math.log(target / e_ok) / slope),
-                                   abs(2 * step)), abs(4 * step)), span)
+  if known:   # this grid point's earlier evaluations (`_Scan.refine`)
+    seen.update({to_x(v): e for v, e in known.items() if lo < v < hi})
+  toward = lambda x: math.copysign(1.0, span) * x   # grows toward unsafe
+  ok = [x for x, e in seen.items() if e <= target]
+  beyond = [x for x, e in seen.items() if e > target and ok and
+            toward(x) > max(map(toward, ok))]
+  if beyond:   # a bracket already: straight to the root search
+    x_ok, x_bad = max(ok, key=toward), min(beyond, key=toward)
+  else:
+    # Bracket: a safe x and an unsafe x, stepping toward the unsafe end (secant
+    # on log ε, doubling at least; at most half the way left, so the unsafe end
+    # is evaluated only once the search is within 1/64 of the span of it).
+    span = x_unsafe - x_safe
+    start = x_safe
+    if hint is not None and hint_eps is not None and lo < hint < hi:
+      seen[to_x(hint)] = hint_eps
+    floor = getattr(epsilon_of, 'floor', None)
+    if hint is not None and lo < hint < hi and eps_x(to_x(hint)) <= target:
+      start = to_x(hint)
     else:
-      step *= 2
-    left = x_unsafe - x_ok
-    x = x_unsafe if abs(left) <= abs(span) / 64 else x_ok + math.copysign(
-        min(abs(step), abs(left) / 2), span)
-    if eps_x(x) <= target:
-      if x == x_unsafe:
-        return unsafe, seen[x], min(seen.values())
-      x_prev, x_ok = x_ok, x
-    else:
-      x_bad = x
+      # The most private end's exact ε (its law the slowest but one) is
+      # needed only if no safe value turns up: a cheap bound well within the
+      # target defers it. A bound within SAFE_END_FIRST of the target does
+      # not: the exact ε there may miss it (RQM 8 bits, n = 1,000, Δ = 32c:
+      # bound 9.40, ε 17.1 at the target 10, after 9 bounds and an exact ε
+      # spent bracketing a root that did not exist), and where it meets it,
+      # it is the looseness the next steps aim with.
+      low = None if floor is None else floor(build(safe))
+      if (low is None or low > target / SAFE_END_FIRST) and eps_x(
+          x_safe) > target:
+        return None, seen[x_safe], seen[x_safe]
+    x_ok, x_prev, x_bad, step = start, None, None, span / 16
+    # The cheap bound steers the first exact evaluations to the window the
+    # root search stops in, [target (1 - rtol), target] (measured, RQM 8 bits,
+    # n = 100: 8 exact evaluations at the first grid point -> 6; after a hint
+    # 6 -> 3).
+    near = _bracket_from_floor(
+        eps_x, floor, lambda x: build(axis.value(x)), start, x_unsafe, target,
+        x_tol, aim=target * (1 - rtol / 2),
+        looseness=getattr(epsilon_of, 'looseness', None),
+        least=min(seen.values(), default=None))
+    if near is not None:
+      x_ok, x_bad = near
+    if x_ok not in seen and eps_x(x_ok) > target:   # the deferred check
+      return None, seen[x_ok], min(seen.values())
+    while x_bad is None:
+      e_ok = seen[x_ok]
+      if x_prev is not None and 0 < seen[x_prev] < e_ok < math.inf:
+        slope = math.log(e_ok / seen[x_prev]) / (x_ok - x_prev)
+        step = math.copysign(min(max(abs(1.5 * math.log(target / e_ok) / slope),
+                                     abs(2 * step)), abs(4 * step)), span)
+      else:
+        step *= 2
+      left = x_unsafe - x_ok
+      x = x_unsafe if abs(left) <= abs(span) / 64 else x_ok + math.copysign(
+          min(abs(step), abs(left) / 2), span)
+      if eps_x(x) <= target:
+        if x == x_unsafe:
+          return unsafe, seen[x], min(seen.values())
+        x_prev, x_ok = x_ok, x
+      else:
+        x_bad = x
   # Brent's method on log((ε - floor)/(target - floor)), floor just below the
   # least ε seen: ε is smooth and monotone in the value, flat near the private
   # end and then steep (RQM: ε - floor ~ q^1.3), which this makes nearly
@@ -549,6 +586,10 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   floor = least - 1e-2 * (target - least)
 
   close = lambda e: target * (1 - rtol) <= e <= target
+  # The root sought is the window's middle, not its edge: a root at the
+  # target lands on either side of it (RQM refined at n = 1,000: 10.0043,
+  # then 10.0001, both over, before 9.9968).
+  middle = target * (1 - rtol / 2)
 
   def excess(x):
     e = eps_x(x)
@@ -556,7 +597,7 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
       raise _CloseEnough()
     if not e < math.inf:
       return 50.0
-    return math.log(max(e - floor, 1e-300) / (target - floor))
+    return math.log(max(e - floor, 1e-300) / (middle - floor))
 
   if not close(seen[x_ok]):
     try:
@@ -566,6 +607,8 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   sign = -1 if higher_private else 1
   x_best = max((x for x, e in seen.items() if e <= target),
                key=lambda x: sign * axis.value(x))
+  if known is not None:
+    known.update({axis.value(x): e for x, e in seen.items()})
   return axis.value(x_best), seen[x_best], min(seen.values())
 
 
@@ -721,7 +764,9 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
       levels (unless `num_levels` is given), and scanned integers stay within.
     use_pld: also use the PLD route (slower, tighter).
     rtol: relative width at which the bisection stops (in the parameter; a
-      value whose ε is within rtol below the target also ends it).
+      value whose ε is within rtol below the target also ends it). The grid
+      is scanned at SCAN_RTOL where that is wider, and the winner is then
+      searched again to rtol.
     l2_clip: the ℓ2 bound of each update; with c∞ > l2_clip/√dim the ℓ2 route
       accounts the run (`accounting.vector_rdp`).
     coordinate_clip: c∞ (see `clip`).
@@ -961,6 +1006,7 @@ class _Scan:
     self.reached = []
     self.refused = []   # (grid point, why): evaluations over MAX_OPERATIONS
     self.hint = None    # the last grid point's answer: where the next starts
+    self.known = {}     # grid point -> {value: ε} of its exact evaluations
     self.stopped_after = None   # the scanned parameter `_missed` stopped
 
   def error_of(self, mech):
@@ -995,6 +1041,45 @@ class _Scan:
       report_progress(index, grid_point)
       if self.visit(grid_point) == 'stop':
         break
+    self.refine()
+
+  @property
+  def scan_rtol(self):
+    """The root search's width while scanning: SCAN_RTOL, or `rtol` if wider."""
+    return max(self.rtol, SCAN_RTOL)
+
+  def _key(self, params):
+    """A grid point's key in `known`: its parameters but the last."""
+    return repr(sorted((k, v) for k, v in params.items()
+                       if k != self.last.name))
+
+  def refine(self):
+    """The winner's last parameter searched again to `rtol`, from its answer
+    at the scan's width (`scan_rtol`) and its grid point's evaluations: one
+    or two exact evaluations more for the winner against two or three fewer
+    at every grid point searched."""
+    if (self.best is None or self.last.kind is int or
+        self.scan_rtol <= self.rtol or
+        self.best[3] >= self.epsilon * (1 - self.rtol)):
+      return
+    _, mech, params, eps, _ = self.best
+    last = self.last
+    base = {k: v for k, v in params.items() if k != last.name}
+    build = lambda v: self.cls.for_coordinate_bound(
+        self.clip, **dict(base, **{last.name: v}))
+    try:
+      value, value_eps, _ = _search_last(
+          build, last, self.epsilon, self.epsilon_of, self.bits, self.rtol,
+          params[last.name], eps, self.known.get(self._key(base)))
+    except vector.CostError:
+      return
+    if value is None or value == params[last.name]:
+      return
+    mech = build(value)
+    util = mech.signal_utility(self.clients, self.signal)
+    if _unusable(mech, util, self.clients, self.signal) is None:
+      self.best = (util.error, mech, dict(params, **{last.name: value}),
+                   value_eps, util)
 
   def _rose(self):
     """One more grid point without a better answer. One scanned parameter:
@@ -1095,8 +1180,9 @@ class _Scan:
         self.hint, hint_eps = floor, floor_eps
     try:
       value, value_eps, most_private_eps = _search_last(
-          build, last, self.epsilon, self.epsilon_of, self.bits, self.rtol,
-          self.hint, hint_eps)
+          build, last, self.epsilon, self.epsilon_of, self.bits,
+          self.scan_rtol, self.hint, hint_eps,
+          self.known.setdefault(self._key(base), {}))
     except vector.CostError as err:   # e.g. RQM with many levels inside ±c
       self.refused.append((grid_point, str(err)))
       return self._missed()

@@ -45,7 +45,7 @@ _POWER_ROUNDING = 5 * 708 + 2 * 700 + 4 + 16
 _CONVOLVE_ROUNDING = 2 * 708 + 4 + 624
 
 
-def _exp_kept(x: np.ndarray) -> np.ndarray:
+def exp_kept(x: np.ndarray) -> np.ndarray:
   """exp(x), with 0 where x < _KEEP (the caller bounds what that drops)."""
   with np.errstate(under='ignore'):
     return np.where(x >= _KEEP, np.exp(np.maximum(x, _KEEP)), 0.0)
@@ -101,7 +101,7 @@ def convolve(log_rows: np.ndarray, rows_err: float, log_law: np.ndarray,
   row_max = np.max(log_rows, axis=1)
   row_ok = np.isfinite(row_max)
   row_max = np.where(row_ok, row_max, 0.0)
-  scaled_rows = _exp_kept(log_rows - row_max[:, None])
+  scaled_rows = exp_kept(log_rows - row_max[:, None])
   out = np.full((k, length), -np.inf)
   step = max(width, _BLOCK // max(width, k))
   for z0, z1 in _blocks(padded, length, width, step):
@@ -110,7 +110,7 @@ def convolve(log_rows: np.ndarray, rows_err: float, log_law: np.ndarray,
     if not np.any(finite):
       continue
     scale = float(np.max(span[finite]))
-    scaled_span = _exp_kept(span - scale)
+    scaled_span = exp_kept(span - scale)
     if k <= _DIRECT_ROWS:   # np.convolve's direct sums: no window copy
       sums = np.stack([np.convolve(r, scaled_span, 'valid')
                        for r in scaled_rows])
@@ -137,10 +137,15 @@ def convolve(log_rows: np.ndarray, rows_err: float, log_law: np.ndarray,
   return out, err
 
 
+CHECKPOINT = 16   # `Powers` keeps every this many copies' law on the way
+
+
 class Powers:
   """log R^{*m} (m iid copies of a law on {0, ..., L-1}) with error bounds, for
   any m asked, built by adding one copy at a time (`convolve`; L² m²/2
-  multiply-adds up to m) and kept only where asked. Thread-safe."""
+  multiply-adds up to m) from the nearest law kept below: those asked and
+  every CHECKPOINT-th on the way (a count asked below the last one restarts
+  there, not from 0). Thread-safe."""
 
   def __init__(self, log_r: np.ndarray):
     self.log_r = np.asarray(log_r, np.float64)
@@ -153,9 +158,11 @@ class Powers:
       if m not in self._kept:
         start = max(j for j in self._kept if j <= m)
         law, err = self._kept[start]
-        for _ in range(m - start):
+        for j in range(start + 1, m + 1):
           law, err = convolve(self.log_r[None], 0.0, law, err)
           law = law[0]
+          if j % CHECKPOINT == 0:
+            self._kept[j] = (law, err)
         self._kept[m] = (law, err)
       return self._kept[m]
 
@@ -186,6 +193,7 @@ def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
   by terms·u; a term dropped (exponent below top - 745) is under e^-745 of
   the largest.
   """
+  a, b, lost = _cut_tail(a, b, orders)
   out = np.empty((orders.size, a.shape[0]))
   step = max(1, _BLOCK // max(1, a.shape[1]))
   worst = 0.0
@@ -212,9 +220,33 @@ def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
     out[:, rows][:, bad] = np.inf
   terms = a.shape[1]
   allowance = _allowance(orders, err, terms, worst + 4)
-  if lower:
+  if lower:   # the cut terms only lower the sums
     return out - allowance[:, None]
-  return out + (allowance + terms * math.exp(-745))[:, None]
+  # log(S + lost) <= log S + lost / S
+  with np.errstate(over='ignore'):
+    extra = np.exp(lost[:, None] - out)
+  return out + allowance[:, None] + terms * math.exp(-745) + 1.01 * extra
+
+
+def _cut_tail(a: np.ndarray, b: np.ndarray, orders: np.ndarray):
+  """(a, b, lost): the indices where some pair's term may reach e^_TAIL at
+  some order, and [orders] the log of a bound on what the others add to any
+  pair's sum: a term is a + (α-1)(a - b) <= max a + (α-1)(max(a, b) - min b)
+  at its index. Nothing is cut for an order <= 1 or infinite."""
+  none = np.full(orders.size, -np.inf)
+  if not (np.all(orders > 1) and np.all(np.isfinite(orders))) or not a.size:
+    return a, b, none
+  head = np.max(a, axis=0)
+  with np.errstate(invalid='ignore'):
+    spread = np.max(np.maximum(a, b), axis=0) - np.min(b, axis=0)
+    reach = head + (np.max(orders) - 1) * spread
+  keep = ~(reach < _TAIL) & ~np.isneginf(head)   # NaN (a all -inf) is cut
+  cut = ~keep & ~np.isneginf(head)
+  if np.all(keep) or not np.any(keep):
+    return a, b, none
+  lost = np.array([special.logsumexp(head[cut] + (alpha - 1) * spread[cut])
+                   if np.any(cut) else -np.inf for alpha in orders])
+  return a[:, keep], b[:, keep], lost
 
 
 def _power_matrices(up: np.ndarray, lo: np.ndarray, orders: np.ndarray,
@@ -251,7 +283,7 @@ def _power_matrices(up: np.ndarray, lo: np.ndarray, orders: np.ndarray,
       continue
     shrink = alpha * up_gap + top
     with np.errstate(under='ignore'):
-      sums = _exp_kept(shrink) @ np.exp(grow).T
+      sums = exp_kept(shrink) @ np.exp(grow).T
     dropped = np.where(shrink < _KEEP, shrink, -np.inf)
     with np.errstate(divide='ignore'):   # nothing dropped: log 0 = -inf
       lost = np.logaddexp(

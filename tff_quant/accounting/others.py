@@ -338,8 +338,28 @@ def workers(tasks: int) -> int:
   return max(1, min(tasks, MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
-REFINE = 1e-4   # a count group is split while it holds more than this share
-                # of a record pair's excess (`mixture_bound`)
+REFINE = 1e-2   # the bound may exceed the average over every count by this
+                # share of a record pair's excess (`mixture_bound`)
+START_SPLITS = 2   # single counts next to each anchor the groups start from
+
+
+def _log_gap(upper: np.ndarray, lower: np.ndarray) -> np.ndarray:
+  """log(e^upper - e^lower), -inf where upper <= lower (inf where upper is)."""
+  with np.errstate(invalid='ignore', divide='ignore'):
+    gap = upper + np.log(-np.expm1(np.minimum(lower - upper, 0.0)))
+  gap = np.where(upper > lower, gap, -np.inf)
+  return np.where(np.isposinf(upper), np.inf, gap)
+
+
+def _flagged(slack: np.ndarray, budget: float) -> np.ndarray:
+  """[groups] True for the groups to refine: per column of `slack` ([groups,
+  ...] shares, linear), the largest ones until the others sum to <= budget."""
+  ranked = np.sort(slack, axis=0)
+  total = np.cumsum(ranked, axis=0)   # over the smallest first
+  # a group is kept when it and every smaller one sum to <= budget
+  keep_upto = np.where(total <= budget, ranked, -np.inf).max(axis=0,
+                                                            initial=-np.inf)
+  return np.any(slack > keep_upto[None], axis=tuple(range(1, slack.ndim)))
 
 
 def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
@@ -353,23 +373,41 @@ def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
   with m copies of R added; pairs at `distance`. E_m does not increase with
   m (data processing), so a group of counts m0..m1 is bounded by its weight
   times E_m for the largest evaluated m <= m0; E_0 (the target alone) is
-  capped by `log_cap` ((α-1)·the pair's D∞). Groups start as `split_groups`
-  around the mean count and are split, or their start evaluated, while one
-  holds more than REFINE of the excess over 1 of a pair that sets the sup
-  (a record in distance order) at some order.
+  capped by `log_cap` ((α-1)·the pair's D∞). The evaluated count next at or
+  above m1 (else E = 1) bounds the group's values below, so weight × the
+  difference (its slack) bounds what the group adds over the average of
+  every E_m. Groups start as `split_groups` around the mean count with
+  min(exact, START_SPLITS) singles (every count alone when exact exceeds
+  `num_blocks`); for each pair that sets the sup (a record in distance
+  order) at some order, the groups with the largest slack are split (or
+  their start evaluated) until the rest sum to at most REFINE of the pair's
+  excess over 1 (RQM 256 levels, 405 blocks: 27 counts -> ~10).
   """
   log_b = log_binomial(num_blocks, log_beta)
   centre = int(round(num_blocks * math.exp(log_beta)))
-  groups = split_groups(0, num_blocks, centre, exact)
+  groups = split_groups(0, num_blocks, centre,
+                        exact if exact > num_blocks else min(exact,
+                                                             START_SPLITS))
   starts = {0: np.minimum(evaluate(0), log_cap)}   # the target alone: cheap
   if num_blocks == 0:
     return starts[0]
+  # The centre and the last count first: the latter bounds every group
+  # below (the least E), so the upper tail needs no further count.
+  ends = sorted({centre, num_blocks} - {0})
+  with futures.ThreadPoolExecutor(workers(len(ends))) as pool:
+    starts.update(zip(ends, pool.map(evaluate, ends)))
   order = np.argsort(distance, kind='stable')
   while True:
     weight = np.array([special.logsumexp(log_b[a:b + 1]) for a, b in groups])
-    # A group not evaluated takes the nearest evaluated count below its start.
-    value = np.stack([starts[max(m for m in starts if m <= a)]
+    evaluated = sorted(starts)
+    # A group takes the nearest evaluated count below its start; the nearest
+    # at or above its end bounds it below (none: E >= 1, log 0).
+    value = np.stack([starts[max(m for m in evaluated if m <= a)]
                       for a, _ in groups])
+    zero = np.zeros_like(starts[0])
+    lower = np.stack([starts[min((m for m in evaluated if m >= b),
+                                 default=None)] if b <= evaluated[-1] else zero
+                      for _, b in groups])
     live = np.isfinite(weight)[:, None, None]
     with np.errstate(invalid='ignore'):
       parts = np.where(live, weight[:, None, None] + value, -np.inf)
@@ -378,24 +416,30 @@ def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
     per_pair = np.maximum(total / (orders[:, None] - 1), 0.0)[:, order]
     relevant = np.zeros(total.shape, bool)
     relevant[:, order] = per_pair >= np.maximum.accumulate(per_pair, axis=1)
-    # A group's share of a pair's excess over 1 (Σ weights = 1, E >= 1); an
+    # A group's slack as a share of a pair's excess over 1 (E >= 1); an
     # infinite total is refined wherever a group is infinite.
     with np.errstate(invalid='ignore'):   # inf - inf: set just below
-      share = (weight[:, None, None] + _log_expm1(value) -
+      share = (weight[:, None, None] + _log_gap(value, lower) -
                _log_expm1(total)[None])
     share = np.where(np.isnan(share), -np.inf, share)   # E = 1 up to rounding
     share = np.where(np.isinf(total)[None], np.where(parts == np.inf, np.inf,
                                                      -np.inf), share)
     share = np.where(live & relevant[None] & (total > 0)[None], share, -np.inf)
-    limit = math.log(REFINE) if REFINE > 0 else -math.inf
-    flagged = [g for g, s in zip(groups, share) if np.max(s) > limit]
-    todo = [g for g in flagged if g[0] not in starts]
+    with np.errstate(over='ignore'):
+      flags = _flagged(np.exp(share), REFINE)
+    # The largest first, a batch of one per worker (each evaluation moves
+    # the slack of its neighbours).
+    top = np.max(share, axis=(1, 2))
+    flagged = sorted((g for g, f in zip(groups, flags) if f),
+                     key=lambda g: -top[groups.index(g)])[:workers(len(groups))]
+    todo = {a for a, _ in flagged if a not in starts}
     splits = [g for g in flagged if g[0] in starts and g[1] > g[0]]
     if not todo and not splits:
       return total
-    counts = [a for a, _ in todo]
-    with futures.ThreadPoolExecutor(workers(len(counts))) as pool:
-      starts.update(zip(counts, pool.map(evaluate, counts)))
-    for g in splits:
+    for g in splits:   # each half's start is evaluated with the batch
       mid = (g[0] + g[1]) // 2
       groups[groups.index(g):groups.index(g) + 1] = [(g[0], mid), (mid + 1, g[1])]
+      todo.add(mid + 1)
+    counts = sorted(todo - set(starts))
+    with futures.ThreadPoolExecutor(workers(len(counts))) as pool:
+      starts.update(zip(counts, pool.map(evaluate, counts)))

@@ -98,6 +98,7 @@ f_α is evaluated so the result is an upper bound, never interpolated below it:
   processing), so it needs no assumption on the others.
 """
 
+from concurrent import futures
 import dataclasses
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -299,24 +300,39 @@ EXACT_SPLITS = others_lib.EXACT_SPLITS
 split_groups = others_lib.split_groups
 
 
-def _mix_rows(weights: np.ndarray, log_basis: np.ndarray) -> np.ndarray:
-  """log(weights @ exp(log_basis)) row by row, exact in the log domain.
+_MIX_FLOOR = -600.0   # mixed values below e^this (of the column's top) are
+                     # recomputed in the log domain (`_mix_rows`)
 
-  One vectorised pass per non-zero weight slot (a row mixes at most two
-  adjacent basis rows for vertex targets, one for envelopes), not per basis row.
+
+def _mix_rows(weights: np.ndarray, log_basis: np.ndarray) -> np.ndarray:
+  """log(weights @ exp(log_basis)) row by row.
+
+  One matrix product on the basis scaled by each column's largest value (a
+  factor below e^-708 of it dropped); where a mixed value falls below
+  e^_MIX_FLOOR of that scale (its terms may have been dropped), the log
+  domain: one pass per non-zero weight slot (a row mixes at most two
+  adjacent basis rows for vertex targets). Rounding: `_mix_error`.
   """
   if np.all(np.count_nonzero(weights, axis=1) == 1) and np.all(
       np.max(weights, axis=1) == 1.0):   # each row one basis row (a lattice's)
     return log_basis[np.argmax(weights, axis=1)]
-  slots = np.argsort(weights <= 0, axis=1, kind='stable')   # non-zeros first
-  width = int(np.max(np.count_nonzero(weights > 0, axis=1), initial=0))
-  rows = np.arange(weights.shape[0])
-  out = np.full((weights.shape[0], log_basis.shape[1]), -np.inf)
-  for j in range(width):
-    idx = slots[:, j]
-    w = weights[rows, idx]
+  top = np.max(log_basis, axis=0)
+  top = np.where(np.isfinite(top), top, 0.0)
+  with np.errstate(under='ignore'):
+    mixed = weights @ matrix_sums.exp_kept(log_basis - top[None])
+  with np.errstate(divide='ignore'):
+    out = np.log(mixed) + top[None]
+  low = mixed < math.exp(_MIX_FLOOR)
+  if not np.any(low):
+    return out
+  rows, cols = np.nonzero(low)
+  exact = np.full(rows.size, -np.inf)
+  for j in range(weights.shape[1]):   # the log domain, basis row by row
+    w = weights[rows, j]
     used = w > 0
-    out[used] = np.logaddexp(out[used], np.log(w[used])[:, None] + log_basis[idx[used]])
+    exact[used] = np.logaddexp(exact[used], np.log(w[used]) +
+                               log_basis[j, cols[used]])
+  out[rows, cols] = exact
   return out
 
 
@@ -354,13 +370,19 @@ def _with_sum(rows: np.ndarray, parts) -> np.ndarray:
 
 
 def _mix_error(targets: TargetPairs, conv: np.ndarray) -> float:
-  """What `_mix_rows` adds to the rows' log error: log w, + row, logaddexp's
-  exp, log1p and adds, each rounding by u times its value (with margin)."""
+  """What `_mix_rows` adds to the rows' log error, in units of u with margin:
+  the scaled product's exp argument (2·top), exp, the weights, the sum of K
+  terms, its log (<= 708 in size) and adding the scale back (top + 708); the
+  log domain's log w, + row, exp, log1p and adds (4·(top + log w)); the
+  terms dropped below e^-708 of the scale, K·e^-108 relative to a mixed
+  value above e^_MIX_FLOOR."""
   w = np.concatenate([targets.upper_weights.ravel(),
                       targets.lower_weights.ravel()])
   log_w = float(np.max(np.abs(np.log(w[w > 0])), initial=0.0))
   top = float(np.max(np.abs(conv[np.isfinite(conv)]), initial=0.0))
-  return matrix_sums.U * (4 * (top + log_w) + 64)
+  k = targets.upper_weights.shape[1]
+  return (matrix_sums.U * (4 * (top + log_w) + 2 * 708 + k + 64) +
+          k * math.exp(-708 - _MIX_FLOOR))
 
 
 def _pair_log_sums(targets: TargetPairs, conv: np.ndarray,
@@ -369,13 +391,18 @@ def _pair_log_sums(targets: TargetPairs, conv: np.ndarray,
   """[orders, pairs] log Σ P^α Q^(1-α) of each target pair, from the basis rows
   convolved with an others' law (`conv`); with `err` (a bound on conv's log
   error) by `matrix_sums`, its rounding allowance included."""
-  conv_up = _mix_rows(targets.upper_weights, conv)
+  # Only the target rows the pairs use are mixed.
+  used_up, pair_up = np.unique(targets.pairs[:, 0], return_inverse=True)
+  used_lo, pair_lo = np.unique(targets.pairs[:, 1], return_inverse=True)
+  conv_up = _mix_rows(targets.upper_weights[used_up], conv)
   conv_lo = (conv_up if targets.lower_weights is targets.upper_weights
-             else _mix_rows(targets.lower_weights, conv))
+             and np.array_equal(used_up, used_lo)
+             else _mix_rows(targets.lower_weights[used_lo], conv))
+  pairs = np.stack([pair_up, pair_lo], axis=1)
   if err is None:   # the laws' own error unknown: the sums' rounding only
-    return matrix_sums.log_power_sums(conv_up[targets.pairs[:, 0]],
-                                      conv_lo[targets.pairs[:, 1]], orders, 0.0)
-  return matrix_sums.pair_log_sums(conv_up, conv_lo, targets.pairs, orders,
+    return matrix_sums.log_power_sums(conv_up[pairs[:, 0]],
+                                      conv_lo[pairs[:, 1]], orders, 0.0)
+  return matrix_sums.pair_log_sums(conv_up, conv_lo, pairs, orders,
                                    err + _mix_error(targets, conv))
 
 
@@ -426,11 +453,18 @@ def _extreme_mixes(mech, targets: TargetPairs, num_clients: int,
   worst = np.full((orders.size, len(targets.pairs)), 0.0)
   first = (num_clients - 1) // 2 if targets.symmetric else 0
   at_plus, at_minus = divergence.end_log_pmfs(mech)
-  for k0, k1 in split_groups(first, num_clients - 1, (num_clients - 1) // 2,
-                             exact):
+
+  def group(bounds):
+    k0, k1 = bounds
     conv = _with_sum(targets.basis, [(at_plus, k0),
                                      (at_minus, num_clients - 1 - k1)])
-    worst = np.maximum(worst, _pair_log_sums(targets, conv, orders))
+    return _pair_log_sums(targets, conv, orders)
+
+  groups = split_groups(first, num_clients - 1, (num_clients - 1) // 2, exact)
+  # Independent groups, in threads (the FFTs and numpy's loops release the GIL).
+  with futures.ThreadPoolExecutor(others_lib.workers(len(groups))) as pool:
+    for value in pool.map(group, groups):
+      worst = np.maximum(worst, value)
   return worst
 
 
@@ -468,11 +502,13 @@ def blankets(mech, targets: TargetPairs, num_others: int
   return [b for b in cache[key] if b.block <= max(num_others, 1)]
 
 
-def _evaluator(targets: TargetPairs, log_r: np.ndarray, orders: np.ndarray):
+def _evaluator(targets: TargetPairs, log_r: np.ndarray, orders: np.ndarray,
+               powers: Optional[matrix_sums.Powers] = None):
   """m -> [orders, pairs] log E_m: the pairs' power sums with m copies of R
-  added (by `matrix_sums` up to MATRIX_LEVELS levels, its error included)."""
+  added (by `matrix_sums` up to MATRIX_LEVELS levels, its error included;
+  `powers`, R's, may be shared between evaluators)."""
   if targets.basis.shape[1] <= MATRIX_LEVELS:
-    powers = matrix_sums.Powers(log_r)
+    powers = powers or matrix_sums.Powers(log_r)
 
     def evaluate(m):
       conv, err = matrix_sums.convolve(targets.basis, 0.0, *powers(m))
@@ -497,12 +533,16 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
   proved (`others` module docstring). Constructions keeping under
   1/SPREAD_MARGIN of the best one's noise variance (`others.spread`) are
   skipped, and of two with the same block size within TWIN_SPREAD of each
-  other's only the larger is kept; the rest are priced by their pairs' sup divergence at
-  PRICE_STDS standard deviations below the mean count of R copies (where
-  the mixture's weight matters at high orders; it evaluates near there
-  anyway), and the cheapest at each order is completed (one or two in
-  practice). Of a pair and its mirror image only one is evaluated where R
-  is symmetric (`_mirror_classes`)."""
+  other's only the larger is kept. The one keeping the most is completed
+  (in the near-Gaussian regime it keeps the least divergence). Where others
+  are left, each is priced by the sup divergence of its farthest pairs at
+  PRICE_STDS standard deviations below the mean count of R copies (where the
+  mixture's weight matters at high orders), and the cheapest at each order
+  is completed too (at small n the constructions trade places across
+  orders: RQM 16 levels, n = 10, proved/attained at α = 2 and 8 is 1.30 and
+  1.10 this way, 1.30 and 1.22 with the largest spread alone, 1.38 and 1.10
+  with the priced ones alone). Of a pair and its mirror image only one is
+  evaluated where R is symmetric (`_mirror_classes`)."""
   runs = []
   candidates = blankets(mech, targets, num_others)
   spreads = [others_lib.spread(b, num_others) for b in candidates]
@@ -515,25 +555,47 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
     kept, expand = _mirror_classes(targets, blanket.log_r)
     half = dataclasses.replace(targets, pairs=targets.pairs[kept],
                                distance=targets.distance[kept])
-    evaluate = _memoised(_evaluator(half, blanket.log_r, orders))
-    blocks = blanket.blocks(num_others)
-    beta = math.exp(blanket.log_beta)
-    low = max(0, int(math.floor(blocks * beta - PRICE_STDS * math.sqrt(
-        blocks * beta * (1 - beta)))))
-    price = np.max(evaluate(low), axis=1)   # [orders] sup over pairs
-    runs.append((price, blanket, kept, expand, half, evaluate))
-  prices = np.stack([r[0] for r in runs]) / (orders[None, :] - 1)
-  # The cheapest at each order (the first where prices tie, inf included).
-  chosen = sorted(set(np.argmin(np.nan_to_num(prices, nan=np.inf), axis=0)
-                      .tolist()))
+    powers = (matrix_sums.Powers(blanket.log_r)
+              if targets.basis.shape[1] <= MATRIX_LEVELS else None)
+    evaluate = _memoised(_evaluator(half, blanket.log_r, orders, powers))
+    runs.append((blanket, kept, expand, half, evaluate))
+  widest = max(range(len(runs)),
+               key=lambda i: others_lib.spread(runs[i][0], num_others))
+  chosen = {widest}
+  if len(runs) > 1:
+    prices = np.stack([_price(blanket, half, num_others, orders)
+                       for blanket, _, _, half, _ in runs])
+    # The cheapest at each order (the first where prices tie, inf included).
+    chosen |= set(np.argmin(np.nan_to_num(prices, nan=np.inf), axis=0)
+                  .tolist())
   best = None
-  for i in chosen:
-    _, blanket, kept, expand, half, evaluate = runs[i]
+  for i in sorted(chosen):
+    blanket, kept, expand, half, evaluate = runs[i]
     bound = others_lib.mixture_bound(
         evaluate, blanket.log_beta, blanket.blocks(num_others), half.distance,
         orders, log_cap[:, kept], exact)[:, expand]
     best = bound if best is None else np.minimum(best, bound)
   return best
+
+
+def _price(blanket, half: TargetPairs, num_others: int, orders: np.ndarray
+           ) -> np.ndarray:
+  """[orders] a construction's price (`others_mixture`): the sup divergence
+  over its farthest pairs (where the sup over pairs sits in practice) at
+  PRICE_STDS below the mean count of R copies. A price only picks the
+  construction, so the others' law comes from the tilted FFT sum
+  (`_with_sum`), not `matrix_sums`: building R^{*m} there for 664 others
+  took 2.3-4.4 s per construction (RQM 256 levels, Δ = 256c)."""
+  blocks = blanket.blocks(num_others)
+  beta = math.exp(blanket.log_beta)
+  low = max(0, int(math.floor(blocks * beta - PRICE_STDS * math.sqrt(
+      blocks * beta * (1 - beta)))))
+  far = half.distance >= np.max(half.distance) * (1 - 1e-12)
+  value = _pair_log_sums(
+      dataclasses.replace(half, pairs=half.pairs[far],
+                          distance=half.distance[far]),
+      _with_sum(half.basis, [(blanket.log_r, low)]), orders)
+  return np.max(value, axis=1) / (orders - 1)
 
 
 def _memoised(evaluate):
