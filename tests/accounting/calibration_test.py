@@ -460,7 +460,7 @@ def test_a_long_calibration_reports_its_progress(monkeypatch):
   calibration.calibration_report('rqm', 2.0, **SCHEDULE, bits=4,
                                  progress=lines.append)
   assert lines and all(l.startswith('calibrating rqm: grid point ') and
-                       's left)' in l for l in lines)
+                       's left at the pace so far)' in l for l in lines)
 
 
 def _looser_bound_search(looseness):
@@ -527,6 +527,22 @@ def test_the_secant_on_the_shifted_log_lands_where_a_log_secant_overshoots():
   shifted, plain = search(8.334), search(None)
   assert len(shifted) == 3 and 9.9 <= shifted[-1] <= 10.0
   assert len(plain) == 4 and plain[2] > 10.0
+
+
+def test_a_secant_through_two_equal_logs_is_skipped_not_divided_by_zero():
+  """Two exact ε a float apart (10 and 10 + 2e-15) have the same log: the
+  secant is skipped, the search goes on."""
+  values = iter([10.0, 10.000000000000002] + [9.0] * 5)
+  seen = {}
+
+  def eps_x(x):
+    if x not in seen:
+      seen[x] = next(values)
+    return seen[x]
+
+  calibration._bracket_from_floor(eps_x, lambda x: 10.0 * x, lambda x: x,
+                                  0.0, 1.0, 5.0, 1e-3, aim=5.0 * (1 - 1e-3))
+  assert len(seen) >= 2
 
 
 def test_the_most_private_end_is_not_evaluated_when_the_bound_defers_it():

@@ -136,6 +136,13 @@ def test_far_tails_are_bounded_not_summed():
     assert exact <= got[n] <= exact + 1e-9 * (alpha - 1), alpha
 
 
+def test_a_pair_with_no_mass_sums_to_zero_not_nan():
+  """A row that is all -inf (nothing cut): log 0 = -inf, not NaN."""
+  rows = np.stack([_sharp_law(50, 0.05, 1), np.full(50, -np.inf)])
+  got = matrix_sums.log_power_sums(rows[1:], rows[:1], np.array([2.0]), 0.0)
+  assert got[0, 0] == -np.inf
+
+
 @pytest.mark.parametrize('spread', [1e-3, 0.5, 8.0])
 def test_lower_power_sums_lie_at_or_below_the_exact_value(spread):
   """`lower=True`: the same sums with the allowance taken the other way, in

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import special
 
 from tff_quant import mechanisms
 from tff_quant.accounting import attained
@@ -174,6 +175,26 @@ def test_mixture_bound_refines_until_its_slack_is_within_the_budget():
   assert got >= every * (1 - 1e-12)
   assert math.expm1(got) - math.expm1(every) <= others.REFINE * math.expm1(got)
   assert len(set(evaluated)) <= 16
+
+
+def test_an_infinite_count_does_not_stop_the_other_pairs_refinement():
+  """A far pair with E_m = inf below m = 3 (bounded supports) keeps an
+  infinite slack at those single counts; they cannot be refined, so the
+  near pair is still refined to within REFINE of its average."""
+  orders, blocks, log_beta = np.array([2.0, 8.0]), 405, math.log(0.3)
+  near = lambda m: 5.0 * math.exp(-m / 40.0) * (orders - 1)
+
+  def log_e(m):
+    return np.stack([near(m), np.full(2, np.inf if m < 3 else 1.0)], 1)
+
+  got = others.mixture_bound(log_e, log_beta, blocks, np.array([0.1, 1.0]),
+                             orders, np.full((2, 2), np.inf))
+  weights = others.log_binomial(blocks, log_beta)
+  every = special.logsumexp(weights[:, None] + np.stack(
+      [near(m) for m in range(blocks + 1)]), axis=0)
+  assert np.all(got[:, 0] >= every * (1 - 1e-12))
+  assert np.all(np.expm1(got[:, 0]) - np.expm1(every) <=
+                others.REFINE * np.expm1(got[:, 0]))
 
 
 def test_flagged_keeps_the_smallest_groups_within_the_budget():

@@ -598,3 +598,19 @@ def test_mixed_rows_are_within_their_error_bound():
         assert got[i, z] == -np.inf
       else:
         assert abs(mpmath.mpf(got[i, z]) - mpmath.log(exact)) <= bound, (i, z)
+
+
+def test_rows_convolved_after_the_others_sum_match_one_sum_per_row(
+    monkeypatch):
+  """`_with_sum` at >= _FFT_LEVELS levels: the others' law once and the rows
+  by matrix products equals one tilted sum per row (RQM 128 levels, rows
+  the ±c laws, 5 + 3 others at the ends), to 1e-9 in log."""
+  mech = mechanisms.RQM(1.0, 4.0, 128, 0.3)
+  plus, minus = divergence.end_log_pmfs(mech)
+  rows, parts = np.stack([plus, minus]), [(plus, 5), (minus, 3)]
+  once = vector._with_sum(rows, parts)
+  monkeypatch.setattr(vector, '_PRODUCT_CONVOLVE', 0)
+  per_row = vector._with_sum(rows, parts)
+  finite = np.isfinite(per_row)
+  assert np.array_equal(finite, np.isfinite(once))
+  np.testing.assert_allclose(once[finite], per_row[finite], rtol=0, atol=1e-9)

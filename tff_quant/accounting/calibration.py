@@ -438,7 +438,7 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
       return None   # the bound certifies nothing
     lo, step = x, 2 * step
   r = lambda _, c=looseness or 1.0: c
-  exact = {}   # x -> (log ε, log(ε / bound)) at the exact evaluations, in order
+  exact = {}   # x -> (ε, log(ε / bound)) at the exact evaluations, in order
   for _ in range(_PROXY_STEPS):
     x = None
     if len(exact) >= 2:   # a secant through the last two exact points
@@ -450,8 +450,9 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
         base = (0.0 if least is None or not least < min(l1, l2, aim) else
                 least - 1e-2 * (target - least))
         f = lambda e, base=base: math.log(e - base)
-        x = x2 + (f(aim) - f(l2)) * (x2 - x1) / (f(l2) - f(l1))
-        if not min(x_ok, x_bad) < x < max(x_ok, x_bad):
+        x = (x2 + (f(aim) - f(l2)) * (x2 - x1) / (f(l2) - f(l1))
+             if f(l2) != f(l1) else None)
+        if x is not None and not min(x_ok, x_bad) < x < max(x_ok, x_bad):
           x = None
     if x is None:
       if not bound(x_ok) * r(x_ok) <= aim < bound(x_bad) * r(x_bad):
@@ -835,8 +836,10 @@ PROGRESS_AFTER = 10.0   # seconds a calibration runs before it reports progress
 
 class _Progress:
   """Calls `log` with a line per grid point once PROGRESS_AFTER seconds have
-  passed: the point, how many of how many, and an ETA (an upper bound: the
-  scan may stop early)."""
+  passed: the point, how many of how many, and an ETA at the average pace per
+  grid point so far. It is an estimate, not a bound: the scan may stop early,
+  and later grid points may cost more (RQM at n = 1,000: the first seven are
+  screened in 1-2 s each, the last ones take 20 s per exact evaluation)."""
 
   def __init__(self, log, mechanism, total):
     self.log, self.mechanism, self.total = log, mechanism, total
@@ -848,8 +851,8 @@ class _Progress:
       return
     eta = elapsed / index * (self.total - index)
     self.log(f'calibrating {self.mechanism}: grid point {index + 1} of '
-             f'{self.total} {grid_point or ""} ({elapsed:.0f} s so far, at '
-             f'most ~{eta:.0f} s left)')
+             f'{self.total} {grid_point or ""} ({elapsed:.0f} s so far, '
+             f'~{eta:.0f} s left at the pace so far)')
 
 
 _MAX_MODULAR_BITS = 22   # TFF's DistributedDpSumFactory allows bits <= 22

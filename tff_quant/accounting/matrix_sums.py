@@ -223,8 +223,9 @@ def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
   if lower:   # the cut terms only lower the sums
     return out - allowance[:, None]
   # log(S + lost) <= log S + lost / S
-  with np.errstate(over='ignore'):
-    extra = np.exp(lost[:, None] - out)
+  with np.errstate(over='ignore', invalid='ignore'):
+    extra = np.where(np.isneginf(lost)[:, None], 0.0,
+                     np.exp(lost[:, None] - out))
   return out + allowance[:, None] + terms * math.exp(-745) + 1.01 * extra
 
 

@@ -429,8 +429,11 @@ def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
       flags = _flagged(np.exp(share), REFINE)
     # The largest first, a batch of one per worker (each evaluation moves
     # the slack of its neighbours).
+    # A single count already evaluated is exact: it can be neither split nor
+    # evaluated (an infinite E there keeps an infinite slack for good).
     top = np.max(share, axis=(1, 2))
-    flagged = sorted((g for g, f in zip(groups, flags) if f),
+    flagged = sorted((g for g, f in zip(groups, flags)
+                      if f and not (g[0] in starts and g[0] == g[1])),
                      key=lambda g: -top[groups.index(g)])[:workers(len(groups))]
     todo = {a for a, _ in flagged if a not in starts}
     splits = [g for g in flagged if g[0] in starts and g[1] > g[0]]
