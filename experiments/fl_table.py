@@ -112,22 +112,6 @@ def cell_name(cell) -> str:
   return name if eps is None else f'{name}_eps{eps:g}_b{bits}'
 
 
-def eta_hours(left, runs, times):
-  """Hours the runs `left` should take: each at the mean of its mechanism's
-  finished runs (TFF's take 30-45 min here, the packed ones minutes), else at
-  the mean of all; None before any run has finished."""
-  if not times:
-    return None
-  per = {}
-  for cell, seed in runs:
-    t = times.get(f'{cell_name(cell)}_s{seed}')
-    if t is not None:
-      per.setdefault(cell[0], []).append(t)
-  overall = sum(times.values()) / len(times)
-  return sum(sum(per[c[0]]) / len(per[c[0]]) if c[0] in per else overall
-             for c, _ in left) / 3600
-
-
 def model_dim() -> int:
   """Coordinates the aggregator encodes: the model's, padded to 2^m (rotation)."""
   raw = models.num_params(models.get(FLAGS.model, INPUT_SHAPE, NUM_CLASSES))
@@ -333,7 +317,10 @@ def main(argv):
           continue
         left = [(c, s) for c, s in todo[k:]
                 if 'reason' not in calibrations.get(cell_name(c), {})]
-        hours = eta_hours(left, runs, times)
+        hours = fl_table.eta_hours(
+            [c[0] for c, _ in left],
+            [(c[0], times[f'{cell_name(c)}_s{s}']) for c, s in runs
+             if f'{cell_name(c)}_s{s}' in times])
         eta = f'; ETA ~{hours:.1f} h' if hours is not None else ''
         print(f'[run {k + 1}/{len(todo)}] {key} seed {seed}{eta}', flush=True)
         try:

@@ -78,17 +78,3 @@ def test_sigterm_stops_the_table_and_its_calibration_child(tmp_path):
       except ProcessLookupError:
         pass
 
-
-def test_eta_takes_each_run_at_its_mechanisms_pace():
-  """Two finished PBM runs at 60 s and 120 s and one TFF run at 2,400 s: the
-  ETA of a PBM run, a TFF run and a run of an unseen mechanism (at the
-  mean of all, 860 s) is (90 + 2,400 + 860) s."""
-  sys.path.insert(0, ROOT)
-  from experiments import fl_table   # pylint: disable=g-import-not-at-top
-  pbm, tff, qg = ('pbm', 10.0, 8), ('tff_skellam', 10.0, 16), ('qg', 3.0, 4)
-  runs = [(pbm, 0), (pbm, 1), (tff, 0), (pbm, 2), (tff, 1), (qg, 0)]
-  times = {'pbm_eps10_b8_s0': 60.0, 'pbm_eps10_b8_s1': 120.0,
-           'tff_skellam_eps10_b16_s0': 2400.0}
-  hours = fl_table.eta_hours([(pbm, 2), (tff, 1), (qg, 0)], runs, times)
-  assert abs(hours * 3600 - (90 + 2400 + 860)) < 1e-6
-  assert fl_table.eta_hours([(pbm, 2)], runs, {}) is None

@@ -79,3 +79,13 @@ def test_report_and_plot_are_written(tmp_path):
   assert os.path.exists(tmp_path / 'table.csv')
   fl_table.plot(cells, str(tmp_path / 't.png'), 'title')
   assert os.path.getsize(tmp_path / 't.png') > 1000
+
+
+def test_eta_takes_each_run_at_its_mechanisms_pace():
+  """Two finished PBM runs at 60 s and 120 s and one TFF run at 2,400 s: a
+  PBM run, a TFF run and a run of an unseen mechanism (at the mean of all,
+  860 s) take (90 + 2,400 + 860) s; nothing finished: no ETA."""
+  done = [('pbm', 60.0), ('pbm', 120.0), ('tff_skellam', 2400.0)]
+  hours = fl_table.eta_hours(['pbm', 'tff_skellam', 'qmgeo'], done)
+  assert abs(hours * 3600 - (90 + 2400 + 860)) < 1e-6
+  assert fl_table.eta_hours(['pbm'], []) is None

@@ -61,6 +61,22 @@ class Cell:
     return mean, mean - half, mean + half
 
 
+def eta_hours(left: Sequence[str], done: Sequence[Tuple[str, float]]
+              ) -> Optional[float]:
+  """Hours the runs left should take (`left`: each one's mechanism), each at
+  the mean of its mechanism's finished runs (`done`: (mechanism, seconds);
+  TFF's take 30-45 min here, the packed ones minutes), else at the mean of
+  all; None before any run has finished."""
+  if not done:
+    return None
+  per = {}
+  for name, seconds in done:
+    per.setdefault(name, []).append(seconds)
+  overall = sum(t for _, t in done) / len(done)
+  return sum(sum(per[n]) / len(per[n]) if n in per else overall
+             for n in left) / 3600
+
+
 def separated(a: Cell, b: Cell) -> int:
   """+1 when a's interval lies above b's, -1 below, 0 where they overlap."""
   _, a_lo, a_hi = a.interval()
