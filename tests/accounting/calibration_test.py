@@ -597,3 +597,95 @@ def test_the_cheap_bound_is_not_used_where_it_does_not_apply():
   assert calibration._bracket_from_floor(
       lambda x: math.exp(x), lambda x: 1.0, lambda x: x, -5.0, 5.0, 10.0,
       1e-3) is None
+
+
+_VERTEX_RQM = dict(num_levels=16, delta_ratio=16.0)   # the ends are vertices
+
+
+def test_end_mixes_that_lower_epsilon_stay_in_the_search():
+  """n = 30: the ±c mixes are 14% tighter than the mixture bound, so the
+  search keeps them. The answer is as tight as the search's width (a search
+  on the mixture alone would stop ~10% under the target) and its ε is the
+  accountant's at the report's orders."""
+  schedule = dict(delta=1e-5, rounds=20, clients_per_round=30,
+                  total_clients=1000, dim=100, l2_clip=1.0,
+                  coordinate_clip=0.3)
+  rep = calibration.calibration_report('rqm', 4.0, **schedule, tune='q',
+                                       compare_gaussian=False, **_VERTEX_RQM)
+  assert 4.0 * (1 - 2e-3) <= rep.epsilon <= 4.0
+  del schedule['coordinate_clip']
+  again = composition.training_guarantee(rep.mechanism, orders=rep.orders,
+                                         attained=False, **schedule)
+  assert again.epsilon == pytest.approx(rep.epsilon, rel=1e-9)
+
+
+def test_end_mixes_that_leave_epsilon_are_computed_once_then_skipped(
+    monkeypatch):
+  """Mixes that never lower a pair's bound (here made so) are computed at
+  the first candidate they apply to only; later candidates skip them, and
+  their ε is the mixture bound's, the same as the whole accountant's."""
+  calls = []
+  real = vector._extreme_mixes
+
+  def useless(*args, **kwargs):
+    calls.append(1)
+    return real(*args, **kwargs) + 50.0
+  monkeypatch.setattr(vector, '_extreme_mixes', useless)
+  schedule = dict(delta=1e-5, rounds=20, clients_per_round=30,
+                  total_clients=1000, dim=100, l2_clip=1.0)
+  epsilon_of = calibration._Epsilon(dict(schedule, use_pld=False,
+                                         others='any'), 4.0)
+  build = lambda q: mechanisms.get('rqm').for_coordinate_bound(
+      0.3, q=q, **_VERTEX_RQM)
+  epsilon_of.exact(build(0.3))
+  assert epsilon_of.mixes_matter is False and len(calls) == 1
+  second = epsilon_of.exact(build(0.4))
+  assert len(calls) == 1
+  whole = composition.training_guarantee(build(0.4), orders=epsilon_of.orders,
+                                         attained=False, **schedule)
+  assert len(calls) == 2 and whole.epsilon == pytest.approx(second, rel=1e-12)
+
+
+def test_exact_points_that_bracket_the_target_are_interpolated_on_the_value():
+  """RQM 8 bits, n = 1,000, Δ = 128c in miniature: ε near linear in q from
+  9.28 at the hint, a bound 1.17-1.23x looser. From the hint's exact ε, the
+  bound aims one exact evaluation past the target, then regula falsi on q
+  lands mid-window [9.9, 10] without a bound taken there (on log q the
+  search's own landed at 9.875, under it)."""
+  eps = lambda q: 9.28 + 241.7 * (q - 0.018811) + 4000 * (q - 0.018811)**2
+  loose = lambda q: 1.169 + 12.8 * (q - 0.018811)   # 1.23 at q = 0.0237
+  axis = calibration._Axis.of(mechanisms.get('rqm').tunable('q'))
+  screened, unscreened, bounds = [], [], []
+
+  def bound(x):
+    bounds.append(x)
+    return eps(math.exp(x)) / loose(math.exp(x))
+
+  calibration._bracket_from_floor(
+      lambda x: screened.append(eps(math.exp(x))) or screened[-1], bound,
+      lambda x: x, math.log(0.018811), 0.0, 10.0, 5e-3, aim=9.95,
+      looseness=1.17, least=9.28, ok_eps=9.28,
+      exact_x=lambda x: unscreened.append(eps(math.exp(x))) or unscreened[-1],
+      axis=axis)
+  assert len(screened) == 1 and screened[0] > 10.0   # aimed past it
+  # 9.932 (on log q: 9.903, the window's edge)
+  assert len(unscreened) == 1 and abs(unscreened[0] - 9.95) < 0.03
+  assert len(bounds) <= 5
+
+
+def test_bounds_taken_while_stepping_narrow_the_search_on_the_bound():
+  """RQM 8 bits, n = 1,000, Δ = 64c in miniature (ε = 8.3 + 340 q, the
+  bound 1.46 -> 1.2x looser), from the most private end's exact ε: the
+  stepping's bounds bracket where the scaled bound meets the aim, so the
+  regula falsi on the bound starts there: 9 bounds in all (15 from the
+  whole stepped span), the window reached at the third exact evaluation."""
+  eps = lambda x: 8.3 + 340 * math.exp(x)
+  loose = lambda x: 1.46 - 0.06 * (x - math.log(1e-4))
+  bounds, exact = [], []
+  calibration._bracket_from_floor(
+      lambda x, *_: exact.append(eps(x)) or exact[-1],
+      lambda x: bounds.append(x) or eps(x) / loose(x), lambda x: x,
+      x_ok=math.log(1e-4), x_unsafe=0.0, target=10.0, x_tol=5e-3, aim=9.95,
+      looseness=1.46, least=8.334, ok_eps=8.334)
+  assert len(bounds) <= 9
+  assert len(exact) == 3 and 9.9 <= exact[-1] <= 10.0

@@ -614,3 +614,24 @@ def test_rows_convolved_after_the_others_sum_match_one_sum_per_row(
   finite = np.isfinite(per_row)
   assert np.array_equal(finite, np.isfinite(once))
   np.testing.assert_allclose(once[finite], per_row[finite], rtol=0, atol=1e-9)
+
+
+def test_mixture_alone_skips_the_end_mixes_and_only_loosens():
+  """RQM whose input range spans one level gap (the ends are its only
+  vertices): inside `mixture_alone` the ±c mixes are skipped (the mechanism
+  is listed) and every curve value is at or above the whole bound's; at n =
+  30 the mixes are the tighter, so the values rise."""
+  mech = mechanisms.get('rqm').for_coordinate_bound(
+      1.0, num_levels=16, delta_ratio=16.0, q=0.3)
+  assert others_lib.two_vertices(vector._critical(mech), 1.0)
+  grid = vector.distance_grid(1.0, 8)
+  full = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
+  with vector.mixture_alone() as skipped:
+    alone = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
+  assert skipped == [mech]
+  for a in (2.0, 8.0):
+    assert np.all(alone.values[a] >= full.values[a])
+    assert np.all(alone.values[a] > 1.1 * full.values[a])
+  # Outside the context nothing is skipped.
+  again = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
+  np.testing.assert_array_equal(again.values[2.0], full.values[2.0])

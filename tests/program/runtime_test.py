@@ -125,3 +125,70 @@ def test_sigterm_ends_the_workers_it_started():
   finally:
     child.kill()
     child.wait()
+
+
+_SWALLOWED = '''
+import gc, os, signal, time
+from tff_quant.program import runtime
+runtime.exit_on_sigterm(grace_s=60)
+fired = []
+def signal_inside_gc(phase, info):
+  if phase == 'start' and not fired:
+    fired.append(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    sum(range(1000))   # the handler's SystemExit is raised here, and ignored
+gc.callbacks.append(signal_inside_gc)
+print('ready', flush=True)
+gc.collect()
+time.sleep(30)
+'''
+
+
+def test_sigterm_swallowed_by_a_gc_callback_still_exits():
+  """Python ignores a SystemExit raised inside a gc callback (as in jax's
+  `_xla_gc_callback`); the signal is delivered again, well before the grace."""
+  import subprocess, sys, signal, time  # pylint: disable=g-import-not-at-top,multiple-imports
+  t0 = time.time()
+  child = subprocess.run([sys.executable, '-c', _SWALLOWED], capture_output=True,
+                         text=True, timeout=120, check=False)
+  assert child.returncode == 128 + signal.SIGTERM, child.stderr
+  assert 'Exception ignored' in child.stderr   # it was swallowed once
+  assert time.time() - t0 < 25   # the 30 s sleep and the 60 s grace not waited
+
+
+_STUBBORN = '''
+import subprocess, sys, time
+from tff_quant.program import runtime
+runtime.exit_on_sigterm(grace_s=2)
+sleeper = subprocess.Popen(['sleep', '600'])
+print(sleeper.pid, flush=True)
+while True:
+  try:
+    time.sleep(60)
+  except SystemExit:
+    pass   # code that will not stop
+'''
+
+
+def test_sigterm_backstop_ends_children_and_exits_after_the_grace():
+  import subprocess, sys, signal  # pylint: disable=g-import-not-at-top,multiple-imports
+  child = subprocess.Popen([sys.executable, '-c', _STUBBORN],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+  try:
+    sleeper = int(child.stdout.readline())
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 128 + signal.SIGTERM
+    assert 'did not finish in 2 s' in child.stderr.read()
+    assert not runtime._alive(sleeper)  # pylint: disable=protected-access
+  finally:
+    child.kill()
+    child.wait()
+
+
+def test_sigterm_grace_must_be_positive():
+  import signal  # pylint: disable=g-import-not-at-top
+  if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    pytest.skip('a SIGTERM handler is installed in this process')
+  with pytest.raises(ValueError, match='grace_s'):
+    runtime.exit_on_sigterm(grace_s=0)

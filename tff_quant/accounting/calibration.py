@@ -19,6 +19,11 @@ DistributedDpSumFactory sizes it, or a decoded mean with slope < 1/2
 `calibration_report` also calibrates the continuous Gaussian to the same
 target, for the ratio.
 
+Where the ±c mixes of the others leave ε unchanged at the first candidate
+they apply to, later candidates are bounded by the mixture bound over the
+others alone (`vector.mixture_alone`, `_Epsilon`): a proved ε, at or above
+the one `training_guarantee` gives.
+
 Which ε meets the target (`bound`): 'proved' (the default) is the
 accountant's ε, a guarantee for any inputs of the other clients. 'attained'
 is the same route's ε from the per-round divergences that named inputs
@@ -61,6 +66,10 @@ _UNBOUNDED_SPAN = 1e6     # an unbounded float range is searched up to default �
 _RTOL = 2e-3              # the root search stops at this relative width
 _MAX_ITERATIONS = 60      # iterations of the root search, at most
 _PROXY_STEPS = 4         # exact evaluations steered by the cheap bound, at most
+# Brent's method inside a bracket whose unsafe end's ε is under this x the
+# target evaluates without the screen: a bound there is at most that ε, so
+# it certifies a candidate only at a looseness under it (~1.2 at n = 1,000).
+_UNSCREENED_WITHIN = 1.1
 # The root search's width while the grid is scanned; the winner is searched
 # again to `rtol` (`_Scan.refine`). RQM 8 bits, n = 1,000: the last steps
 # into a 0.2% window took 2-3 exact evaluations per grid point, 7-30 s each.
@@ -106,6 +115,16 @@ class _Epsilon:
   ends at Δ <= 8c, 9-20 s each, ε 3e7 to 1560, are certified in ~0.1 s). Not
   with the PLD route (the bound is the RDP route's).
 
+  On the ℓ2 route, where a candidate's ends are its only vertices, the
+  accountant bounds each target pair by the smaller of the mixture bound and
+  the ±c mixes (`vector`). At the first such candidate ε is computed with
+  and without the mixes; where they lower it (RQM 16 levels, n = 30: 14%)
+  every candidate keeps them, else every later one skips them
+  (`vector.mixture_alone`: RQM 8 bits, n = 1,000, Δ >= 256c: ε the same to
+  the last digit, 11 s -> 4 s an evaluation). A candidate's ε is then the
+  mixture bound's: proved, at or above the whole accountant's (which
+  `training_guarantee` gives), equal where it was measured.
+
   With bound='attained' the ε of a candidate is its attained ε
   (`RoundAccountant.epsilon_attained` at the same orders, capped the same
   way: fewer orders only raise it); no screening there (the lower bound's one
@@ -125,6 +144,8 @@ class _Epsilon:
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
     # repr(mechanism) -> (its guarantee's text, the orders its ε came from)
     self.seen = {}
+    # whether the ±c mixes lowered ε where first tried (None: not yet)
+    self.mixes_matter = None
     self.bounded = None    # the last mechanism answered by a lower bound
     self._floors = {}      # repr(mechanism) -> its cheap bound (or None)
     # ε / bound at the last exact evaluation: where the next search's first
@@ -144,6 +165,12 @@ class _Epsilon:
       self.looseness = eps / low
     return eps
 
+  def unscreened(self, mech) -> float:
+    """The accountant's ε without the screen (the search's interpolated
+    candidates, near the target, where a bound rarely exceeds it)."""
+    self.bounded = None
+    return self.exact(mech)
+
   def floor(self, mech) -> Optional[float]:
     """The cheap lower bound on `mech`'s ε (class docstring); None where the
     screening does not apply (no target, or not worth its cost)."""
@@ -162,20 +189,33 @@ class _Epsilon:
     if self.bound == 'attained':
       return self._attained(mech)
     try:
-      # The search needs the proved ε only (the attained end is computed for
-      # the chosen mechanism, by the report).
-      g = composition.training_guarantee(mech, orders=self.orders,
-                                         attained=False, **self.schedule)
+      g = self._guarantee(mech)
       if self.orders != FAST_ORDERS and not g.rdp_order < max(self.orders):
         self.orders = FAST_ORDERS
-        g = composition.training_guarantee(mech, orders=self.orders,
-                                           attained=False, **self.schedule)
+        g = self._guarantee(mech)
     except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
       self.unresolved = str(err)
       return math.inf
     self.seen[repr(mech)] = (g.assumptions, tuple(self.orders))
     self._cap(g.rdp_order)
     return g.epsilon
+
+  def _guarantee(self, mech):
+    """The proved guarantee at the current orders: the search needs the
+    proved ε only (the report computes the answer's attained end), and the
+    mixture bound alone where the ±c mixes do not lower ε (`mixes_matter`,
+    class docstring)."""
+    run = lambda: composition.training_guarantee(
+        mech, orders=self.orders, attained=False, **self.schedule)
+    if self.mixes_matter:
+      return run()
+    with vector.mixture_alone() as skipped:
+      g = run()
+    if skipped and self.mixes_matter is None:   # the first they apply to
+      full = run()
+      self.mixes_matter = full.epsilon < g.epsilon * (1 - 1e-9)
+      return full
+    return g
 
   def _cap(self, order):
     """The orders of the next evaluation, from the order `order` that
@@ -356,7 +396,8 @@ def _bisect_integer(build, spec, target, eps_at, bits, higher_private):
 
 
 def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
-                        aim=None, looseness=None, least=None):
+                        aim=None, looseness=None, least=None, ok_eps=None,
+                        exact_x=None, axis=None):
   """(safe x, unsafe x) close around the target, found with the screening's
   cheap lower bound on ε (`_Epsilon.floor`: ~0.3 s against 3-14 s for the
   exact ε at 256 levels, n = 100); None where that bound does not apply.
@@ -367,16 +408,23 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
   `x_ok` on the bound alone certifies an unsafe end (the far end, the
   slowest law to bound, 7 s for RQM at q -> 1, only if the steps reach it).
   The first exact ε is evaluated where the bound, scaled by its looseness
-  r = ε/bound (`looseness`, else 1), meets `aim` (default the target;
-  `_search_last` aims inside its stopping window), the second where the
-  bound scaled by the looseness measured at the first does. Then, while the
-  last two exact points lie on one side of the target, a secant on
-  log(ε - floor) through them, floor just below `least` (the least exact ε
-  known, if any; else on log ε) (the looseness drifts: RQM 8 bits, Δ = 16c: 1.09 -> 1.20
-  over 20% of q); once safe and unsafe exact points bracket it, the bound
-  scaled by the looseness interpolated between them (QMGeo's ε jumps, 10.3
-  -> 17.9 over 2% of p, where a secant overshoots); at most `_PROXY_STEPS`
-  exact evaluations."""
+  r = ε/bound (`looseness`, or the one at x_ok where `ok_eps`, x_ok's exact
+  ε, is known; else 1), meets `aim` (default the target; `_search_last`
+  aims inside its stopping window). Bounds taken while stepping narrow that
+  search on the bound. The next exact points are aimed from exact points
+  alone:
+  * while the last two lie on one side of the target (x_ok and its `ok_eps`
+    count as one), a secant on log(ε - floor) through them, floor just
+    below `least` (the least exact ε known, if any; else on log ε): the
+    looseness drifts (RQM 8 bits, Δ = 16c: 1.09 -> 1.20 over 20% of q);
+  * once a safe and an unsafe one bracket it, regula falsi on ε against the
+    value of `axis` (an `_Axis`; default x itself), which stays inside the
+    bracket even where ε jumps (QMGeo: 10.3 -> 17.9 over 2% of p).
+  Those interpolated points are evaluated by `exact_x` (default `eps_x`;
+  `_search_last` passes the unscreened ε: a bound rarely exceeds the target
+  where ε is aimed at it), and the bound is taken there only if a later
+  step falls back to aiming by it. At most `_PROXY_STEPS` exact
+  evaluations."""
   if floor is None or not math.isfinite(x_unsafe):
     return None
   aim = target if aim is None else aim
@@ -403,6 +451,16 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     g_lo, g_hi = g(lo), g(hi)
     if g_lo is None or g_hi is None:
       return None
+    # Bounds already taken inside (lo, hi) narrow it first (the stepping's).
+    for x in sorted((x for x in bound_at if bound_at[x] is not None and
+                     0 < (x - lo) / (hi - lo) < 1),
+                    key=lambda x: (x - lo) / (hi - lo)):
+      g_x = g(x)
+      if g_x <= 0:
+        lo, g_lo = x, g_x
+      else:
+        hi, g_hi = x, g_x
+        break
     w_lo, w_hi, side = g_lo, g_hi, 0   # the secant's (Illinois-halved) ends
     while abs(hi - lo) > x_tol / 4 and not window <= g_lo <= 0:
       x = (hi - w_hi * (hi - lo) / (w_hi - w_lo)
@@ -437,44 +495,71 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     if x == x_unsafe:
       return None   # the bound certifies nothing
     lo, step = x, 2 * step
+  exact_x = exact_x or eps_x
+  to_value, to_x = ((axis.value, axis.x) if axis is not None else
+                    (lambda y: y, lambda y: y))
   r = lambda _, c=looseness or 1.0: c
-  exact = {}   # x -> (ε, log(ε / bound)) at the exact evaluations, in order
+  exact = {}   # x -> ε at the exact evaluations, in order
+  unbounded = None   # the last exact point, when its bound was not taken
+  if ok_eps is not None and 0 < ok_eps < math.inf and 0 < bound(x_ok):
+    exact[x_ok] = ok_eps   # known already
+    r = lambda _, c=ok_eps / bound(x_ok): c
   for _ in range(_PROXY_STEPS):
     x = None
-    if len(exact) >= 2:   # a secant through the last two exact points
-      (x1, (l1, _)), (x2, (l2, _)) = list(exact.items())[-2:]
-      if l1 != l2 and (l1 > target) == (l2 > target):
-        # on log(ε - floor), floor just below the least ε known (`least`),
-        # as Brent's method below: RQM's ε - floor is near linear in q, so
-        # a secant on log ε overshot (10.47 aiming at 9.95; this: 9.98)
-        base = (0.0 if least is None or not least < min(l1, l2, aim) else
-                least - 1e-2 * (target - least))
-        f = lambda e, base=base: math.log(e - base)
+    ends = None
+    if x_ok in exact and x_bad in exact:
+      # Exact points bracket the target: regula falsi on ε against the
+      # parameter's value, inside the bracket (RQM's ε is near linear in q
+      # there: Δ = 128c, n = 1,000, 9.28 and 10.47 -> 9.91, where the bound
+      # scaled by the interpolated looseness took 4 bounds to land at 9.53,
+      # and the same on log q 9.875).
+      (v1, e1), (v2, e2) = [(to_value(y), exact[y]) for y in (x_ok, x_bad)]
+      x = to_x(v1 + (aim - e1) * (v2 - v1) / (e2 - e1))
+      if not min(x_ok, x_bad) < x < max(x_ok, x_bad):
+        x = None
+    elif len(exact) >= 2 and len({e > target for e in
+                                  list(exact.values())[-2:]}) == 1:
+      ends = list(exact.items())[-2:]   # the last two, on one side
+      # on log(ε - floor), floor just below the least ε known (`least`),
+      # as Brent's method below: RQM's ε - floor is near linear in q, so
+      # a secant on log ε overshot (10.47 aiming at 9.95; this: 9.98)
+      low = min(e for _, e in ends)
+      # (`least` may be the first of the two: the most private end's ε,
+      # near the floor, with a point far from it: RQM 8 bits, n = 1,000, Δ
+      # = 64c: 8.54 at q = 1e-4 and 9.04 -> 9.96 in the window)
+      base = (0.0 if least is None or not least <= min(low, aim) else
+              least - 1e-2 * (target - least))
+      f = lambda e, base=base: math.log(e - base)
+    if ends is not None:
+      (x1, l1), (x2, l2) = ends
+      if l1 != l2:
         x = (x2 + (f(aim) - f(l2)) * (x2 - x1) / (f(l2) - f(l1))
              if f(l2) != f(l1) else None)
         if x is not None and not min(x_ok, x_bad) < x < max(x_ok, x_bad):
           x = None
-    if x is None:
+    if x is not None:   # interpolated: no bound taken there
+      e, b = exact_x(x), None
+    else:
+      if unbounded is not None:   # the looseness at the last exact point
+        r = lambda _, c=exact[unbounded] / bound(unbounded): c
+        unbounded = None
       if not bound(x_ok) * r(x_ok) <= aim < bound(x_bad) * r(x_bad):
         break
       x = last_within(r, x_ok, x_bad)
       if x is None or x in (x_ok, x_bad):
         break
-    e, b = eps_x(x), bound(x)
+      e, b = eps_x(x), bound(x)
     if e <= target:
       x_ok = x
     else:
       x_bad = x
     if (abs(x_bad - x_ok) <= x_tol or aim - (target - aim) <= e <= target or
-        not (0 < b < math.inf and 0 < e < math.inf)):
+        not (0 < e < math.inf and (b is None or 0 < b < math.inf))):
       break
-    exact[x] = (e, math.log(e / b))
-    if x_ok in exact and x_bad in exact:
-      # the log-looseness interpolated between the bracket's ends
-      c1, c2 = exact[x_ok][1], exact[x_bad][1]
-      r = lambda y, x1=x_ok, c1=c1, k=(c2 - c1) / (x_bad - x_ok): math.exp(c1 + k * (y - x1))
-    else:
+    exact[x] = e
+    if b is not None:
       r = lambda _, c=e / b: c
+    unbounded = x if b is None else None
   return x_ok, x_bad
 
 
@@ -505,9 +590,14 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   x_safe, x_unsafe = to_x(safe), to_x(unsafe)
   seen = {}   # x -> ε, every evaluation (the answer is the best safe one)
 
-  def eps_x(x):
+  # Without the screen (`_Epsilon.unscreened`) where a candidate is
+  # interpolated between exact points near the target (`_UNSCREENED_WITHIN`).
+  unscreened = getattr(epsilon_of, 'unscreened', epsilon_of)
+
+  def eps_x(x, screen=True):
     if x not in seen:
-      seen[x] = eps_at(axis.value(x))
+      mech = build(axis.value(x))
+      seen[x] = epsilon_of(mech) if screen else unscreened(mech)
     return seen[x]
 
   span = x_unsafe - x_safe
@@ -552,7 +642,8 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
         eps_x, floor, lambda x: build(axis.value(x)), start, x_unsafe, target,
         x_tol, aim=target * (1 - rtol / 2),
         looseness=getattr(epsilon_of, 'looseness', None),
-        least=min(seen.values(), default=None))
+        least=min(seen.values(), default=None), ok_eps=seen.get(start),
+        exact_x=lambda x: eps_x(x, False), axis=axis)
     if near is not None:
       x_ok, x_bad = near
     if x_ok not in seen and eps_x(x_ok) > target:   # the deferred check
@@ -592,8 +683,10 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   # then 10.0001, both over, before 9.9968).
   middle = target * (1 - rtol / 2)
 
+  screen = not seen.get(x_bad, math.inf) < _UNSCREENED_WITHIN * target
+
   def excess(x):
-    e = eps_x(x)
+    e = eps_x(x, screen)
     if close(e):
       raise _CloseEnough()
     if not e < math.inf:

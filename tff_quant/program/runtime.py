@@ -13,6 +13,8 @@ import contextlib
 import os
 import re
 import signal
+import sys
+import threading
 import time
 from typing import List, Tuple
 
@@ -32,38 +34,99 @@ def use_secure_sum_simulation():
     _REGISTERED = True
 
 
-def exit_on_sigterm():
+SIGTERM_GRACE_S = 120.0
+
+
+def exit_on_sigterm(grace_s: float = SIGTERM_GRACE_S):
   """SIGTERM exits through SystemExit, so the atexit hook ends the workers (the
   default action kills Python outright and orphans them). A handler someone
-  else installed is kept; so is the default outside the main thread."""
+  else installed is kept; so is the default outside the main thread.
+
+  The exit is made sure of twice. A SystemExit raised where Python ignores
+  exceptions (a gc or weakref callback, `__del__`) reaches `sys.unraisablehook`,
+  which delivers the signal again. And a daemon timer, armed by the signal,
+  ends this process's children and calls `os._exit` if the process is still
+  alive `grace_s` seconds later (a clean exit, children included, takes less).
+  """
   if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
     return
+  if grace_s <= 0:
+    raise ValueError(f'`grace_s` must be > 0 seconds, got {grace_s}.')
+
   def _raise(signum, frame):  # pylint: disable=unused-argument
+    _arm_backstop(signum, grace_s)
     raise SystemExit(128 + signum)
   try:
     signal.signal(signal.SIGTERM, _raise)
   except ValueError:   # not the main thread
-    pass
+    return
+  previous_hook = sys.unraisablehook
+
+  def _redeliver(unraisable):
+    previous_hook(unraisable)
+    if (_TERMINATING and isinstance(unraisable.exc_value, SystemExit)
+        and unraisable.exc_value.code == 128 + signal.SIGTERM):
+      # Again from another thread: the handler then runs in the main thread's
+      # next check, outside this hook (where it would be ignored once more).
+      # (A real signal, so it also breaks a blocking call such as sleep.)
+      threading.Timer(0.1, signal.pthread_kill,
+                      (threading.main_thread().ident, signal.SIGTERM)).start()
+  sys.unraisablehook = _redeliver
+
+
+_TERMINATING = []
+
+
+def _arm_backstop(signum: int, grace_s: float):
+  """Starts (once) the timer that forces the exit after `grace_s` seconds."""
+  if _TERMINATING:
+    return
+  _TERMINATING.append(signum)
+
+  def force_exit():
+    sys.stderr.write(f'Signal {signum}: the exit did not finish in {grace_s:g} '
+                     's; ending child processes and exiting.\n')
+    sys.stderr.flush()
+    stop_children()
+    os._exit(128 + signum)  # pylint: disable=protected-access
+  timer = threading.Timer(grace_s, force_exit)
+  timer.daemon = True
+  timer.start()
+
+
+def child_pids() -> List[int]:
+  """PIDs of this process's child processes (any program)."""
+  me = os.getpid()
+  return _pids_where(lambda cmd, ppid: ppid == me)
+
+
+def stop_children(timeout_s: float = 5.0) -> int:
+  """Terminates every child process of this one (SIGTERM, then SIGKILL)."""
+  return _terminate(child_pids(), timeout_s)
 
 
 def worker_pids(only_children: bool = True) -> List[int]:
   """PIDs of TFF `worker_binary` processes (by default: started by this process)."""
-  pids = []
   me = os.getpid()
+  return _pids_where(lambda cmd, ppid: (
+      b'worker_binary' in cmd and b'tensorflow_federated' in cmd
+      and (ppid == me or not only_children)))
+
+
+def _pids_where(keep) -> List[int]:
+  """PIDs of processes (zombies too, to be reaped) for which
+  keep(cmdline bytes, parent pid) holds."""
+  pids = []
   for entry in os.listdir('/proc'):
     if not entry.isdigit():
       continue
     try:
       with open(f'/proc/{entry}/cmdline', 'rb') as f:
         cmd = f.read().replace(b'\0', b' ')
-      if b'worker_binary' not in cmd or b'tensorflow_federated' not in cmd:
-        continue
-      if only_children:
-        with open(f'/proc/{entry}/stat') as f:
-          ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-        if ppid != me:
-          continue
-      pids.append(int(entry))
+      with open(f'/proc/{entry}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+      if keep(cmd, int(fields[1])):
+        pids.append(int(entry))
     except (OSError, ValueError, IndexError):
       continue
   return pids
@@ -75,7 +138,11 @@ def stop_workers(timeout_s: float = 5.0, only_children: bool = True) -> int:
   TFF's context cannot reconnect to a killed worker: call
   `use_secure_sum_simulation()` again before running another computation.
   """
-  pids = worker_pids(only_children)
+  return _terminate(worker_pids(only_children), timeout_s)
+
+
+def _terminate(pids: List[int], timeout_s: float) -> int:
+  """SIGTERM to `pids`, SIGKILL to those alive after `timeout_s`; reaps ours."""
   for pid in pids:
     try:
       os.kill(pid, signal.SIGTERM)
