@@ -15,7 +15,7 @@ from tff_quant.common import laws
 from tff_quant.common import validation
 # The primitives, under the names the accountant has always exported.
 from tff_quant.common.laws import (UnresolvedSumError, renyi_divergence,  # noqa: F401  pylint: disable=unused-import
-                                   sum_log_pmf, sum_log_pmf_above)  # noqa: F401
+                                   sum_length, sum_log_pmf, sum_log_pmf_above)  # noqa: F401
 
 @dataclasses.dataclass
 class SumDivergence:

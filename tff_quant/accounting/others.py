@@ -45,6 +45,7 @@ every other client at the level next to +c gives D_2 = 0.503 against 0.486
 for the worst ±c mix (`attained` finds such configurations).
 """
 
+import bisect
 from concurrent import futures
 import dataclasses
 import itertools
@@ -402,12 +403,11 @@ def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
     evaluated = sorted(starts)
     # A group takes the nearest evaluated count below its start; the nearest
     # at or above its end bounds it below (none: E >= 1, log 0).
-    value = np.stack([starts[max(m for m in evaluated if m <= a)]
+    value = np.stack([starts[evaluated[bisect.bisect_right(evaluated, a) - 1]]
                       for a, _ in groups])
     zero = np.zeros_like(starts[0])
-    lower = np.stack([starts[min((m for m in evaluated if m >= b),
-                                 default=None)] if b <= evaluated[-1] else zero
-                      for _, b in groups])
+    lower = np.stack([starts[evaluated[bisect.bisect_left(evaluated, b)]]
+                      if b <= evaluated[-1] else zero for _, b in groups])
     live = np.isfinite(weight)[:, None, None]
     with np.errstate(invalid='ignore'):
       parts = np.where(live, weight[:, None, None] + value, -np.inf)

@@ -372,8 +372,7 @@ def _with_sum(rows: np.ndarray, parts) -> np.ndarray:
     return rows
   if rows.shape[1] < _FFT_LEVELS:
     return _log_convolve_rows(rows, divergence.sum_log_pmf(parts))
-  law_size = sum(k * (np.asarray(lp).size - 1) for lp, k in parts) + 1
-  if rows.size * law_size <= _PRODUCT_CONVOLVE:
+  if rows.size * divergence.sum_length(parts) <= _PRODUCT_CONVOLVE:
     # The others' law once, then every row by matrix products: the ±c
     # mixes of RQM at 256 levels, 663 others, 2 rows: 2 tilted sums -> 1.
     return matrix_sums.convolve(rows, 0.0, divergence.sum_log_pmf(parts),

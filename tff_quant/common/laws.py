@@ -95,6 +95,12 @@ class UnresolvedSumError(RuntimeError):
   """A sum's law spans more orders of magnitude than the tilted FFTs resolve."""
 
 
+def sum_length(parts: Sequence[Tuple[np.ndarray, int]]) -> int:
+  """Length of the law of the sum of `parts` ((pmf or log-pmf, count) pairs
+  on {0, 1, ...}): sum(count * (len - 1)) + 1."""
+  return sum(c * (np.asarray(lp).size - 1) for lp, c in parts) + 1
+
+
 def sum_log_pmf(parts: Sequence[Tuple[np.ndarray, int]]) -> np.ndarray:
   """Exact log-pmf of a sum of independent variables on {0, 1, ...}.
 
@@ -125,7 +131,7 @@ def sum_log_pmf_above(parts: Sequence[Tuple[np.ndarray, int]],
   parts = [(np.asarray(lp, np.float64), int(c)) for lp, c in parts if c > 0]
   if not parts:
     return np.zeros(1), np.zeros(1)
-  full_length = sum(c * (lp.size - 1) for lp, c in parts) + 1
+  full_length = sum_length(parts)
   # Trim each part to its support range; remember the offset.
   offset, trimmed = 0, []
   for lp, c in parts:
@@ -134,7 +140,7 @@ def sum_log_pmf_above(parts: Sequence[Tuple[np.ndarray, int]],
     offset += c * nz[0]
   out = np.full(full_length, -np.inf)
   out_upper = np.full(full_length, -np.inf)
-  if sum(c * (lp.size - 1) for lp, c in trimmed) == 0:
+  if sum_length(trimmed) == 1:
     out[offset] = sum(c * lp[0] for lp, c in trimmed)
     return out, out.copy()
   best, upper = _TiltedSum(trimmed).resolve(log_floor)
@@ -149,7 +155,7 @@ class _TiltedSum:
 
   def __init__(self, trimmed):
     self.parts = trimmed
-    self.length = sum(c * (lp.size - 1) for lp, c in trimmed) + 1
+    self.length = sum_length(trimmed)
     self.size = 1 << (self.length - 1).bit_length()
     self.on_support = support([(np.isfinite(lp), c) for lp, c in trimmed],
                                self.length)
