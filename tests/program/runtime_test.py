@@ -1,3 +1,4 @@
+import os
 import pytest
 import numpy as np
 import tensorflow_federated as tff
@@ -136,7 +137,8 @@ def signal_inside_gc(phase, info):
   if phase == 'start' and not fired:
     fired.append(1)
     os.kill(os.getpid(), signal.SIGTERM)
-    sum(range(1000))   # the handler's SystemExit is raised here, and ignored
+    for _ in range(1000):   # the handler's SystemExit is raised in this
+      pass                  # loop (its backward jumps run handlers), ignored
 gc.callbacks.append(signal_inside_gc)
 print('ready', flush=True)
 gc.collect()
@@ -160,13 +162,17 @@ _STUBBORN = '''
 import subprocess, sys, time
 from tff_quant.program import runtime
 runtime.exit_on_sigterm(grace_s=2)
-sleeper = subprocess.Popen(['sleep', '600'])
-print(sleeper.pid, flush=True)
+sleeper = subprocess.Popen(['sleep', '600'], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+told = False
 while True:
-  try:
+  try:   # code that will not stop
+    if not told:
+      print(sleeper.pid, flush=True)
+      told = True
     time.sleep(60)
   except SystemExit:
-    pass   # code that will not stop
+    pass
 '''
 
 
@@ -175,15 +181,19 @@ def test_sigterm_backstop_ends_children_and_exits_after_the_grace():
   child = subprocess.Popen([sys.executable, '-c', _STUBBORN],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
+  sleeper = None
   try:
     sleeper = int(child.stdout.readline())
     child.send_signal(signal.SIGTERM)
-    assert child.wait(timeout=60) == 128 + signal.SIGTERM
-    assert 'did not finish in 2 s' in child.stderr.read()
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert 'did not finish in 2 s' in err
     assert not runtime._alive(sleeper)  # pylint: disable=protected-access
   finally:
     child.kill()
     child.wait()
+    if sleeper is not None and runtime._alive(sleeper):  # pylint: disable=protected-access
+      os.kill(sleeper, signal.SIGKILL)
 
 
 def test_sigterm_grace_must_be_positive():

@@ -69,8 +69,10 @@ def exit_on_sigterm(grace_s: float = SIGTERM_GRACE_S):
       # Again from another thread: the handler then runs in the main thread's
       # next check, outside this hook (where it would be ignored once more).
       # (A real signal, so it also breaks a blocking call such as sleep.)
-      threading.Timer(0.1, signal.pthread_kill,
-                      (threading.main_thread().ident, signal.SIGTERM)).start()
+      again = threading.Timer(0.1, signal.pthread_kill,
+                              (threading.main_thread().ident, signal.SIGTERM))
+      again.daemon = True
+      again.start()
   sys.unraisablehook = _redeliver
 
 
