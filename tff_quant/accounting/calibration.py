@@ -70,6 +70,8 @@ _PROXY_STEPS = 4         # exact evaluations steered by the cheap bound, at most
 # target evaluates without the screen: a bound there is at most that ε, so
 # it certifies a candidate only at a looseness under it (~1.2 at n = 1,000).
 _UNSCREENED_WITHIN = 1.1
+# How far below the aim the bound-guided step may land (`_bracket_from_floor`).
+_AIM_SLACK = 0.03
 # The root search's width while the grid is scanned; the winner is searched
 # again to `rtol` (`_Scan.refine`). RQM 8 bits, n = 1,000: the last steps
 # into a 0.2% window took 2-3 exact evaluations per grid point, 7-30 s each.
@@ -436,15 +438,19 @@ def _bracket_from_floor(eps_x, floor, build_x, x_ok, x_unsafe, target, x_tol,
     return bound_at[x]
 
   # `aim` sits mid-window: the window [target (1 - rtol), target] is
-  # 2 log(aim / target) wide in log ε.
-  window = 2 * math.log(min(aim / target, 1 - 1e-4))
+  # 2 log(aim / target) wide in log ε. The bound scaled by a looseness
+  # measured elsewhere is no closer to ε than the looseness drifts (RQM 8
+  # bits, n = 1,000, Δ = 64c: 1.46 -> 1.33 -> 1.26 along the steps), so the
+  # search on it stops within _AIM_SLACK below the aim, if that is wider.
+  window = min(2 * math.log(min(aim / target, 1 - 1e-4)),
+               math.log1p(-_AIM_SLACK))
 
   def last_within(r, lo, hi):
-    """An x in [lo, hi) where bound(x)·r(x) <= aim, within the window's
-    width below it or the last such x to x_tol / 4 (true at lo, false at
-    hi); None where the bound does not apply. Illinois regula falsi on
-    log(bound·r / aim): 3-6 bounds where bisection took 12-17 (each 3 s for
-    RQM at n = 1,000)."""
+    """An x in [lo, hi) where bound(x)·r(x) <= aim, within `window` below
+    it or the last such x to x_tol / 4 (true at lo, false at hi); None
+    where the bound does not apply. Illinois regula falsi on
+    log(bound·r / aim): 3-6 bounds where bisection took 12-17 (each 1-3 s
+    for RQM at n = 1,000)."""
     def g(x):
       b = bound(x)
       return None if b is None else math.log(max(b * r(x), 1e-300) / aim)
