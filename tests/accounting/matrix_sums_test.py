@@ -217,3 +217,33 @@ def test_bad_input_names_the_parameter(call, match):
   (a non-integer count is a TypeError, as `validation` raises everywhere)."""
   with pytest.raises((ValueError, TypeError), match=match):
     call()
+
+
+def test_blocks_are_the_longest_runs_one_scale_serves():
+  """`_blocks` (its span scanned 4 windows first, doubled while all fits):
+  contiguous blocks covering the output, each at least `width` long unless
+  at the end and at most `step`; past the first window each keeps its
+  windows' finite log values within _SPAN, and each is the longest such run
+  (one more index would exceed it, unless `step` or the end stops it). On
+  laws from flat to far steeper than _SPAN per window, with gaps."""
+  def spread(values):
+    finite = values[np.isfinite(values)]
+    return finite.max() - finite.min() if finite.size else 0.0
+
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    n, width = int(rng.integers(1, 4000)), int(rng.integers(1, 300))
+    law = -np.cumsum(rng.exponential(rng.choice([0.01, 1.0, 50.0, 400.0]), n))
+    law[rng.random(n) < 0.05] = -np.inf
+    padded = np.concatenate([np.full(width - 1, -np.inf), law,
+                             np.full(width - 1, -np.inf)])
+    length, step = n + width - 1, max(width, int(rng.integers(1, 3000)))
+    z = 0
+    for z0, z1 in matrix_sums._blocks(padded, length, width, step):
+      assert z0 == z and min(width, length - z0) <= z1 - z0 <= step
+      if z1 - z0 > width:
+        assert spread(padded[z0:z1 + width - 1]) <= matrix_sums._SPAN
+      if z1 < length and z1 - z0 < step:
+        assert spread(padded[z0:z1 + width]) > matrix_sums._SPAN
+      z = z1
+    assert z == length

@@ -53,15 +53,24 @@ def exp_kept(x: np.ndarray) -> np.ndarray:
 
 def _blocks(padded: np.ndarray, length: int, width: int, step: int):
   """Output ranges [z0, z1) whose windows' finite log values span <= _SPAN
-  (so one scale serves the block), at least `width` long unless at the end."""
+  (so one scale serves the block), at least `width` long unless at the end,
+  at most `step`. The span is scanned over 4 windows first and doubled
+  while all of it fits: a law spanning far more than _SPAN per window
+  (RQM 256 levels, Δ = 1,024c, n = 1,000: 34,000 blocks) cost a scan of
+  `step` per block, 5 s of an 11 s evaluation."""
   z0 = 0
   while z0 < length:
-    seg = padded[z0:min(length, z0 + step) + width - 1]
-    vals = np.where(np.isfinite(seg), seg, np.nan)
-    with np.errstate(invalid='ignore'):
-      spread = np.fmax.accumulate(vals) - np.fmin.accumulate(vals)
-    fits = np.nonzero(~(spread > _SPAN))[0]   # NaN (no finite value yet) fits
-    last = fits[-1] if fits.size else 0       # spread only grows: a prefix fits
+    probe = min(step, 4 * width)
+    while True:
+      seg = padded[z0:min(length, z0 + probe) + width - 1]
+      vals = np.where(np.isfinite(seg), seg, np.nan)
+      with np.errstate(invalid='ignore'):
+        spread = np.fmax.accumulate(vals) - np.fmin.accumulate(vals)
+      fits = np.nonzero(~(spread > _SPAN))[0]   # NaN (no finite value yet) fits
+      last = fits[-1] if fits.size else 0       # spread only grows: a prefix fits
+      if last < seg.size - 1 or probe >= step or z0 + probe >= length:
+        break
+      probe = min(step, 2 * probe)
     z1 = min(length, max(z0 + min(width, step), z0 + last - (width - 1) + 1))
     yield z0, z1
     z0 = z1
