@@ -196,9 +196,51 @@ def test_sigterm_backstop_ends_children_and_exits_after_the_grace():
       os.kill(sleeper, signal.SIGKILL)
 
 
-def test_sigterm_grace_must_be_positive():
+def test_sigterm_grace_must_be_positive(monkeypatch):
+  """Checked first, even where a handler is installed already."""
   import signal  # pylint: disable=g-import-not-at-top
-  if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-    pytest.skip('a SIGTERM handler is installed in this process')
+  monkeypatch.setattr(runtime.signal, 'getsignal', lambda _: signal.SIG_IGN)
   with pytest.raises(ValueError, match='grace_s'):
     runtime.exit_on_sigterm(grace_s=0)
+
+
+_TERM_AT_EXIT = '''
+import atexit, os, signal, threading, time
+from tff_quant.program import runtime
+runtime.exit_on_sigterm(grace_s=30)
+def last_hook():   # registered first: runs last, as `stop_workers` may
+  time.sleep(0.5)
+  print('last hook finished', flush=True)
+atexit.register(last_hook)
+def first_hook():   # a SIGTERM lands while it runs: Python ignores its exit
+  threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()
+  time.sleep(0.5)
+atexit.register(first_hook)
+'''
+
+
+def test_a_sigterm_during_exit_does_not_abort_the_later_exit_hooks():
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  out = subprocess.run([sys.executable, '-c', _TERM_AT_EXIT],
+                       capture_output=True, text=True, timeout=60, check=False)
+  assert 'last hook finished' in out.stdout, out.stderr
+
+
+def test_the_backstop_exits_even_without_a_usable_stderr():
+  """stderr a pipe whose reader is gone: the backstop's message fails, the
+  exit does not."""
+  import subprocess, sys, signal  # pylint: disable=g-import-not-at-top,multiple-imports
+  code = _STUBBORN.replace(
+      'runtime.exit_on_sigterm(grace_s=2)',
+      'runtime.exit_on_sigterm(grace_s=1)\nimport os\nr, w = os.pipe()\n'
+      'os.dup2(w, 2); os.close(r); os.close(w)')
+  child = subprocess.Popen([sys.executable, '-c', code],
+                           stdout=subprocess.PIPE, text=True)
+  try:
+    sleeper = int(child.stdout.readline())
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not runtime._alive(sleeper)  # pylint: disable=protected-access
+  finally:
+    child.kill()
+    child.wait()

@@ -48,10 +48,10 @@ def exit_on_sigterm(grace_s: float = SIGTERM_GRACE_S):
   ends this process's children and calls `os._exit` if the process is still
   alive `grace_s` seconds later (a clean exit, children included, takes less).
   """
-  if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-    return
   if grace_s <= 0:
     raise ValueError(f'`grace_s` must be > 0 seconds, got {grace_s}.')
+  if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    return
 
   def _raise(signum, frame):  # pylint: disable=unused-argument
     _arm_backstop(signum, grace_s)
@@ -65,32 +65,46 @@ def exit_on_sigterm(grace_s: float = SIGTERM_GRACE_S):
   def _redeliver(unraisable):
     previous_hook(unraisable)
     if (_TERMINATING and isinstance(unraisable.exc_value, SystemExit)
-        and unraisable.exc_value.code == 128 + signal.SIGTERM):
+        and unraisable.exc_value.code == 128 + signal.SIGTERM
+        and threading.main_thread().is_alive()):
       # Again from another thread: the handler then runs in the main thread's
       # next check, outside this hook (where it would be ignored once more).
       # (A real signal, so it also breaks a blocking call such as sleep.)
-      again = threading.Timer(0.1, signal.pthread_kill,
-                              (threading.main_thread().ident, signal.SIGTERM))
-      again.daemon = True
-      again.start()
+      # Not once the interpreter is exiting: a SystemExit swallowed in an
+      # atexit hook must not abort the next one (`stop_workers`).
+      delivered = len(_TERMINATING)
+
+      def again():
+        if (threading.main_thread().is_alive() and
+            len(_TERMINATING) == delivered):   # not handled again meanwhile
+          signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+      timer = threading.Timer(0.1, again)
+      timer.daemon = True
+      timer.start()
   sys.unraisablehook = _redeliver
 
 
-_TERMINATING = []
+_TERMINATING = []   # the SIGTERMs handled so far
 
 
 def _arm_backstop(signum: int, grace_s: float):
-  """Starts (once) the timer that forces the exit after `grace_s` seconds."""
-  if _TERMINATING:
-    return
+  """Counts the signal; the first starts the timer that forces the exit
+  after `grace_s` seconds."""
   _TERMINATING.append(signum)
+  if len(_TERMINATING) > 1:
+    return
 
   def force_exit():
-    sys.stderr.write(f'Signal {signum}: the exit did not finish in {grace_s:g} '
-                     's; ending child processes and exiting.\n')
-    sys.stderr.flush()
-    stop_children()
-    os._exit(128 + signum)  # pylint: disable=protected-access
+    try:
+      sys.stderr.write(f'Signal {signum}: the exit did not finish in '
+                       f'{grace_s:g} s; ending child processes and exiting.\n')
+      sys.stderr.flush()
+    except BaseException:  # pylint: disable=broad-except
+      pass   # no usable stderr: exit all the same
+    try:
+      stop_children()
+    finally:
+      os._exit(128 + signum)  # pylint: disable=protected-access
   timer = threading.Timer(grace_s, force_exit)
   timer.daemon = True
   timer.start()
