@@ -213,8 +213,7 @@ class _Epsilon:
     proved ε only (the report computes the answer's attained end), and the
     mixture bound alone where the ±c mixes do not lower ε (`mixes_matter`,
     class docstring)."""
-    run = lambda: composition.training_guarantee(
-        mech, orders=self.orders, attained=False, **self.schedule)
+    run = lambda: self._proved(mech, self.orders)
     if self.mixes_matter:
       return run()
     with vector.mixture_alone() as skipped:
@@ -227,6 +226,10 @@ class _Epsilon:
       self.partial.add(repr(mech))
     return g
 
+  def _proved(self, mech, orders):
+    return composition.training_guarantee(mech, orders=orders, attained=False,
+                                          **self.schedule)
+
   def full(self, mech) -> Optional[float]:
     """The whole accountant's ε for `mech` at the orders its search used,
     where that search skipped the ±c mixes (else None): the answer's ε."""
@@ -234,8 +237,7 @@ class _Epsilon:
     if key not in self.partial:
       return None
     orders = self.seen[key][1]
-    g = composition.training_guarantee(mech, orders=orders, attained=False,
-                                       **self.schedule)
+    g = self._proved(mech, orders)
     self.seen[key] = (g.assumptions, orders)
     self.partial.discard(key)
     return g.epsilon
@@ -625,8 +627,7 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
 
   def eps_x(x, screen=True):
     if x not in seen:
-      mech = build(axis.value(x))
-      seen[x] = epsilon_of(mech) if screen else unscreened(mech)
+      seen[x] = (epsilon_of if screen else unscreened)(build(axis.value(x)))
     return seen[x]
 
   span = x_unsafe - x_safe
@@ -1167,8 +1168,7 @@ class _Scan:
       if self.visit(grid_point) == 'stop':
         break
     self.refine()
-    if self.epsilon_of.bound == 'proved':
-      self.settle()
+    self.settle()   # (only proved evaluations skip the mixes)
 
   @property
   def scan_rtol(self):
