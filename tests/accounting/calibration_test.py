@@ -44,7 +44,7 @@ def test_rqm_searches_delta_and_q_jointly_and_reaches_what_q_alone_cannot():
   assert mech.m == 16 and mech.delta > mech.clip   # levels from bits; Δ moved
   assert report.epsilon <= 10.0
   eps = composition.training_guarantee(mech, use_pld=False, **schedule,
-                                       orders=calibration.FAST_ORDERS).epsilon
+                                       orders=report.orders).epsilon
   assert eps == pytest.approx(report.epsilon, rel=1e-12)
   assert report.mse == pytest.approx(mech.worst_case_variance() / 40)
   gauss = report.gaussian
@@ -166,6 +166,48 @@ def test_pruned_grid_points_cannot_beat_the_answer():
     except ValueError:
       continue   # out of reach at this Δ
     assert alone.debiased_error >= report.debiased_error * (1 - 1e-3), ratio
+
+
+def test_the_grid_top_is_probed_first_and_points_ruled_out_are_out_of_reach(
+    monkeypatch):
+  """RQM's Δ (more private when higher): the top of the grid is calibrated
+  first, then the grid from the bottom, skipping the points the lower bound
+  at the most private q rules out (bisection); each skipped point,
+  calibrated alone, is indeed out of reach, and the report names them."""
+  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=40,
+                  total_clients=3400, dim=1000, l2_clip=1.0,
+                  coordinate_clip=3 / 1000**0.5)
+  visited = []
+  visit = calibration._Scan.visit
+  monkeypatch.setattr(calibration._Scan, 'visit', lambda self, g: (
+      visited.append(g.get('delta_ratio')), visit(self, g))[1])
+  report = calibration.calibration_report('rqm', 10.0, **schedule, bits=3,
+                                          compare_gaussian=False)
+  grid = mechanisms.RQM.tunable('delta_ratio').grid
+  assert visited[0] == max(grid) and visited[1:] == sorted(visited[1:])
+  skipped = [r for r in grid if r < visited[1]]
+  monkeypatch.setattr(calibration._Scan, 'visit', visit)
+  assert skipped, 'the bound rules out the smallest Δ here'
+  for ratio in skipped:
+    with pytest.raises(ValueError, match='not reachable'):
+      calibration.calibrate('rqm', 10.0, **schedule, bits=3, tune='q',
+                            delta_ratio=ratio)
+  assert report.epsilon <= 10.0
+
+
+def test_a_search_narrowed_from_just_below_the_target_interpolates():
+  """A grid point's answer at the scan's width (ε 9.946) searched again to
+  rtol = 2e-3 (ε(q) near linear, as RQM's at Δ = 512c, n = 1,000): Brent
+  on log ε lands in [9.98, 10] within 3 exact evaluations. Its floor just
+  below 9.946 made the transform a log near 0 and Brent bisected (6)."""
+  spec = mechanisms.get('rqm').tunable('q')
+  eps = lambda q: 9.946 + 85.0 * (q - 0.0993)
+  fake = _FakeEpsilon(eps, 1.15)
+  value, got, _ = calibration._search_last(lambda q: q, spec, 10.0, fake,
+                                           None, 2e-3, 0.0993, eps(0.0993),
+                                           {0.0993: eps(0.0993)})
+  assert 10.0 * (1 - 2e-3) <= got <= 10.0
+  assert len(fake.exact_at) <= 3
 
 
 def test_pruning_skips_itself_where_the_error_is_out_of_reach():

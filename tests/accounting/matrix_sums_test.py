@@ -92,6 +92,33 @@ def test_powers_restart_from_the_nearest_checkpoint(monkeypatch):
   assert set(reused._kept) == {0, 2, 3, 4, 5, 6, 7}
 
 
+def test_powers_cut_at_a_tail_lose_at_most_the_mass_they_report():
+  """With a tail, R^{*m} is cut at both ends: each kept entry at most err
+  above 50-digit arithmetic at its place in the exact law (a translation:
+  the cut law is a part of it), and the exact mass missing from it (dropped
+  at any step) at most e^log_dropped(m); without a tail nothing is reported
+  dropped."""
+  log_r = _sharp_law(9, 1.5, 4)
+  assert matrix_sums.Powers(log_r).log_dropped(6) == -np.inf
+  powers = matrix_sums.Powers(log_r, tail=12.0)
+  r = [mpmath.exp(mpmath.mpf(v)) for v in log_r]
+  for m in (6, 3, 8):
+    law, err = powers(m)
+    lost = powers.log_dropped(m)
+    cur = [mpmath.mpf(1)]
+    for _ in range(m):
+      cur = [mpmath.fsum(r[k] * cur[z - k] for k in range(len(r))
+                         if 0 <= z - k < len(cur))
+             for z in range(len(cur) + len(r) - 1)]
+    assert law.size < len(cur) and np.isfinite(lost)
+    shift = int(np.argmax([float(v) for v in cur])) - int(np.argmax(law))
+    for z, value in enumerate(law):
+      assert mpmath.mpf(value) - mpmath.log(cur[z + shift]) <= err
+    missing = mpmath.fsum(cur) - mpmath.fsum(mpmath.exp(mpmath.mpf(v))
+                                             for v in law)
+    assert 0 < missing <= mpmath.exp(lost), (m, missing, lost)
+
+
 def _exact_power_sum(p, q, alpha):
   terms = [mpmath.exp(alpha * mpmath.mpf(a) + (1 - alpha) * mpmath.mpf(b))
            for a, b in zip(p, q) if np.isfinite(a)]
@@ -197,7 +224,7 @@ def test_matrix_sums_match_the_tilted_fft_route():
   law, err = matrix_sums.Powers(log_r)(19)
   basis = np.stack([mech.log_pmf(x) for x in mech.levels])
   ours, err = matrix_sums.convolve(basis, 0.0, law, err)
-  fft = vector._with_sum(basis, [(log_r, 19)])
+  fft = vector._with_sum(basis, [(log_r, 19)])[0]
   np.testing.assert_allclose(ours, fft, rtol=0, atol=1e-10)
   assert err < 1e-11
 

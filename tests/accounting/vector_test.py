@@ -608,12 +608,74 @@ def test_rows_convolved_after_the_others_sum_match_one_sum_per_row(
   mech = mechanisms.RQM(1.0, 4.0, 128, 0.3)
   plus, minus = divergence.end_log_pmfs(mech)
   rows, parts = np.stack([plus, minus]), [(plus, 5), (minus, 3)]
-  once = vector._with_sum(rows, parts)
+  once, lost = vector._with_sum(rows, parts)
+  assert lost == -np.inf
   monkeypatch.setattr(vector, '_PRODUCT_CONVOLVE', 0)
-  per_row = vector._with_sum(rows, parts)
+  per_row = vector._with_sum(rows, parts)[0]
   finite = np.isfinite(per_row)
   assert np.array_equal(finite, np.isfinite(once))
   np.testing.assert_allclose(once[finite], per_row[finite], rtol=0, atol=1e-9)
+
+
+def test_an_others_sum_cut_at_a_tail_reports_the_mass_it_drops():
+  """`_with_sum` with a tail (RQM 128 levels, 40 + 30 others at the ends):
+  the rows convolved with the cut law miss at most the row's mass times
+  e^lost of the uncut convolution, and the cut law is shorter."""
+  mech = mechanisms.RQM(1.0, 4.0, 128, 0.3)
+  plus, minus = divergence.end_log_pmfs(mech)
+  rows, parts = np.stack([plus, minus]), [(plus, 40), (minus, 30)]
+  whole, none = vector._with_sum(rows, parts)
+  cut, lost = vector._with_sum(rows, parts, tail=20.0)
+  assert none == -np.inf and np.isfinite(lost) and cut.shape[1] < whole.shape[1]
+  mass = lambda a: np.exp(np.logaddexp.reduce(a, axis=1))
+  missing = mass(whole) - mass(cut)
+  assert np.all(missing >= -1e-13)
+  assert np.all(missing <= mass(rows) * math.exp(lost) + 1e-13)
+
+
+def test_cut_powers_keep_the_pairs_power_sums_above_the_exact_value(
+    monkeypatch):
+  """The mixture bound's E_m with R^{*m} cut (a tail of 2 nats below its
+  top, so the cut drops mass) plus the dropped mass times E_0 (`_add_lost`):
+  at or above 40-digit arithmetic on the uncut law at every pair and order
+  (RQM 8 levels, the common part, m = 7)."""
+  import mpmath
+  mpmath.mp.dps = 40
+  mech = mechanisms.RQM(1.0, 1.0, 8, 0.42)
+  targets = vector.target_pairs(mech, vector.distance_grid(1.0, 4))
+  log_r = vector.common_part(mech)[1]
+  orders = np.array([2.0, 8.0])
+  drops = []
+  real_powers = matrix_sums.Powers
+
+  def recording(*args):
+    drops.append(real_powers(*args))
+    return drops[-1]
+  monkeypatch.setattr(matrix_sums, 'Powers', recording)
+  got = vector._evaluator(targets, log_r, orders, tail=2.0)(7)
+  assert np.isfinite(drops[0].log_dropped(7))
+  exp = lambda v: mpmath.exp(mpmath.mpf(float(v))) if np.isfinite(v) else 0
+  r = [exp(v) for v in log_r]
+  law = [mpmath.mpf(1)]
+  for _ in range(7):
+    law = [mpmath.fsum(r[k] * law[z - k] for k in range(len(r))
+                       if 0 <= z - k < len(law))
+           for z in range(len(law) + len(r) - 1)]
+  basis = [[exp(v) for v in row] for row in targets.basis]
+
+  def mixed(weights, i):
+    row = [mpmath.fsum(mpmath.mpf(float(w)) * b[k] for w, b in
+                       zip(weights[i], basis) if w > 0)
+           for k in range(len(basis[0]))]
+    return [mpmath.fsum(row[k] * law[z - k] for k in range(len(row))
+                        if 0 <= z - k < len(law))
+            for z in range(len(law) + len(row) - 1)]
+  for p, (i, j) in enumerate(targets.pairs):
+    up, lo = mixed(targets.upper_weights, i), mixed(targets.lower_weights, j)
+    for o, alpha in enumerate(orders):
+      exact = mpmath.log(mpmath.fsum(a**alpha * b**(1 - alpha)
+                                     for a, b in zip(up, lo) if a > 0))
+      assert got[o, p] >= exact, (p, alpha, got[o, p], exact)
 
 
 def test_mixture_alone_skips_the_end_mixes_and_only_loosens():
