@@ -341,6 +341,11 @@ class Mechanism(abc.ABC):
     """P(encode(x) = i), i = 0..L-1 (float64, sums to 1)."""
     return np.exp(self.log_pmf(x))
 
+  def pmf_operations(self) -> float:
+    """Operations of one `log_pmf` call, for cost estimates (the levels;
+    a law summed over pairs of levels says so)."""
+    return float(self.num_levels)
+
   def clip_input(self, x: float) -> float:
     """The scalar the sampler actually sees for input `x` (numpy twin of encode)."""
     x = float(x)

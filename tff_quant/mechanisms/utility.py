@@ -46,6 +46,13 @@ MIN_SLOPE = 0.5
 #: sum wraps (its `modclip_prob`).
 MODCLIP_PROB = 1e-4
 _DIFF_STEP = 1e-4   # central-difference step for a biased mean, × input bound
+# `per_client` refuses beyond this many pmf operations (~30 s here): RQM at
+# 65,536 levels and q = 1e-4 sums 4.3e9 terms per pmf (17 s), 541 inputs.
+MAX_OPERATIONS = 3e9
+
+
+class CostError(ValueError):
+  """A utility refused before it starts: its pmfs cost over MAX_OPERATIONS."""
 _GRID = 17          # evenly spaced inputs added to the critical ones
 _MAX_CRITICAL = 256   # critical inputs evaluated in the range, at most
 
@@ -153,6 +160,13 @@ def per_client(mech, num_clients: int, signal_bound: Optional[float] = None
   n = validation.check_integer('num_clients', num_clients, 1)
   a = resolve_signal_bound(mech, signal_bound)
   xs = evaluation_points(mech, a)
+  calls = xs.size * (1 if mech.unbiased else 3)   # biased: ± a step too
+  cost = calls * mech.pmf_operations()
+  if cost > MAX_OPERATIONS:
+    raise CostError(
+        f'The debiased error of {mech!r} needs ~{cost:.2g} operations ({calls} '
+        f'pmfs of ~{mech.pmf_operations():.2g}; limit {MAX_OPERATIONS:.2g}, '
+        'about 30 s): fewer levels, or a larger q for RQM.')
   _, variances, slopes = zip(*(per_client_moments(mech, n, x) for x in xs))
   return worst_case(xs, slopes, variances, a, n)
 
