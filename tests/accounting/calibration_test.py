@@ -757,3 +757,30 @@ def test_an_answer_whose_skipped_mixes_matter_is_searched_again(monkeypatch):
   whole = composition.training_guarantee(rep.mechanism, orders=rep.orders,
                                          attained=False, **schedule)
   assert whole.epsilon == pytest.approx(rep.epsilon, rel=1e-9)
+
+
+def test_a_near_tie_at_the_scans_width_is_searched_to_rtol_before_a_rise(
+    monkeypatch):
+  """A grid point that can beat the incumbent (ε at the tying value meets
+  the target) but whose answer at the scan's width (1%) does not is
+  searched again to rtol; its better answer becomes the incumbent instead
+  of counting as a rise (RQM, 16 levels; the searches stubbed)."""
+  scan = calibration._Scan('rqm', 10.0, 0.1, None, 4, 2e-3, {},
+                           lambda mech: 9.95, 0.1, 100)
+  build = lambda q: mechanisms.RQM.for_coordinate_bound(
+      0.1, num_levels=16, delta_ratio=8.0, q=q)
+  tie, better = 0.30, 0.31
+  incumbent = build(tie).signal_utility(100, 0.1)
+  scan.best = (incumbent.error, build(0.2), {'q': 0.2}, 9.99, incumbent)
+  monkeypatch.setattr(calibration, '_least_private_to_beat',
+                      lambda *args, **kwargs: tie)
+  widths = []
+
+  def search(build_, spec, target, epsilon_of, bits, rtol, hint, hint_eps,
+             known=None):
+    widths.append(rtol)
+    return (tie, 9.946, 9.946) if len(widths) == 1 else (better, 9.99, 9.946)
+  monkeypatch.setattr(calibration, '_search_last', search)
+  assert scan.visit({'delta_ratio': 8.0}) is None
+  assert widths == [calibration.SCAN_RTOL, 2e-3]
+  assert scan.best[2]['q'] == better and scan.rising == 0
