@@ -110,3 +110,22 @@ def test_bad_input(kwargs, match):
   args.update(kwargs)
   with pytest.raises((ValueError, TypeError), match=match):
     attained.round_rdp(**args)
+
+
+def test_the_screens_cut_law_keeps_exact_zero_ends_and_point_masses(
+    monkeypatch):
+  """The FFT route (calibration's screen) resolves the others' law only down
+  to SCREEN_TAIL. Off-support ends (exact zeros) are not a cut: QMGeo
+  without full support, 29 others, gives the same figures as the law in
+  full; and 199 others whose law is one point (QMGeo at 256 levels) give
+  the uncut figures rather than an empty window."""
+  monkeypatch.setattr(attained, 'MAX_OPERATIONS', 0.0)   # the FFT route
+  def figures(mech, n, tail):
+    monkeypatch.setattr(attained, 'SCREEN_TAIL', tail)
+    return attained.round_rdp(mech, [2, 8], n, search=False)
+  mech = mechanisms.QMGeo(1.0, 8, 0.5)
+  cut, whole = figures(mech, 30, 400.0), figures(mech, 30, math.inf)
+  for order in whole:
+    assert cut[order] == pytest.approx(whole[order], rel=1e-9, abs=1e-12)
+  point = mechanisms.QMGeo(1.0, 256, 0.3)
+  assert figures(point, 200, 400.0) == figures(point, 200, math.inf)

@@ -139,8 +139,11 @@ def _others_laws(mech, num_others: int, inputs: Sequence[float],
       parts = [(mech.log_pmf(v), m) for m, v in group]
       log_law = laws_lib.sum_log_pmf_above(
           parts, -SCREEN_TAIL - math.log(laws_lib.sum_length(parts)))[0]
-      known = np.nonzero(~np.isnan(log_law) & np.isfinite(log_law))[0]
+      known = np.nonzero(~np.isnan(log_law))[0]   # resolved, zeros included
       middle = log_law[known[0]:known[-1] + 1]
+      if middle.size < log_law.size and middle.size < mech.num_levels:
+        # too short to cover one output whole: the law in full
+        middle = log_law = laws_lib.sum_log_pmf_above(parts, -np.inf)[0]
       if not np.isnan(middle).any():
         out.append((group, middle, FFT_LOG_ERROR, middle.size < log_law.size))
     return out

@@ -1174,7 +1174,8 @@ class _Scan:
     done = 0
     if self._probes_first(points):   # the most private end first
       report_progress(done, points[-1])
-      self.visit(points[-1])
+      if self.visit(points[-1]) == 'stop':
+        points = []
       self.counting = False   # `_rose`: until the scan improves on it
       points, done = points[:-1], 1
       skipped = self._out_of_reach(points)

@@ -407,7 +407,8 @@ def cut_tail(d_inf: np.ndarray, log_mass: np.ndarray) -> float:
   """How far below its top an others' law may be cut (`_with_sum`,
   `matrix_sums.Powers`): POWER_TAIL above the largest log E_0 any pair may
   have at orders up to TAIL_ORDER ((α-1)·D∞ + log of the upper row's mass),
-  so what a cut drops adds at most e^-POWER_TAIL to a pair's E there; inf
+  so what a cut drops (entries each below e^-tail of the top, added back as
+  computed, `_add_lost`) is negligible against a pair's E there; inf
   (nothing cut) where some D∞ is infinite. Free of the orders asked, so a
   pair's value at an order does not depend on which others are evaluated
   with it."""
