@@ -1270,7 +1270,7 @@ class _Scan:
     most private value, which rises toward the less private end by the
     declared privacy direction, so a point the bound rules out rules out
     every point before it (RQM 8 bits, n = 1,000: Δ <= 16c, 8 points at
-    ~2.5 s each, by 3 bounds). Each is recorded as reached, bounded by the
+    ~2.5 s each, by 4 bounds). Each is recorded as reached, bounded by the
     bound that ruled it out."""
     axis = _Axis.of(self.last)
     most_private = lambda i: self.cls.for_coordinate_bound(self.clip, **dict(
