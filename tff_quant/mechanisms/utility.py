@@ -49,12 +49,12 @@ _DIFF_STEP = 1e-4   # central-difference step for a biased mean, × input bound
 # `per_client` refuses beyond this many pmf operations (~30 s here): RQM at
 # 65,536 levels and q = 1e-4 sums 4.3e9 terms per pmf (17 s), 541 inputs.
 MAX_OPERATIONS = 3e9
+_GRID = 17          # evenly spaced inputs added to the critical ones
+_MAX_CRITICAL = 256   # critical inputs evaluated in the range, at most
 
 
 class CostError(ValueError):
   """A utility refused before it starts: its pmfs cost over MAX_OPERATIONS."""
-_GRID = 17          # evenly spaced inputs added to the critical ones
-_MAX_CRITICAL = 256   # critical inputs evaluated in the range, at most
 
 
 @dataclasses.dataclass(frozen=True)
