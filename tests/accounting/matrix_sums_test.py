@@ -274,3 +274,9 @@ def test_blocks_are_the_longest_runs_one_scale_serves():
         assert spread(padded[z0:z1 + width]) > matrix_sums._SPAN
       z = z1
     assert z == length
+
+
+@pytest.mark.parametrize('tail', [-1.0, float('nan'), -float('inf')])
+def test_a_bad_tail_is_refused_naming_it(tail):
+  with pytest.raises(ValueError, match='`tail`'):
+    matrix_sums.Powers(np.log([0.5, 0.5]), tail)
