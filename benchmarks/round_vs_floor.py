@@ -21,7 +21,11 @@ on the same clients, interleaved round by round:
 Packing (numpy arrays to datasets) is inside every packed and floor time. K is
 federated_training's automatic choice (`packed_clients.auto_clients_per_slot`)
 unless --clients_per_slot is given. Each setting: one warm-up round, then
---repeats timed rounds; min / median / max seconds per path.
+--repeats timed rounds; min / median / max seconds per path. The header names
+the CPU, its AVX-512 support and whether TensorFlow's oneDNN kernels are on
+(`vectorized_clients.cpu_facts`): with them off (TF_ENABLE_ONEDNN_OPTS=0, or
+TF 2.14's default on a CPU without AVX-512 when nothing set it) the vectorized
+paths run one convolution per client (in one loop) instead of one grouped one.
   python -m benchmarks.round_vs_floor [--models=small_cnn,lenet5]
       [--clients=100,400] [--repeats=3] [--clients_per_slot=0] [--paths=...]
 """
@@ -207,6 +211,7 @@ def main(argv):
           f'warm-up; paths interleaved round by round; {os.cpu_count()} CPU '
           f'cores ({units} parallel slots); batch {FLAGS.batch_size}, one local '
           'epoch, RQM 16 levels.', flush=True)
+    print(vectorized_clients.cpu_facts().describe() + '.', flush=True)
     print('| model | clients/round | K | path | min (s) | median (s) | max (s) | '
           'median / floor | median / vectorized floor |\n'
           '|---|---|---|---|---|---|---|---|---|', flush=True)

@@ -1,10 +1,19 @@
 """Session-wide: TFF's secure-sum context once; no worker_binary left behind;
-the repository's tools/ scripts as modules."""
+the repository's tools/ scripts as modules.
+
+TensorFlow's oneDNN kernels are turned on (before any test imports TensorFlow)
+unless TF_ENABLE_ONEDNN_OPTS is set, as importing tff_quant does: the suite
+then runs the same kernels on CPUs with and without AVX-512 (TF 2.14's default
+turns them on only with AVX-512). TF_ENABLE_ONEDNN_OPTS=0 runs it with them
+off (tests/training/vectorized_clients_test.py runs its convolution tests both
+ways in subprocesses).
+"""
 
 import importlib.util
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import pytest  # pylint: disable=g-import-not-at-top
 

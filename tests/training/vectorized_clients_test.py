@@ -3,7 +3,20 @@
 Tolerance (float32; the batched ops add in another order than the per-client
 ones): every update coordinate within 1e-6 + 1e-5 * |sequential update| of
 TFF's own client work, after up to 8 local steps.
+
+Convolutions take one of two paths (one grouped convolution with TensorFlow's
+oneDNN kernels on, one convolution per client with them off);
+`test_convolution_tests_pass_with_onednn_off_and_on` runs this file's
+convolution tests in subprocesses with TF_ENABLE_ONEDNN_OPTS=0 and =1, so both
+stay green whatever this machine's CPU turns on by default.
 """
+
+import itertools
+import os
+import platform
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +31,9 @@ pytestmark = pytest.mark.usefixtures('tff_context')
 
 ATOL, RTOL = 1e-6, 1e-5
 IMAGE = (8, 8, 1)
+# Set in the subprocesses `test_convolution_tests_pass_with_onednn_off_and_on`
+# starts (they do not start their own).
+SUBRUN = 'TFF_QUANT_ONEDNN_SUBRUN'
 
 
 def dense_fn():
@@ -103,6 +119,19 @@ SIZES = [0, 1, 4, 7, 11, 0, 3, 9]
     (dense_fn, tff.learning.optimizers.build_adam(0.05, epsilon=1e-3), 1)])
 def test_vectorized_updates_equal_tffs_client_work(keras_fn, optimizer, epochs):
   """Each client's row equals TFF's sequential update for it; metrics too."""
+  _check_updates_equal_tffs(keras_fn, optimizer, epochs)
+
+
+def test_per_client_convolutions_equal_tffs_client_work(monkeypatch):
+  """One convolution per client (the path with oneDNN off) through TFF, on
+  any machine: the path is chosen where the computation is traced."""
+  monkeypatch.setattr(vc, '_onednn', lambda: False)
+  assert not vc.StackedModel(conv_fn()).grouped
+  _check_updates_equal_tffs(
+      conv_fn, tff.learning.optimizers.build_sgdm(0.3, momentum=0.5), 1)
+
+
+def _check_updates_equal_tffs(keras_fn, optimizer, epochs):
   model_fn = model_fn_of(keras_fn)
   arrays = clients(keras_fn, SIZES)
   ids = sorted(arrays, key=lambda c: int(c[1:]))
@@ -237,15 +266,174 @@ def test_unsupported_models_are_named_and_fall_back():
   assert work.next.type_signature   # the sequential loop builds
 
 
-def test_stacked_forward_matches_keras_per_client():
-  """Forward pass only, K = 3 different weight sets, training off."""
+@pytest.mark.parametrize('grouped', [True, False],
+                         ids=['grouped', 'per_client'])
+def test_stacked_forward_matches_keras_per_client(grouped):
+  """Forward pass only, K = 3 different weight sets, training off; both
+  convolution paths (a grouped convolution's forward pass runs on every CPU)."""
   keras = [conv_fn() for _ in range(3)]
-  stacked = vc.StackedModel(keras[0])
+  stacked = vc.StackedModel(keras[0], grouped=grouped)
+  assert stacked.grouped == grouped
   weights = [tf.stack(ws) for ws in zip(*[m.trainable_weights for m in keras])]
   x = np.random.RandomState(1).randn(3, 5, *IMAGE).astype(np.float32)
   got = stacked.forward(weights, tf.constant(x), training=False).numpy()
   for a, m in enumerate(keras):
     np.testing.assert_allclose(got[a], m(x[a]).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _conv_float64(x, kernel, strides, padding, rate, up):
+  """tf.nn.conv2d's definition in float64 numpy: (output, gradient of
+  Σ output·up with respect to x, to kernel), x [N, H, W, C], kernel
+  [kh, kw, C, O]."""
+  (n, height, width, _), (kh, kw, _, cout) = x.shape, kernel.shape
+  out_size, pads = [], []
+  for size, k, s, d in ((height, kh, strides[0], rate[0]),
+                        (width, kw, strides[1], rate[1])):
+    span = (k - 1) * d + 1
+    out = -(-size // s) if padding == 'same' else -(-(size - span + 1) // s)
+    total = max((out - 1) * s + span - size, 0) if padding == 'same' else 0
+    out_size.append(out)
+    pads.append((total // 2, total - total // 2))
+  (oh, ow), (sh, sw), (dh, dw) = out_size, strides, rate
+  padded = np.pad(x.astype(np.float64), [(0, 0), *pads, (0, 0)])
+  out = np.zeros([n, oh, ow, cout])
+  grad_x, grad_k = np.zeros_like(padded), np.zeros(kernel.shape)
+  for i in range(kh):
+    for j in range(kw):
+      window = (slice(None), slice(i * dh, i * dh + (oh - 1) * sh + 1, sh),
+                slice(j * dw, j * dw + (ow - 1) * sw + 1, sw))
+      tap = kernel[i, j].astype(np.float64)
+      out += padded[window] @ tap
+      grad_k[i, j] = np.einsum('npqc,npqo->co', padded[window], up)
+      grad_x[window] += up @ tap.T
+  (top, _), (left, _) = pads
+  grad_x = grad_x[:, top:top + height, left:left + width]
+  return out, grad_x, grad_k
+
+
+CONV_CASES = [   # (H, W), kernel, padding, strides, dilation (Keras forbids
+  # strides and dilation both > 1)
+    (hw, k, pad, s, d)
+    for hw, k, pad, (s, d) in itertools.product(
+        [(7, 8), (9, 9)], [(1, 1), (2, 3), (3, 3), (4, 2)], ['valid', 'same'],
+        [((1, 1), (1, 1)), ((2, 2), (1, 1)), ((1, 3), (1, 1)),
+         ((1, 1), (2, 2)), ((1, 1), (1, 2))])]
+
+
+def test_per_client_convolution_is_conv2d_per_client():
+  """`_per_client_conv` (the path with oneDNN off) against the definition of
+  tf.nn.conv2d in float64, client by client: values and gradients (inputs,
+  filters, biases), over padding, strides, dilation, odd and even sizes and
+  kernels.
+
+  Tolerance, from the arithmetic: each value compared is a float32 sum of n
+  products, in whatever order the kernels add them (the output: kh·kw·C
+  terms; the filters' gradient: B·H'·W', one per output pixel; the inputs':
+  at most kh·kw·O; the bias's: B·H'·W'), so within γ_n·Σ|terms| ≈
+  n·u·Σ|terms| of exact (Higham, Accuracy and Stability of Numerical
+  Algorithms, 3.1; u = 2^-24); the products and the bias add round once more
+  each (n + 2).
+  Σ|terms| is the same sum on absolute values; the float64 reference's own
+  rounding is 2^-29 times smaller. Checked at twice that bound (a margin,
+  not a fit: the largest error measured is half the bound itself).
+  """
+  rng = np.random.RandomState(0)
+  u = 2.0**-24
+  a, b, cin, cout = 3, 4, 2, 3
+  for (h, w), k, pad, strides, rate in CONV_CASES:
+    layer = tf.keras.layers.Conv2D(cout, k, padding=pad, strides=strides,
+                                   dilation_rate=rate)
+    layer.build((None, h, w, cin))
+    x = rng.randn(a, b, h, w, cin).astype(np.float32)
+    kernel = rng.randn(a, *k, cin, cout).astype(np.float32)
+    bias = rng.randn(a, cout).astype(np.float32)
+    tensors = [tf.constant(t) for t in (x, kernel, bias)]
+    with tf.GradientTape() as tape:
+      tape.watch(tensors)
+      images = tf.reshape(tensors[0], [a * b, h, w, cin])
+      got = vc._per_client_conv(   # pylint: disable=protected-access
+          layer, tensors[1], tensors[2], images, tf.constant(a))
+      got = tf.reshape(got, [a, b, *got.shape[1:]])
+      up = rng.randn(*got.shape).astype(np.float32)
+      loss = tf.reduce_sum(got * up)
+    grads = tape.gradient(loss, tensors)
+    oh, ow = got.shape[2:4]
+    case = (h, w, k, pad, strides, rate)
+    for i in range(a):
+      want, want_x, want_k = _conv_float64(x[i], kernel[i], strides, pad, rate,
+                                           up[i])
+      size, size_x, size_k = _conv_float64(abs(x[i]), abs(kernel[i]), strides,
+                                           pad, rate, abs(up[i]))
+      checks = [
+          (got[i], want + bias[i], size + abs(bias[i]), k[0] * k[1] * cin),
+          (grads[0][i], want_x, size_x, k[0] * k[1] * cout),
+          (grads[1][i], want_k, size_k, b * oh * ow),
+          (grads[2][i], up[i].sum((0, 1, 2)), abs(up[i]).sum((0, 1, 2)),
+           b * oh * ow)]
+      for what, (g, r, terms, n) in zip(('output', 'd/dx', 'd/dkernel',
+                                         'd/dbias'), checks):
+        bound = 2 * (n + 2) * u * terms
+        assert np.all(np.abs(np.asarray(g, np.float64) - r) <= bound), (
+            case, what, np.max(np.abs(g - r) / bound))
+
+
+def test_convolutions_take_the_path_onednn_allows(tmp_path):
+  """Grouped convolutions iff oneDNN is on (TF_ENABLE_ONEDNN_OPTS, read at
+  TensorFlow's import, decides it where it is set); `cpu_facts` reports it."""
+  onednn = vc._onednn()   # pylint: disable=protected-access
+  assert vc.StackedModel(conv_fn()).grouped == onednn
+  setting = os.environ.get('TF_ENABLE_ONEDNN_OPTS')
+  if setting == '0':
+    assert not onednn
+  elif (setting == '1' and platform.system() == 'Linux' and
+        platform.machine() == 'x86_64'):
+    assert onednn   # TF's Linux x86-64 wheels carry oneDNN
+  assert vc.cpu_facts().onednn == onednn
+  info = tmp_path / 'cpuinfo'
+  info.write_text('processor\t: 0\nmodel name\t: AMD EPYC 7B13\n'
+                  'flags\t\t: fpu sse2 avx avx2 fma\n\n'
+                  'processor\t: 1\nmodel name\t: AMD EPYC 7B13\n')
+  facts = vc.cpu_facts(str(info))
+  assert (facts.model, facts.avx512) == ('AMD EPYC 7B13', False)
+  info.write_text('model name\t: Intel(R) Xeon(R) Processor\n'
+                  'flags\t\t: avx2 avx512f avx512bw\n')
+  facts = vc.cpu_facts(str(info))
+  assert (facts.model, facts.avx512) == ('Intel(R) Xeon(R) Processor', True)
+  assert 'AVX-512 yes' in facts.describe()
+  assert f'oneDNN {"on" if onednn else "off"}' in facts.describe()
+  assert vc.cpu_facts(str(tmp_path / 'absent')).avx512 is False
+
+
+@pytest.mark.skipif(os.environ.get(SUBRUN) == '1',
+                    reason='already in a subprocess of this test')
+def test_convolution_tests_pass_with_onednn_off_and_on():
+  """This file's convolution tests pass with oneDNN off (the path of CPUs
+  without AVX-512: TF 2.14 turns it on by default only with them) and on.
+
+  Each setting runs in a fresh process (the variable is read when TensorFlow
+  is imported), in its own process group so that a timeout ends its TFF
+  workers too; its own session fixture ends them otherwise.
+  """
+  selected = ('(conv or stacked or unsupported or every_model or onednn) '
+              'and not off_and_on')
+  for setting in ('0', '1'):
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=setting, **{SUBRUN: '1'})
+    proc = subprocess.Popen(   # pylint: disable=consider-using-with
+        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+         os.path.abspath(__file__), '-k', selected],
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+      out, _ = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGKILL)
+      out, _ = proc.communicate()
+      pytest.fail(f'TF_ENABLE_ONEDNN_OPTS={setting}: timed out\n{out[-3000:]}')
+    assert proc.returncode == 0, (
+        f'TF_ENABLE_ONEDNN_OPTS={setting}:\n{out[-5000:]}')
+    assert ' passed' in out and 'skipped' not in out, out[-2000:]
 
 
 @pytest.mark.parametrize('n, dim, units, k', [

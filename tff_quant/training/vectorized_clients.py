@@ -4,11 +4,13 @@
 models train together: every weight is a tensor with a leading client axis, and
 each step runs one batch of every client that still has one, through the
 Keras model's layers re-implemented on those stacked weights (a convolution is
-one grouped convolution with the clients as groups, a dense layer one batched
-matmul). Each client's gradient is that of its own mean batch loss (clients do
-not mix: the total loss is a sum over clients) and each client keeps its own
-optimizer state, so every client's update is the one the sequential per-client
-loop computes, up to float rounding (tests/training/vectorized_clients_test.py).
+one grouped convolution with the clients as groups where TensorFlow runs its
+oneDNN CPU kernels, else each client's own convolution in one loop; a dense
+layer one batched matmul). Each client's gradient is that of its own mean
+batch loss (clients do not mix: the total loss is a sum over clients) and each
+client keeps its own optimizer state, so every client's update is the one the
+sequential per-client loop computes, up to float rounding
+(tests/training/vectorized_clients_test.py).
 
 Ragged work: a step holds only the clients that have a batch left (the others'
 weights and optimizer state are not touched), and a partial batch is padded and
@@ -16,10 +18,24 @@ masked, its loss the mean over its real examples as `dataset.batch` gives it.
 
 `unsupported_reason` names what a model uses that is not re-implemented here
 (then the packed path trains the slot's clients one after another instead).
+
+oneDNN: TensorFlow 2.14 turns its oneDNN kernels on by default only on CPUs
+with AVX-512-class features; only they have gradients of grouped convolutions
+on CPU. Importing `tff_quant` (or the `experiments`/`benchmarks` packages)
+sets TF_ENABLE_ONEDNN_OPTS=1 unless it is already set, which takes effect
+when TensorFlow is imported after it; where TensorFlow was imported first, or
+the user set TF_ENABLE_ONEDNN_OPTS=0, oneDNN is whatever TensorFlow chose,
+and `StackedModel` then runs each client's convolution on its own in one
+loop (same result to float rounding, gradients on every CPU, slower:
+docs/performance.md). The path is chosen in the process that traces the
+computation; the TFF workers it starts inherit its environment. Remote
+workers (docs/scaling.md) must run oneDNN if the driver does (`cpu_facts`
+says what a process runs).
 """
 
 import collections
 import collections.abc
+import platform
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -36,7 +52,50 @@ _REDUCTIONS = ('auto', 'sum_over_batch_size')
 def _onednn() -> bool:
   """Whether TensorFlow runs its oneDNN CPU kernels (grouped convolutions)."""
   from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
-  return _pywrap_util_port.IsMklEnabled()
+  return bool(_pywrap_util_port.IsMklEnabled())
+
+
+class CpuFacts(NamedTuple):
+  """What the CPU and TensorFlow's kernels are, for benchmark headers."""
+  model: str        # /proc/cpuinfo's model name (else `platform.processor()`)
+  avx512: bool      # the CPU reports avx512f
+  onednn: bool      # TensorFlow runs its oneDNN CPU kernels in this process
+
+  def describe(self) -> str:
+    """One line, e.g. 'CPU: Intel(R) Xeon(R) Processor, AVX-512 yes;
+    TensorFlow oneDNN on (convolutions: grouped)'."""
+    return (f'CPU: {self.model}, AVX-512 {"yes" if self.avx512 else "no"}; '
+            f'TensorFlow oneDNN {"on" if self.onednn else "off"} '
+            f'(convolutions: {"grouped" if self.onednn else "one per client"})')
+
+
+def cpu_facts(cpuinfo: str = '/proc/cpuinfo') -> CpuFacts:
+  """The CPU's model name, its AVX-512 support and whether oneDNN is on.
+
+  Args:
+    cpuinfo: Linux's CPU description file; where it cannot be read (not
+      Linux), the model is `platform.processor()` and AVX-512 is reported
+      False.
+
+  Returns:
+    A `CpuFacts` (oneDNN as TensorFlow, imported by now, runs it).
+  """
+  model, flags = '', set()
+  try:
+    with open(cpuinfo) as f:
+      for line in f:
+        key, _, value = line.partition(':')
+        key = key.strip()
+        if key == 'model name' and not model:
+          model = value.strip()
+        elif key in ('flags', 'Features') and not flags:
+          flags = set(value.split())
+        if model and flags:
+          break
+  except OSError:
+    pass
+  model = model or platform.processor() or platform.machine() or 'unknown'
+  return CpuFacts(model, 'avx512f' in flags, _onednn())
 
 
 def _activation_name(fn) -> str:
@@ -61,15 +120,29 @@ class StackedModel:
   `forward(weights, x)` takes the model's trainable weights, each with a
   leading client axis A (in `model.trainable_variables` order), and inputs
   x [A, B, ...] (client a's batch in row a) and returns logits [A, B, ...].
-  Convolutional layers run with the clients as groups of channels
-  ([B, H, W, A * C]); dense layers as batched matmuls ([A, B, F]).
+  Convolutional layers run either with the clients as groups of channels
+  ([B, H, W, A * C], one grouped convolution: oneDNN's kernels, the only CPU
+  ones with its gradients) or client-major ([A * B, H, W, C]; each client's
+  own convolution, in one loop: gradients on any CPU); dense layers as
+  batched matmuls ([A, B, F]).
   Build it only after `unsupported_reason(model)` returned None.
   """
 
-  def __init__(self, model: tf.keras.Model):
+  def __init__(self, model: tf.keras.Model, grouped: Optional[bool] = None):
+    """Reads the model's layers.
+
+    Args:
+      model: a Keras model `unsupported_reason` accepts.
+      grouped: convolutions as one grouped convolution (True) or one per
+        client (False); None: grouped iff TensorFlow's oneDNN kernels are on.
+
+    Raises:
+      ValueError: `model` is not supported (the reason is in the message).
+    """
     reason = unsupported_reason(model)
     if reason:
       raise ValueError(f'cannot vectorize {model.name}: {reason}')
+    self.grouped = _onednn() if grouped is None else bool(grouped)
     index = {id(v): i for i, v in enumerate(model.trainable_variables)}
     self.input_shape = tuple(model.input_shape[1:])
     self.spatial = len(self.input_shape) == 3
@@ -91,37 +164,34 @@ class StackedModel:
               training: bool) -> tf.Tensor:
     """Logits [A, B, classes] of A clients' batches x [A, B, ...]."""
     a, b = tf.shape(x)[0], tf.shape(x)[1]
-    if self.spatial:   # [A, B, H, W, C] -> [B, H, W, A * C]
+    h = x
+    if self.spatial:
       height, width, chan = self.input_shape
-      h = tf.reshape(tf.transpose(x, [1, 2, 3, 0, 4]),
-                     [b, height, width, a * chan])
-    else:
-      h = x
+      if self.grouped:   # [A, B, H, W, C] -> [B, H, W, A * C]
+        h = tf.reshape(tf.transpose(x, [1, 2, 3, 0, 4]),
+                       [b, height, width, a * chan])
+      else:   # [A, B, H, W, C] -> [A * B, H, W, C]
+        h = tf.reshape(x, [a * b, height, width, chan])
     spatial = self.spatial
     for op in self.layers:
       layer = op.layer
       if op.kind == 'Conv2D':
-        w = weights[op.kernel]   # [A, kh, kw, C, O] -> [kh, kw, C, A * O]
-        kh, kw, cin, cout = layer.kernel.shape
-        filters = tf.reshape(tf.transpose(w, [1, 2, 3, 0, 4]),
-                             [kh, kw, cin, a * cout])
-        h = tf.nn.conv2d(h, filters, strides=layer.strides,
-                         padding=layer.padding.upper(),
-                         dilations=layer.dilation_rate)
-        if op.bias is not None:
-          h = h + tf.reshape(weights[op.bias], [a * cout])
-        h = layer.activation(h)
+        bias = None if op.bias is None else weights[op.bias]
+        conv = _grouped_conv if self.grouped else _per_client_conv
+        h = layer.activation(conv(layer, weights[op.kernel], bias, h, a))
       elif op.kind in ('MaxPooling2D', 'AveragePooling2D'):
         pool = (tf.nn.max_pool2d if op.kind == 'MaxPooling2D'
                 else tf.nn.avg_pool2d)
         h = pool(h, layer.pool_size, layer.strides, layer.padding.upper())
       elif op.kind == 'Flatten':
-        if spatial:   # [B, H, W, A * C] -> [A, B, H * W * C]
+        if spatial and self.grouped:   # [B, H, W, A * C] -> [A, B, H * W * C]
           shape = tf.shape(h)
           h = tf.reshape(h, [b, shape[1], shape[2], a, op.channels])
           h = tf.transpose(h, [3, 0, 1, 2, 4])
           h = tf.reshape(h, [a, b, -1])
-          spatial = False
+        elif spatial:   # [A * B, H, W, C] -> [A, B, H * W * C]
+          h = tf.reshape(h, [a, b, -1])
+        spatial = False
       elif op.kind == 'Dense':
         h = tf.matmul(h, weights[op.kernel])
         if op.bias is not None:
@@ -137,15 +207,94 @@ class StackedModel:
     return h
 
 
+def _grouped_conv(layer, kernel: tf.Tensor, bias: Optional[tf.Tensor],
+                  h: tf.Tensor, a: tf.Tensor) -> tf.Tensor:
+  """A Conv2D layer for A clients as one grouped convolution.
+
+  Args:
+    layer: the Keras Conv2D layer (shapes, strides, padding, dilation).
+    kernel: [A, kh, kw, C, O] the clients' filters.
+    bias: [A, O] their biases, or None.
+    h: [B, H, W, A * C] the clients' images, client a's channels in group a.
+    a: A (a scalar tensor).
+
+  Returns:
+    [B, H', W', A * O], before the activation.
+  """
+  kh, kw, cin, cout = layer.kernel.shape
+  # [A, kh, kw, C, O] -> [kh, kw, C, A * O]: group a's filters in group a.
+  filters = tf.reshape(tf.transpose(kernel, [1, 2, 3, 0, 4]),
+                       [kh, kw, cin, a * cout])
+  h = tf.nn.conv2d(h, filters, strides=layer.strides,
+                   padding=layer.padding.upper(), dilations=layer.dilation_rate)
+  if bias is not None:
+    h = h + tf.reshape(bias, [a * cout])
+  return h
+
+
+def _undilated(kernel: tf.Tensor, rate: Tuple[int, int]) -> tf.Tensor:
+  """[kh, kw, C, O] -> the kernel of the same convolution at dilation 1: zeros
+  between the taps, [(kh - 1) dh + 1, (kw - 1) dw + 1, C, O] (CPU kernels
+  without oneDNN have no gradients of dilated convolutions). SAME padding is
+  unchanged: TensorFlow pads a dilated kernel by its dilated size."""
+  (dh, dw), (kh, kw) = rate, kernel.shape[:2]
+  if (dh, dw) == (1, 1):
+    return kernel
+  up = tf.pad(kernel[:, None, :, None], [[0, 0], [0, dh - 1], [0, 0],
+                                        [0, dw - 1], [0, 0], [0, 0]])
+  up = tf.reshape(up, [kh * dh, kw * dw, *kernel.shape[2:]])
+  return up[:(kh - 1) * dh + 1, :(kw - 1) * dw + 1]
+
+
+def _per_client_conv(layer, kernel: tf.Tensor, bias: Optional[tf.Tensor],
+                     h: tf.Tensor, a: tf.Tensor) -> tf.Tensor:
+  """A Conv2D layer for A clients, each client's tf.nn.conv2d in one loop.
+
+  Ungrouped convolutions have gradients on every CPU, so this is the path
+  with oneDNN off. `tf.map_fn` runs the clients' convolutions in a while
+  loop (parallel iterations), each on its batch and its filters, with
+  TensorFlow's own padding and strides (a dilated kernel as the undilated
+  one with zeros between its taps: the same convolution). Every client's image
+  patches (`tf.image.extract_patches`) times its filters in one batched
+  matmul took the same CPU time (small_cnn, emnist_cnn) but holds kh·kw·C
+  copies of each input (emnist_cnn's second layer: 1 GB for 50 clients'
+  batches of 32).
+
+  Args:
+    layer: the Keras Conv2D layer (shapes, strides, padding, dilation).
+    kernel: [A, kh, kw, C, O] the clients' filters.
+    bias: [A, O] their biases, or None.
+    h: [A * B, H, W, C] the clients' images, client-major.
+    a: A (a scalar tensor).
+
+  Returns:
+    [A * B, H', W', O], before the activation.
+  """
+  cout = layer.kernel.shape[-1]
+  shape = tf.shape(h)
+  images = tf.reshape(h, [a, -1, shape[1], shape[2], shape[3]])
+  padding = layer.padding.upper()
+
+  def one(args):
+    x, w = args
+    return tf.nn.conv2d(x, _undilated(w, layer.dilation_rate),
+                        strides=layer.strides, padding=padding)
+
+  out = tf.map_fn(one, (images, kernel), fn_output_signature=h.dtype)
+  if bias is not None:   # [A, B, H', W', O] + [A, 1, 1, 1, O]
+    out = out + bias[:, None, None, None, :]
+  size = tf.shape(out)
+  return tf.reshape(out, [-1, size[2], size[3], cout])
+
+
 def unsupported_reason(model) -> Optional[str]:
   """None if `StackedModel` re-implements `model`, else what it lacks (one line).
 
-  Supported: a Sequential model of Conv2D (channels_last, groups 1; needs
-  TensorFlow's oneDNN kernels, the only CPU ones with grouped convolution
-  gradients), Max/AveragePooling2D, Flatten, Dense (on flat features), Dropout
-  and element-wise Activation layers, no regularization losses, no
-  non-trainable weights, inputs of shape [features] or [height, width,
-  channels].
+  Supported: a Sequential model of Conv2D (channels_last, groups 1; with or
+  without TensorFlow's oneDNN kernels: `StackedModel`), Max/AveragePooling2D,
+  Flatten, Dense (on flat features), Dropout and element-wise Activation
+  layers, no regularization losses, no non-trainable weights, inputs of shape
+  [features] or [height, width, channels].
   """
   if not isinstance(model, tf.keras.Sequential):
     return f'{type(model).__name__} is not a tf.keras.Sequential model'
@@ -172,9 +321,6 @@ def unsupported_reason(model) -> Optional[str]:
     if kind == 'Conv2D':
       if not spatial:
         return f'Conv2D layer {layer.name} follows a Flatten'
-      if not _onednn():
-        return ('TensorFlow\'s oneDNN kernels are off (TF_ENABLE_ONEDNN_OPTS=0): '
-                'no grouped convolution gradients on CPU')
       if layer.data_format != 'channels_last' or layer.groups != 1:
         return f'Conv2D layer {layer.name} is not channels_last with groups=1'
     elif kind in ('MaxPooling2D', 'AveragePooling2D'):
