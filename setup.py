@@ -23,6 +23,9 @@ setuptools.setup(
     version='0.1.0',
     description='Differentially private FL via randomized quantization, on TFF secure sum.',
     packages=setuptools.find_packages(include=['tff_quant', 'tff_quant.*']),
+    # What the pins allow: tensorflow 2.14.1 has wheels for CPython 3.9-3.11 only and
+    # tensorflow-federated 0.87.0 declares Requires-Python <3.12,>=3.9 (one wheel,
+    # manylinux_2_31_x86_64), so no Python 3.12, which Colab's default runtime runs.
     python_requires='>=3.9,<3.12',
     # TFF itself is listed so the dependency is visible; install it --no-deps.
     install_requires=_pins('requirements.txt') + _pins('requirements-tff.txt'),

@@ -59,8 +59,10 @@ flags.DEFINE_float('coordinate_clip_multiple', _D.coordinate_clip_multiple,
                    '(k > 1 with --rotate; accounted by the l2 route).')
 flags.DEFINE_float('target_epsilon', None, 'Calibrate the mechanism\'s free '
                    'parameters at start so that the whole model update meets '
-                   '(target_epsilon, delta) over all --rounds; default: use '
-                   '--mechanism_params as given.')
+                   '(target_epsilon, delta) over all --rounds. Default: '
+                   f'{ft.DEFAULT_TARGET_EPSILON:g}, unless --mechanism_params (or '
+                   'an alias flag) sets a parameter calibration would choose '
+                   '(then they run as given and the run prints their ε).')
 # Aliases kept from before the registry: each sets one entry of --mechanism_params.
 ALIASES = {
     'num_levels': (None, 'num_levels', 'Levels m (RQM, PBM, QMGeo, QG).'),
@@ -94,13 +96,18 @@ flags.DEFINE_float('server_lr', _D.server_lr, 'Server SGD learning rate.')
 flags.DEFINE_integer('batch_size', _D.batch_size, 'Client batch size.')
 flags.DEFINE_integer('local_epochs', _D.local_epochs, 'Client epochs per round.')
 flags.DEFINE_enum('model', _D.model, ft.models.MODELS, 'Keras model.')
-flags.DEFINE_integer('seed', _D.seed, 'Client sampling seed (and the data '
-                     'split\'s, unless --split_seed).')
+flags.DEFINE_integer('seed', _D.seed, 'Fixes the initial model, the client '
+                     'sampling and the data order (and the data split, unless '
+                     '--split_seed): seed s is the same block for every '
+                     'mechanism.')
 flags.DEFINE_integer('split_seed', None, 'Seed of the simulated federated split '
                      '(default: --seed); fixed across seeds to vary only client '
                      'sampling and noise.')
-flags.DEFINE_integer('noise_seed', None, 'Reproducible noise (experiments only); '
-                     'default: client-side unpredictable seeds.')
+flags.DEFINE_integer('noise_seed', None, 'Reproducible noise of every registry '
+                     'mechanism and of the packed central Gaussian (experiments '
+                     'only: who knows it can predict the noise); TFF\'s own '
+                     'aggregators are not seeded (the run says so). Default: '
+                     'client-side unpredictable seeds.')
 flags.DEFINE_float('delta', None, 'Target δ (default 1 / total_clients).')
 flags.DEFINE_integer('eval_every', _D.eval_every, 'Evaluate every k rounds.')
 flags.DEFINE_enum('dataset', 'auto', ('auto',) + data_lib.DATASETS,
@@ -168,6 +175,10 @@ def config_from_flags() -> ft.TrainingConfig:
                           (ft.NO_PRIVACY,) + tuple(mechanisms.registry()) +
                           ft.peers.PEERS)
   config.mechanism_params = mechanism_params_from_flags(config.mechanism)
+  if ft.default_target(config):
+    print(f'[fl_emnist] calibrating {config.mechanism} to the default whole-model '
+          f'ε = {config.target_epsilon:g} (set --target_epsilon, or the '
+          'mechanism\'s parameters, to change it).')
   return config
 
 

@@ -246,17 +246,25 @@ def test_bit_measurements(num_levels, num_clients):
   assert m['upload_bits_per_client'] == 10 * m['secure_sum_bits']
 
 
-def test_clipping_and_nonfinite_are_counted():
+def test_clipping_and_nonfinite_are_counted_with_diagnostics_only():
   mech = mechanisms.RQM(clip=0.1, delta=0.1, num_levels=8, q=0.5)
-  process = qf.QuantizationFactory(mech, clip_norm=100.0).create(
-      tff.TensorType(np.float32, [4]))
   values = [np.array([0.5, np.nan, 0.05, -np.inf], np.float32),
             np.array([0.0, 0.2, 0.0, 0.0], np.float32)]
+  # Default: the server learns n and the level sum, no counts.
+  quiet = qf.QuantizationFactory(mech, clip_norm=100.0).create(
+      tff.TensorType(np.float32, [4]))
+  m = quiet.next(quiet.initialize(), values).measurements['quantization']
+  assert m['num_clients'] == 2 and m['nonfinite_count'] == -1
+  assert np.isnan(m['clipped_fraction'])
+  assert np.isnan(m['clipped_clients_fraction'])
+  process = qf.QuantizationFactory(mech, clip_norm=100.0,
+                                   diagnostics=True).create(
+                                       tff.TensorType(np.float32, [4]))
   m = process.next(process.initialize(), values).measurements['quantization']
   assert m['nonfinite_count'] == 2
   assert m['clipped_fraction'] == pytest.approx(2 / 8)
   assert m['clipped_clients_fraction'] == 0.0   # both norms are below 100
-  l2 = qf.QuantizationFactory(mech, clip_norm=0.3).create(
+  l2 = qf.QuantizationFactory(mech, clip_norm=0.3, diagnostics=True).create(
       tff.TensorType(np.float32, [4]))
   m = l2.next(l2.initialize(), values).measurements['quantization']
   assert m['clipped_clients_fraction'] == pytest.approx(1 / 2)  # 0.5 > 0.3 only
@@ -361,7 +369,8 @@ def test_rotated_factory_returns_the_clients_mean(per_value):
   clipped = rows * np.minimum(1.0, 1.0 / np.linalg.norm(rows, axis=1, keepdims=True))
   factory = qf.QuantizationFactory(mechanisms.PBM(1.0, 2**20, 0.5 - 1e-9),
                                    clip_norm=1.0, seed=3, rotate=True,
-                                   clients_per_value=per_value)
+                                   clients_per_value=per_value,
+                                   diagnostics=True)
   vt = tff.TensorType(np.float32, [dim] if per_value == 1 else [per_value, dim])
   process = factory.create(vt)
   assert factory.created.dim == 8
@@ -375,3 +384,129 @@ def test_rotated_factory_returns_the_clients_mean(per_value):
     quant = aggregators.find_measurements(out.measurements)
     assert quant['num_clients'] == n
     assert quant['clipped_clients_fraction'] == pytest.approx(1 / n)
+
+
+# --- From calibration to factory: the calibrated ε holds or the factory refuses.
+
+def _calibrated(dim=64):
+  from tff_quant import accounting  # pylint: disable=g-import-not-at-top
+  return accounting.calibration_report(
+      'rqm', 10.0, 1e-5, 2, 3, 20, dim=dim, bits=4, l2_clip=1.0,
+      coordinate_clip=3 / np.sqrt(dim), compare_gaussian=False)
+
+
+@pytest.fixture(scope='module')
+def cal64():
+  return _calibrated(64)
+
+
+def _guarantee(factory, value_type):
+  from tff_quant import accounting  # pylint: disable=g-import-not-at-top
+  factory.create(value_type)
+  c = factory.created
+  return accounting.training_guarantee(c.mechanism, 2, 3, 20, 1e-5, dim=c.dim,
+                                       l2_clip=1.0, use_pld=False,
+                                       orders=c.calibrated_for.orders,
+                                       attained=False).epsilon
+
+
+UNPADDED = tff.TensorType(np.float32, [50])   # rotation pads it to 64
+
+
+@pytest.mark.parametrize('build', [
+    lambda cal: aggregators.rqm_factory(1.0, **cal.params, rotate=True,
+                                        coordinate_clip_multiple=3),
+    lambda cal: aggregators.rqm_factory(1.0, **cal.params, rotate=True),
+    lambda cal: aggregators.rqm_factory(0.5, **cal.params, rotate=True),
+    lambda cal: aggregators.mechanism_factory('rqm', 1.0, cal.params,
+                                              rotate=True),
+], ids=['readme', 'multiple_omitted', 'smaller_clip', 'by_name'])
+def test_calibrated_factories_hold_the_target(cal64, build):
+  factory = build(cal64)
+  assert _guarantee(factory, UNPADDED) == cal64.epsilon
+  assert factory.created.mechanism.params() == cal64.mechanism.params()
+  assert factory.created.calibrated_for == cal64.setting
+
+
+@pytest.mark.parametrize('build, value_type, match', [
+    # The obvious call on a 50-coordinate model: d = 50, not the calibrated 64.
+    (lambda cal: aggregators.rqm_factory(1.0, **cal.params), UNPADDED,
+     'calibrated for d = 64.*50 coordinates.*rotate=True'),
+    (lambda cal: aggregators.rqm_factory(1.0, **cal.params, rotate=True),
+     tff.TensorType(np.float32, [100]), 'd = 64.*padded to 128'),
+    (lambda cal: aggregators.rqm_factory(1.0, **cal.params, rotate=True,
+                                         coordinate_clip_multiple=1),
+     UNPADDED, 'coordinate_clip_multiple'),
+    (lambda cal: aggregators.rqm_factory(1.0, **cal.params,
+                                         coordinate_clip=0.1), UNPADDED,
+     'coordinate_clip'),
+    (lambda cal: aggregators.rqm_factory(2.0, **cal.params), UNPADDED,
+     'clip_norm'),
+    (lambda cal: aggregators.rqm_factory(1.0, **dict(cal.params, q=0.9)),
+     UNPADDED, 'differ from the calibrated'),
+    (lambda cal: aggregators.pbm_factory(1.0, calibrated_for=cal.setting),
+     UNPADDED, "calibrated 'rqm', not 'pbm'"),
+], ids=['obvious_call_unpadded', 'padded_elsewhere', 'multiple', 'clip',
+        'l2_clip', 'tunable', 'other_mechanism'])
+def test_calibrated_factories_refuse_another_setting(cal64, build, value_type,
+                                                     match):
+  with pytest.raises((ValueError, TypeError), match=match):
+    build(cal64).create(value_type)
+
+
+def test_calibrated_at_the_unpadded_dimension_refuses_rotation():
+  cal = _calibrated(50)
+  with pytest.raises(ValueError, match='calibrated for d = 50.*padded to 64'):
+    aggregators.rqm_factory(1.0, **cal.params, rotate=True).create(UNPADDED)
+  assert _guarantee(aggregators.rqm_factory(1.0, **cal.params),
+                    UNPADDED) == cal.epsilon
+
+
+def test_attained_calibration_builds_no_factory():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  cal = _calibrated(64)
+  attained = dataclasses.replace(cal.setting, bound='attained')
+  with pytest.raises(ValueError, match='NOT a privacy guarantee'):
+    aggregators.rqm_factory(1.0, **cal.tunables, calibrated_for=attained)
+  with pytest.raises(TypeError, match='CalibratedSetting'):
+    aggregators.rqm_factory(1.0, calibrated_for={'dim': 64})
+
+
+@pytest.mark.parametrize('wrap', [
+    lambda f: tff.aggregators.MeanFactory(value_sum_factory=f),
+    lambda f: tff.aggregators.UnweightedMeanFactory(value_sum_factory=f),
+    lambda f: tff.aggregators.MeanFactory(
+        value_sum_factory=tff.aggregators.zeroing_factory(10.0, f)),
+], ids=['mean', 'unweighted_mean', 'mean_of_zeroing'])
+def test_a_mean_factory_used_as_a_sum_is_refused(wrap):
+  factory = wrap(aggregators.rqm_factory(1.0))
+  with pytest.raises(TypeError, match=r'aggregators\.weighted'):
+    if isinstance(factory, tff.aggregators.WeightedAggregationFactory):
+      factory.create(tff.TensorType(np.float32, [4]), tff.TensorType(np.float32))
+    else:
+      factory.create(tff.TensorType(np.float32, [4]))
+  # The documented forms are accepted.
+  aggregators.weighted(aggregators.rqm_factory(1.0)).create(
+      tff.TensorType(np.float32, [4]), tff.TensorType(np.float32))
+  tff.aggregators.zeroing_factory(10.0, aggregators.rqm_factory(1.0)).create(
+      tff.TensorType(np.float32, [4]))
+
+
+def test_zeroing_and_clipping_wrappers_compose_securely_with_secure_counts():
+  """TFF's zeroing/clipping wrappers sum a count in plaintext by default; with
+  a SecureSumFactory(1) count (docs/privacy.md) the process is secure-only."""
+  vt = tff.TensorType(np.float32, [4])
+  plain = tff.aggregators.zeroing_factory(10.0, aggregators.rqm_factory(1.0))
+  with pytest.raises(AssertionError):
+    tff.test.assert_not_contains_unsecure_aggregation(plain.create(vt).next)
+  for wrapped in (
+      tff.aggregators.zeroing_factory(
+          10.0, aggregators.rqm_factory(1.0),
+          zeroed_count_sum_factory=tff.aggregators.SecureSumFactory(1)),
+      tff.aggregators.clipping_factory(
+          10.0, aggregators.rqm_factory(1.0),
+          clipped_count_sum_factory=tff.aggregators.SecureSumFactory(1))):
+    process = wrapped.create(vt)
+    tff.test.assert_not_contains_unsecure_aggregation(process.next)
+    out = process.next(process.initialize(), [np.full(4, 0.1, np.float32)] * 3)
+    assert np.asarray(out.result).shape == (4,)

@@ -69,7 +69,7 @@ def test_training_with_a_quantization_factory_learns_and_resumes(tff_context, tm
   test = (np.concatenate([c[0] for c in clients]), np.concatenate([c[1] for c in clients]))
   factory = quantization_factory.QuantizationFactory(
       mechanisms.QMGeo(0.05, 8, 0.9, full_support=True), max_clients_per_round=5,
-      seed=3)
+      seed=3, diagnostics=True)
   process = distributed_sgd.build_distributed_sgd(_model, SPEC, factory, 0.5,
                                                   'elementwise', 0.05)
   acc, rows = distributed_sgd.train(process, _model, clients, test, 40, 16,

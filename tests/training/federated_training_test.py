@@ -3,6 +3,7 @@ import glob
 import json
 import os
 
+import numpy as np
 import pytest
 
 from tff_quant import data as data_lib
@@ -270,3 +271,68 @@ def test_a_packed_round_moves_the_model_as_the_plain_round(mnist):
     np.testing.assert_allclose(packed_out.metrics['client_work']['train'][key],
                                plain_out.metrics['client_work']['train'][key],
                                rtol=1e-5)
+
+
+def _metrics(run_dir):
+  with open(os.path.join(run_dir, 'metrics.csv')) as f:
+    return [{k: v for k, v in r.items() if k != 'seconds'}
+            for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize('kw', [
+    dict(mechanism='rqm'),
+    dict(mechanism='gaussian', mechanism_params=dict(noise_multiplier=1.0)),
+], ids=['rqm', 'gaussian'])
+def test_the_same_config_twice_writes_the_same_metrics(mnist, tmp_path, kw):
+  """Seeds are blocks: --seed fixes the initial model, the client sampling
+  and the data order, --noise_seed the noise (registry mechanisms and the
+  packed Gaussian), so two runs write the same metrics, to the digit."""
+  runs = []
+  for i in range(2):
+    run_dir = str(tmp_path / f'run{i}')
+    ft.run(small_config(**kw), mnist, run_dir, log=lambda _: None,
+           clients_per_slot=2)
+    runs.append(_metrics(run_dir))
+  assert runs[0] == runs[1]
+  other = str(tmp_path / 'other_noise')
+  ft.run(small_config(noise_seed=4, **kw), mnist, other, log=lambda _: None,
+         clients_per_slot=2)
+  assert _metrics(other)[0]['train_loss'] == runs[0][0]['train_loss']  # same init
+  assert _metrics(other)[-1]['test_loss'] != runs[0][-1]['test_loss']
+
+
+def test_initial_weights_depend_on_the_seed_only():
+  from tff_quant import models  # pylint: disable=g-import-not-at-top
+  keras_fn = lambda: models.get('small_cnn', (28, 28, 1), 10)
+  a, b, c = ([np.asarray(w) for w in ft.initial_weights(keras_fn, s).trainable]
+             for s in (0, 0, 1))
+  for x, y in zip(a, b):
+    np.testing.assert_array_equal(x, y)
+  assert any((x != z).any() for x, z in zip(a, c))
+  with pytest.raises(ValueError, match='seed'):
+    ft.initial_weights(keras_fn, -1)
+
+
+def test_default_target_makes_a_private_run_private():
+  config = small_config()
+  assert ft.default_target(config)
+  assert config.target_epsilon == ft.DEFAULT_TARGET_EPSILON
+  given = small_config(mechanism_params=dict(q=0.5))
+  assert not ft.default_target(given) and given.target_epsilon is None
+  budget = small_config(mechanism_params=dict(num_levels=8))   # not calibrated
+  assert ft.default_target(budget)
+  assert not ft.default_target(small_config(mechanism='none'))
+  peer = small_config(mechanism='gaussian',
+                      mechanism_params=dict(noise_multiplier=2.0))
+  assert not ft.default_target(peer)
+
+
+def test_a_calibrated_run_reports_the_calibrated_epsilon(mnist, tmp_path):
+  logs = []
+  summary = ft.run(small_config(target_epsilon=10.0, coordinate_clip_multiple=3,
+                                rotate=True), mnist, str(tmp_path / 'run'),
+                   log=logs.append, clients_per_slot=2)
+  line = next(l for l in logs if l.startswith('Calibrated'))
+  assert summary['epsilon'] <= 10.0
+  assert summary['epsilon_route'] == 'RDP'
+  assert f'{summary["epsilon"]:.4g}' in line

@@ -8,7 +8,10 @@ What each export is for (what the numbers mean: docs/privacy.md):
   rounds (`epsilon_rdp`, `epsilon_attained`, `guarantee`).
 * `calibrate` / `calibration_report` -> `Calibration`: a registered
   mechanism's free parameters for a target (ε, δ), the one with the least
-  debiased error (docs/utility.md). `CannotCarrySignal`: every candidate
+  debiased error (docs/utility.md); `Calibration.setting`
+  (`CalibratedSetting`) is every assumption its ε rests on, which
+  `aggregators.mechanism_factory(..., calibrated_for=...)` enforces, and
+  `Calibration.guarantee()` recomputes its ε. `CannotCarrySignal`: every candidate
   meeting the target was refused (it names why, and the bits a modular sum
   needs); `AttainedUnavailable`: bound='attained' where that end cannot be
   computed.
@@ -26,7 +29,8 @@ from tff_quant.accounting import attained
 from tff_quant.accounting import bounds
 from tff_quant.accounting import others
 from tff_quant.accounting import vector
-from tff_quant.accounting.calibration import (AttainedUnavailable, Calibration,
+from tff_quant.accounting.calibration import (AttainedUnavailable,
+                                              CalibratedSetting, Calibration,
                                               CannotCarrySignal, calibrate,
                                               calibration_report)
 from tff_quant.accounting.composition import (Guarantee, RoundAccountant,

@@ -44,7 +44,7 @@ route only (not with use_pld).
 import dataclasses
 import math
 import time
-from typing import Callable, Dict, Optional, Sequence, Union
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from scipy import optimize
@@ -743,6 +743,68 @@ def _search_last(build, spec, target, epsilon_of, bits, rtol, hint=None,
   return axis.value(x_best), seen[x_best], min(seen.values())
 
 
+@dataclasses.dataclass(frozen=True)
+class CalibratedSetting:
+  """Every assumption a calibration's ε rests on: what a factory must match.
+
+  The accountant's ε is a function of the mechanism (name, tunables and the
+  coordinate clip c∞), the ℓ2 clip S, the coordinates d each client sends, the
+  schedule (rounds, n of N clients a round, δ) and how it was computed
+  (Rényi orders, PLD, the others' inputs). A factory built with
+  `calibrated_for=setting` (`aggregators.mechanism_factory`) runs exactly
+  this mechanism and refuses a setting that would change its ε
+  (docs/privacy.md, "From calibration to run").
+
+  Args:
+    mechanism: the registry name.
+    tunables: the mechanism's tunables, as sorted (name, value) pairs.
+    coordinate_clip: c∞, the per-coordinate range the mechanism was built for.
+    l2_clip: S, the ℓ2 clip of a client's update (None: the coordinate route,
+      each coordinate moving end to end).
+    dim: d, the coordinates each client sends (after any padding).
+    rounds, clients_per_round, total_clients, delta: the schedule and δ.
+    target_epsilon: the ε asked for.
+    epsilon: the ε calibration reported (<= target_epsilon when bound is
+      'proved').
+    orders: the Rényi orders `epsilon` was computed from.
+    use_pld: whether the PLD route was used too.
+    others: the other clients' inputs covered ('any' or 'extremes').
+    bound: 'proved' (a guarantee) or 'attained' (not a guarantee).
+  """
+  mechanism: str
+  tunables: Tuple[Tuple[str, object], ...]
+  coordinate_clip: float
+  l2_clip: Optional[float]
+  dim: int
+  rounds: int
+  clients_per_round: int
+  total_clients: int
+  delta: float
+  target_epsilon: float
+  epsilon: float
+  orders: Tuple[int, ...]
+  use_pld: bool
+  others: str
+  bound: str
+
+  def params(self) -> Dict[str, object]:
+    """The mechanism's tunables as a dict."""
+    return dict(self.tunables)
+
+  def describe(self) -> str:
+    """One line: the mechanism, c∞, S, d and the schedule it was calibrated for."""
+    l2 = 'none (coordinate route)' if self.l2_clip is None else f'{self.l2_clip:g}'
+    return (f'{self.mechanism} {self.params()} at c∞ = {self.coordinate_clip:.6g}, '
+            f'ℓ2 clip {l2}, d = {self.dim}, {self.rounds} rounds of '
+            f'{self.clients_per_round} of {self.total_clients} clients, '
+            f'δ = {self.delta:.3g}: ε = {self.epsilon:.6g} ({self.bound}) for a '
+            f'target of {self.target_epsilon:g}')
+
+
+#: The key of `Calibration.params` that carries its `CalibratedSetting`.
+CALIBRATED_FOR = 'calibrated_for'
+
+
 @dataclasses.dataclass
 class Calibration:
   """A calibrated mechanism and what it costs in accuracy next to the Gaussian.
@@ -750,7 +812,12 @@ class Calibration:
   Args:
     mechanism: the registry mechanism meeting the target and carrying the
       signal with the smallest debiased error among the candidates searched.
-    params: its tunables (`for_coordinate_bound(c, **params)` rebuilds it).
+    params: the keyword arguments of the mechanism's factory that rebuild it
+      and nothing else: its tunables plus `calibrated_for` (the
+      `CalibratedSetting`), so `aggregators.rqm_factory(clip, **cal.params)`
+      runs this mechanism or refuses (`aggregators.mechanism_factory`).
+      `tunables` holds the tunables alone (`for_coordinate_bound(c,
+      **cal.tunables)` rebuilds the mechanism).
     epsilon: its whole-run ε (RDP route) at `delta`; <= target_epsilon. With
       bound='attained', its attained ε: NOT a guarantee (`bound`).
     target_epsilon, delta: the target.
@@ -816,6 +883,43 @@ class Calibration:
   #: `epsilon_attained` are then both the attained ε, and `assumptions` is
   #: `ATTAINED_NOTE`).
   bound: str = 'proved'
+  #: Every assumption `epsilon` rests on (`CalibratedSetting`); None only for
+  #: a Calibration built by hand.
+  setting: Optional[CalibratedSetting] = None
+
+  @property
+  def tunables(self) -> Dict[str, object]:
+    """The mechanism's tunables (`params` without `calibrated_for`)."""
+    return {k: v for k, v in self.params.items() if k != CALIBRATED_FOR}
+
+  def guarantee(self, rounds: Optional[int] = None,
+                attained: bool = True) -> composition.Guarantee:
+    """The run's guarantee, computed as calibration computed `epsilon`.
+
+    The same accountant (`training_guarantee`) at the same Rényi orders,
+    routes (PLD only if calibration used it), ℓ2 clip, d, schedule and
+    others' inputs: at the calibrated rounds its `epsilon` equals this
+    calibration's (bound='proved').
+
+    Args:
+      rounds: rounds run so far (default: the calibrated number).
+      attained: also the lower end ε_attained.
+
+    Returns:
+      The `composition.Guarantee`.
+
+    Raises:
+      ValueError: a Calibration without a `setting`, or rounds < 1.
+    """
+    s = self.setting
+    if s is None:
+      raise ValueError('This Calibration has no `setting` (not made by '
+                       '`calibration_report`): call training_guarantee.')
+    return composition.training_guarantee(
+        self.mechanism, s.rounds if rounds is None else rounds,
+        s.clients_per_round, s.total_clients, s.delta, s.dim,
+        orders=s.orders, use_pld=s.use_pld, l2_clip=s.l2_clip,
+        others=s.others, attained=attained)
 
 
 def _closest(reached, epsilon_of):
@@ -1065,7 +1169,17 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
     raise scan.no_answer(bound, use_pld)
   mech, params_found, eps_found, util = scan.best[1:]
   assumptions, orders = scan.epsilon_of.seen.get(repr(mech), ('', FAST_ORDERS))
-  report = Calibration(mech, params_found, eps_found, epsilon, delta,
+  setting = CalibratedSetting(
+      mechanism=mechanism, tunables=tuple(sorted(
+          mechanisms.get(mechanism).complete_params(params_found).items())),
+      coordinate_clip=float(mech.input_bound),
+      l2_clip=None if l2_clip is None else float(l2_clip), dim=int(dim),
+      rounds=int(rounds), clients_per_round=int(clients_per_round),
+      total_clients=int(total_clients), delta=float(delta),
+      target_epsilon=float(epsilon), epsilon=float(eps_found),
+      orders=tuple(orders), use_pld=bool(use_pld), others=others, bound=bound)
+  report = Calibration(mech, dict(params_found, **{CALIBRATED_FOR: setting}),
+                       eps_found, epsilon, delta,
                        mech.decoded_mean_mse(clients_per_round),
                        candidates=scan.evaluated,
                        refused=[g for g, _ in scan.refused], pruned=scan.pruned,
@@ -1073,7 +1187,7 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                        debiased_error=util.error, slope=util.slope,
                        signal_bound=scan.signal,
                        unusable=[dict(u[1], why=u[0]) for u in scan.unusable],
-                       bound=bound)
+                       bound=bound, setting=setting)
   if bound == 'attained':   # the ε that met the target is the attained one
     low, at = scan.epsilon_of.accountants[repr(mech)]
     report.epsilon_attained = eps_found
@@ -1307,8 +1421,14 @@ class _Scan:
     its grid, and a refused point to stay refused further on (a modular
     sum's modulus needs grow with its steps): two rises in a row end it.
     After a probe of the grid's top (`_probes_first`), rises count once the
-    scan improves on it: the points before lie on the falling side."""
+    scan improves on it: the points before lie on the falling side. Along
+    a real-valued grid (a level or quantizer range: QMGeo's, the quantized
+    Gaussian's, the randomized projection's) no point counts before one is
+    usable: the narrowest ranges cannot carry the signal (the slope grows
+    with the range), which says nothing of the error further on."""
     if not self.counting:
+      return None
+    if self.best is None and self.specs[0].kind is not int:
       return None
     self.rising += 1
     return 'stop' if len(self.specs) == 2 and self.rising >= 2 else None

@@ -10,11 +10,13 @@ rotation preserves the ℓ2 norm; d becomes the padded size, a power of two).
 The named constructors below are the documented shorthands of the same call.
 """
 
+import math
 from typing import Dict, Optional
 
 import tensorflow_federated as tff
 
 from tff_quant import mechanisms
+from tff_quant.accounting import calibration
 from tff_quant.aggregators import quantization_factory
 from tff_quant.common import validation
 
@@ -22,22 +24,37 @@ from tff_quant.common import validation
 def mechanism_factory(name: str, clip_norm: float,
                       params: Optional[Dict[str, object]] = None, *,
                       coordinate_clip: Optional[float] = None,
-                      coordinate_clip_multiple: float = 1.0, rotate: bool = False,
+                      coordinate_clip_multiple: Optional[float] = None,
+                      rotate: bool = False,
                       seed: Optional[int] = None,
                       max_clients_per_round: Optional[int] = None,
                       sum_factory=None, allow_no_privacy: bool = False,
-                      clients_per_value: int = 1):
+                      clients_per_value: int = 1,
+                      diagnostics: bool = False,
+                      calibrated_for: Optional[
+                          calibration.CalibratedSetting] = None):
   """A QuantizationFactory for the registered mechanism `name`.
+
+  With `calibrated_for` (the `CalibratedSetting` of a calibration, which
+  `Calibration.params` carries, so `rqm_factory(clip, **cal.params)` passes
+  it) the factory runs exactly the calibrated mechanism: c∞ is the calibrated
+  one, and every argument that would change the ε calibration reported is
+  refused here, or at `create` for the dimension (docs/privacy.md, "From
+  calibration to run").
 
   Args:
     name: a key of `tff_quant.mechanisms.registry()`.
-    clip_norm: ℓ2 clip of each client's whole update, > 0.
+    clip_norm: ℓ2 clip of each client's whole update, > 0 (with
+      `calibrated_for`: at most its ℓ2 clip).
     params: the mechanism's tunables (`registry()[name].TUNABLES`); omitted ones
-      take their defaults. Validated now, not at `create`.
-    coordinate_clip: a fixed c∞ > 0; default k·clip_norm / √d.
-    coordinate_clip_multiple: k > 0 in that default (k > 1 with `rotate`: few
-      coordinates of a rotated update exceed k·clip_norm/√d; the accountant's
-      ℓ2 route charges each coordinate what the ℓ2 budget allows).
+      take their defaults. Validated now, not at `create`. May hold
+      `calibrated_for` (as `Calibration.params` does).
+    coordinate_clip: a fixed c∞ > 0; default k·clip_norm / √d (with
+      `calibrated_for`: the calibrated c∞, and a different value is refused).
+    coordinate_clip_multiple: k > 0 in that default, 1 when omitted (k > 1
+      with `rotate`: few coordinates of a rotated update exceed k·clip_norm/√d;
+      the accountant's ℓ2 route charges each coordinate what the ℓ2 budget
+      allows). With `calibrated_for`, k·clip_norm/√d must equal its c∞.
     rotate: rotate each client's update (see `QuantizationFactory`); per
       client, so it also works with `clients_per_value` > 1.
     seed: None (unpredictable client seeds) or an int (reproducible experiments).
@@ -47,16 +64,35 @@ def mechanism_factory(name: str, clip_norm: float,
       that gives no privacy, checked now).
     clients_per_value: see `QuantizationFactory` (K clients stacked per value,
       the packed simulation path).
+    diagnostics: see `QuantizationFactory` (default False: the server learns
+      only n besides the level sum; True releases clipping counts outside ε).
+    calibrated_for: an `accounting.CalibratedSetting` (see above).
 
   Returns:
     The factory (a `tff.aggregators.UnweightedAggregationFactory`).
+
+  Raises:
+    ValueError: an unknown name or parameter, a bad number (naming it and its
+      range), or, with `calibrated_for`, a mechanism, tunable, c∞ or ℓ2 clip
+      other than the calibrated ones, or a bound='attained' calibration (not
+      a guarantee).
   """
+  params = dict(params or {})
+  if calibration.CALIBRATED_FOR in params:
+    given = params.pop(calibration.CALIBRATED_FOR)
+    if calibrated_for is not None and calibrated_for != given:
+      raise ValueError('`calibrated_for` given twice, with two settings.')
+    calibrated_for = given
   cls = mechanisms.get(name)
   full = cls.complete_params(params)
   validation.check_positive('clip_norm', clip_norm)
   validation.check_bool('rotate', rotate)
-  k = validation.check_positive('coordinate_clip_multiple',
-                                coordinate_clip_multiple)
+  validation.check_optional(validation.check_positive, 'coordinate_clip_multiple',
+                            coordinate_clip_multiple)
+  if calibrated_for is not None:
+    coordinate_clip = _calibrated_clip(name, full, clip_norm, coordinate_clip,
+                                       coordinate_clip_multiple, calibrated_for)
+  k = 1.0 if coordinate_clip_multiple is None else coordinate_clip_multiple
   if coordinate_clip is not None:
     mechanism = cls.for_coordinate_bound(
         validation.check_positive('coordinate_clip', coordinate_clip), **full)
@@ -66,10 +102,52 @@ def mechanism_factory(name: str, clip_norm: float,
       mechanism, clip_norm=clip_norm, seed=seed,
       max_clients_per_round=max_clients_per_round, sum_factory=sum_factory,
       allow_no_privacy=allow_no_privacy, clients_per_value=clients_per_value,
-      rotate=rotate)
+      rotate=rotate, diagnostics=diagnostics, calibrated_for=calibrated_for)
   if coordinate_clip is None:  # parameters' joint constraints and privacy, now
     factory.check_mechanism(mechanism(1.0))
   return factory
+
+
+def _calibrated_clip(name, full, clip_norm, coordinate_clip, multiple, setting):
+  """The calibrated c∞, after checking that nothing given changes the ε that
+  `setting` (an `accounting.CalibratedSetting`) reports (ValueError naming
+  the argument, its value and the calibrated one)."""
+  if not isinstance(setting, calibration.CalibratedSetting):
+    raise TypeError('`calibrated_for` must be an accounting.CalibratedSetting '
+                    f'(`Calibration.setting`), got {type(setting).__name__}.')
+  if setting.bound != 'proved':
+    raise ValueError(
+        f'`calibrated_for` is a bound={setting.bound!r} calibration, which is '
+        'NOT a privacy guarantee; calibrate with bound=\'proved\' to train.')
+  if name != setting.mechanism:
+    raise ValueError(f'`calibrated_for` calibrated {setting.mechanism!r}, not '
+                     f'{name!r}.')
+  calibrated = setting.params()
+  changed = {key: (full[key], calibrated[key]) for key in full
+             if full[key] != calibrated.get(key)}
+  if changed:
+    raise ValueError(
+        'these parameters differ from the calibrated ones (given, calibrated): '
+        f'{changed}; the calibrated ε ({setting.epsilon:.6g}) would not hold. '
+        'Pass the calibration\'s params unchanged, or calibrate again.')
+  c = setting.coordinate_clip
+  if coordinate_clip is not None and not math.isclose(coordinate_clip, c,
+                                                      rel_tol=1e-9):
+    raise ValueError(f'`coordinate_clip`={coordinate_clip:.6g}, but the mechanism '
+                     f'was calibrated for c∞ = {c:.6g}: omit it.')
+  if multiple is not None:
+    implied = multiple * clip_norm / math.sqrt(setting.dim)
+    if not math.isclose(implied, c, rel_tol=1e-9):
+      raise ValueError(
+          f'`coordinate_clip_multiple`={multiple:g} gives c∞ = {implied:.6g} at '
+          f'the calibrated d = {setting.dim}, but the mechanism was calibrated '
+          f'for c∞ = {c:.6g}: omit it (the calibrated c∞ is used).')
+  if setting.l2_clip is not None and clip_norm > setting.l2_clip * (1 + 1e-12):
+    raise ValueError(f'`clip_norm`={clip_norm:g} exceeds the ℓ2 clip '
+                     f'{setting.l2_clip:g} the mechanism was calibrated for: the '
+                     'calibrated ε would not hold. Pass clip_norm <= '
+                     f'{setting.l2_clip:g}.')
+  return c
 
 
 def rqm_factory(clip_norm: float, num_levels: int = 16, q: float = 0.42,

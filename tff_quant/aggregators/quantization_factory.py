@@ -20,6 +20,7 @@ update could then predict the noise, so never use it in deployment.
 import collections
 import collections.abc
 import contextlib
+import inspect
 import math
 from typing import Callable, NamedTuple, Optional, Union
 
@@ -46,10 +47,14 @@ class Created(NamedTuple):
     mechanism: the mechanism its clients encode with.
     dim: d, coordinates per client (after any padding).
     value_type: the TFF type `create` was called with.
+    calibrated_for: see the attribute.
   """
   mechanism: base.Mechanism
   dim: int
   value_type: object
+  #: The `accounting.CalibratedSetting` the factory enforced (None: built
+  #: without one; then no ε was promised and `training_guarantee` says it).
+  calibrated_for: Optional[object] = None
 
 
 def secure_sum_bits(num_clients: int, num_levels: int) -> int:
@@ -91,6 +96,17 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       TFF's HadamardTransformFactory), so few coordinates exceed c∞ = k·clip/√D;
       the server undoes it. The rotation is per client (per row when packed),
       which TFF's factory around a packed value could not do. d becomes D.
+    diagnostics: False (default): besides the level sum the server learns
+      only n, the clients in the round (public under the accountant's
+      neighbouring relation). True: each client also sends its counts of
+      clipped coordinates, non-finite values and whether its ℓ2 norm was
+      clipped, summed securely; the server learns these sums EXACTLY, a
+      release outside the ε the accountant reports (docs/privacy.md). For
+      simulations and debugging, not deployment.
+    calibrated_for: None, or the `accounting.CalibratedSetting` the mechanism
+      was calibrated for (`aggregators.mechanism_factory` passes it): then
+      `create` refuses a value whose d (after any padding) is not the
+      calibrated d, since ε depends on d.
     clients_per_value: K >= 1 (default 1). With K > 1 every client value stacks
       K clients' updates on a leading axis (the packed simulation path,
       `tff_quant.training.packed_clients`): each row is clipped and encoded on
@@ -109,10 +125,18 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       clipped to c∞ over n·d), clipped_clients_fraction (float32, clients whose
       update exceeded the ℓ2 clip_norm, over n), nonfinite_count (int32,
       coordinates that were NaN/inf).
+      Without `diagnostics` the three counts are not sent: clipped_fraction
+      and clipped_clients_fraction are NaN and nonfinite_count is -1.
     secure_sum: the measurements of `sum_factory` on the levels.
 
   After `create`, `created` holds the mechanism and dimension that process uses
   (d after any padding by an outer factory such as HadamardTransformFactory).
+
+  This is a MEAN factory (it returns the mean of the clients' values). Inside
+  a factory that treats its inner factory as a sum (`tff.aggregators.
+  MeanFactory`, `UnweightedMeanFactory`, `DifferentiallyPrivateFactory`)
+  the result would be divided or noised again; `create` refuses there (found
+  on the call stack) and names `aggregators.weighted`, the weighted form.
   """
 
   def __init__(self, mechanism: MechanismOrBuilder,
@@ -120,7 +144,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
                max_clients_per_round: Optional[int] = None,
                seed: Optional[int] = None, sum_factory=None,
                allow_no_privacy: bool = False, clients_per_value: int = 1,
-               rotate: bool = False):
+               rotate: bool = False, diagnostics: bool = False,
+               calibrated_for=None):
     if not (isinstance(mechanism, base.Mechanism) or callable(mechanism)):
       raise TypeError('`mechanism` must be a tff_quant Mechanism or a callable '
                       f'c_inf -> Mechanism, got {type(mechanism).__name__}.')
@@ -149,6 +174,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     self._per_value = validation.check_integer('clients_per_value',
                                                clients_per_value, 1)
     self._rotate = validation.check_bool('rotate', rotate)
+    self._calibrated_for = calibrated_for
+    self._diagnostics = validation.check_bool('diagnostics', diagnostics)
     if isinstance(mechanism, base.Mechanism):
       self._check_capacity(mechanism)
       self._check_privacy(mechanism)
@@ -213,16 +240,19 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
           f'{_INT32_MAX // (mech.num_levels - 1)}.')
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
+    _refuse_sum_consumer()
     specs, raw_dim = self._layout(value_type)
     dim = 2**math.ceil(math.log2(raw_dim)) if self._rotate else raw_dim
+    self._check_calibrated_dim(raw_dim, dim)
     mech = self.mechanism_for_dimension(dim)
     self._check_capacity(mech)
     self._check_privacy(mech)
-    self.created = Created(mech, dim, value_type)
+    self.created = Created(mech, dim, value_type, self._calibrated_for)
     for found in _RECORDERS:
       found.append(self.created)
     plan = _Plan(mech, specs, raw_dim, dim, self._per_value, self._rotate,
-                 self._clip_norm, self._seed, self.max_clients_for(mech))
+                 self._clip_norm, self._seed, self.max_clients_for(mech),
+                 self._diagnostics)
     client_encode = _client_encode(plan, value_type)
     levels_type, counts_type = client_encode.type_signature.result
     default_sum = (tff.aggregators.SecureModularSumFactory(mech.modulus)
@@ -262,6 +292,24 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
+  def _check_calibrated_dim(self, raw_dim: int, dim: int) -> None:
+    """ValueError unless d is the calibrated one (ε depends on d)."""
+    setting = self._calibrated_for
+    if setting is None or dim == setting.dim:
+      return
+    padded = 2**math.ceil(math.log2(raw_dim))
+    if self._rotate:
+      how = f'this value has {raw_dim} coordinates, padded to {dim} by rotate=True'
+    else:
+      how = f'this value has {raw_dim} coordinates (rotate=False)'
+    fix = (' Pass rotate=True (it pads to that d), or calibrate again at '
+           f'dim={dim}.' if padded == setting.dim and not self._rotate else
+           f' Calibrate again at dim={dim}.')
+    raise ValueError(
+        f'The mechanism was calibrated for d = {setting.dim} coordinates per '
+        f'client, but {how}: its ε ({setting.epsilon:.6g} for d = '
+        f'{setting.dim}) would not hold.{fix}')
+
   def _layout(self, value_type):
     """(one client's tensor specs, their coordinate count), checked: floats
     of fully defined shapes, stacking clients_per_value on the first axis."""
@@ -295,6 +343,7 @@ class _Plan(NamedTuple):
   clip_norm: Optional[float]
   seed: Optional[int]
   max_clients: int
+  diagnostics: bool      # whether clients send their clipping counts
 
 
 def _client_seed(plan: _Plan, flat, round_num):
@@ -342,6 +391,8 @@ def _client_encode(plan: _Plan, value_type):
                            axis=0)
     if mech.modulus is not None:
       levels = tf.math.floormod(levels, mech.modulus)
+    if not plan.diagnostics:   # the server learns n only (constructor)
+      clipped = nonfinite = l2_clipped = tf.constant(0, tf.int32)
     counts = tf.stack([clipped, nonfinite, tf.constant(per_value, tf.int32),
                        l2_clipped])
     return levels, counts
@@ -388,17 +439,49 @@ def _measurements(plan: _Plan, n, counts_total):
                 else tf.cast(n64 * (mech.num_levels - 1) + 1, tf.float64))
   field_bits = tf.math.ceil(tf.math.log(field_size) / math.log(2.0))
   sum_bits = tf.cast(tf.maximum(field_bits, 1.0), tf.int32)
+  clipped = tf.cast(counts_total[0], tf.float32) / tf.cast(n * dim, tf.float32)
+  clipped_clients = (tf.cast(counts_total[3], tf.float32) /
+                     tf.cast(n, tf.float32))
+  nonfinite = counts_total[1]
+  if not plan.diagnostics:   # not sent: not measured
+    clipped = clipped_clients = tf.constant(math.nan, tf.float32)
+    nonfinite = tf.constant(-1, tf.int32)
   return collections.OrderedDict(
       num_clients=n,
       bits_per_coordinate=tf.constant(mech.bits_per_coordinate, tf.int32),
       bits_per_client=tf.constant(mech.bits_per_coordinate * dim, tf.int64),
       secure_sum_bits=sum_bits,
       upload_bits_per_client=tf.cast(sum_bits, tf.int64) * dim,
-      clipped_fraction=tf.cast(counts_total[0], tf.float32) /
-      tf.cast(n * dim, tf.float32),
-      clipped_clients_fraction=tf.cast(counts_total[3], tf.float32) /
-      tf.cast(n, tf.float32),
-      nonfinite_count=counts_total[1])
+      clipped_fraction=clipped, clipped_clients_fraction=clipped_clients,
+      nonfinite_count=nonfinite)
+
+
+def _sum_factories():
+  """TFF factories that treat their inner factory as a sum."""
+  return (tff.aggregators.MeanFactory, tff.aggregators.UnweightedMeanFactory,
+          tff.aggregators.DifferentiallyPrivateFactory)
+
+
+def _refuse_sum_consumer() -> None:
+  """TypeError when a factory that treats its inner factory as a sum is
+  creating this mean factory (found on the call stack: TFF's wrappers call
+  `create` of their inner factories from their own `create`)."""
+  frame = inspect.currentframe()
+  try:
+    frame = frame.f_back.f_back if frame and frame.f_back else None
+    while frame is not None:
+      owner = frame.f_locals.get('self')
+      if frame.f_code.co_name == 'create' and isinstance(owner,
+                                                         _sum_factories()):
+        raise TypeError(
+            f'A tff_quant QuantizationFactory returns a MEAN, but '
+            f'{type(owner).__name__} uses it as a sum (it would divide or '
+            'noise the mean again). For weighted algorithms pass '
+            '`aggregators.weighted(factory)` as the model aggregator; use the '
+            'factory itself where TFF takes an unweighted aggregator.')
+      frame = frame.f_back
+  finally:
+    del frame
 
 
 def rotation_signs(round_num, size: int):

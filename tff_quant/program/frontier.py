@@ -252,7 +252,7 @@ def proved_row(cell, max_operations, ks, rtol):
   method = rep.assumptions.partition(composition.DIVERGENCES_NOTE)[2].rstrip('.')
   if vector.is_loose_method(method):
     reasons.append(f'k={k:g}: {LOOSER}: {method}')
-  row.update(params=json.dumps(dict(clip=c, **rep.params), default=float),
+  row.update(params=json.dumps(dict(clip=c, **rep.tunables), default=float),
              debiased_error_per_coordinate=rep.debiased_error,
              ratio_to_gaussian=rep.debiased_error / gauss.debiased_error,
              slope=rep.slope, mse_per_coordinate=rep.mse,
@@ -306,7 +306,7 @@ def with_attained_end(row, cell, ks, rtol):
   if best is not None and best[0] <= proved_total:
     _, k, c, rep = best
     err = min(rep.debiased_error, proved_err)
-    params = json.dumps(dict(clip=c, **rep.params), default=float)
+    params = json.dumps(dict(clip=c, **rep.tunables), default=float)
   elif math.isfinite(proved_err):
     k, err, params = row['coordinate_clip_multiple'], proved_err, row['params']
     reasons.append('the proved calibration (which meets the attained bound '

@@ -16,6 +16,7 @@ import collections.abc
 import dataclasses
 import math
 import os
+import random
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -33,6 +34,9 @@ from tff_quant.training import packed_clients
 
 NO_PRIVACY = 'none'   # the clipped plain mean (noise-free baseline)
 PEER_PARAMS = ('noise_multiplier', 'bits')   # mechanism_params of a TFF peer
+#: The whole-model ε a private run without a target or privacy parameters is
+#: calibrated to (`default_target`).
+DEFAULT_TARGET_EPSILON = 10.0
 
 
 @dataclasses.dataclass
@@ -108,6 +112,29 @@ class TrainingConfig:
     return self.delta if self.delta is not None else 1.0 / self.total_clients
 
 
+def default_target(config: TrainingConfig) -> bool:
+  """Sets config.target_epsilon to DEFAULT_TARGET_EPSILON when a private
+  mechanism has neither a target nor any of the parameters calibration would
+  choose (a DP run's defaults must be private); True when it did.
+
+  Args:
+    config: the run's config (changed in place).
+
+  Returns:
+    Whether the default target was set.
+  """
+  if config.target_epsilon is not None or config.mechanism == NO_PRIVACY:
+    return False
+  if config.is_peer:
+    chosen = ('noise_multiplier',)
+  else:
+    chosen = mechanisms.get(config.mechanism).CALIBRATED
+  if any(name in (config.mechanism_params or {}) for name in chosen):
+    return False
+  config.target_epsilon = DEFAULT_TARGET_EPSILON
+  return True
+
+
 def peer_params(name: str, params, calibrated: bool) -> Dict[str, object]:
   """A TFF peer's noise_multiplier (> 0; set by calibration when `calibrated`)
   and bits (tff_* only, default 16), checked."""
@@ -149,7 +176,8 @@ def build_peer(config: TrainingConfig, dim: int, log=print) -> peers.Peer:
 
 
 def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
-                  clients_per_slot: int = 1, vectorized: bool = False):
+                  clients_per_slot: int = 1, vectorized: bool = False,
+                  calibrated_for=None):
   """(FedAvg process, [Created]) for `config`: its aggregator and what it uses.
 
   With a registry mechanism the whole `next` is secure-only: the model update
@@ -159,7 +187,8 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   builds it, with TFF's default metrics aggregator. `clients_per_slot` K > 1:
   the packed path (`packed_clients`; its `next` takes one packed dataset per
   K clients), its K clients trained as one batched computation when
-  `vectorized`.
+  `vectorized`. `calibrated_for`: the `accounting.CalibratedSetting` the
+  registry mechanism must match (`aggregators.mechanism_factory`).
   """
   private = config.mechanism != NO_PRIVACY and peer is None
   model_fn = models.tff_model_fn(keras_fn, input_spec)
@@ -167,10 +196,12 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   server_opt = tff.learning.optimizers.build_sgdm(config.server_lr)
   with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
     if clients_per_slot > 1:
-      aggregator = (build_aggregator(config, clients_per_slot) if peer is None
+      aggregator = (build_aggregator(config, clients_per_slot, calibrated_for)
+                    if peer is None
                     else packed_clients.StackedClippedMeanFactory(
                         config.clip_norm, clients_per_slot,
-                        peer.noise_multiplier * config.clip_norm))
+                        peer.noise_multiplier * config.clip_norm,
+                        seed=config.noise_seed))
       process = packed_clients.build_packed_fed_avg(
           model_fn, clients_per_slot, client_opt, server_opt,
           aggregator, vectorized=vectorized,
@@ -181,15 +212,17 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
       process = tff.learning.algorithms.build_unweighted_fed_avg(
           model_fn, client_optimizer_fn=client_opt, server_optimizer_fn=server_opt,
           model_aggregator=(peer.factory() if peer is not None
-                            else build_aggregator(config)),
+                            else build_aggregator(config, 1, calibrated_for)),
           metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
                               if private else None))
   return process, used
 
 
-def build_aggregator(config: TrainingConfig, clients_per_value: int = 1):
+def build_aggregator(config: TrainingConfig, clients_per_value: int = 1,
+                     calibrated_for=None):
   """The model aggregator for `config` (a clipped plain mean for 'none');
-  `clients_per_value` as in `QuantizationFactory`."""
+  `clients_per_value` as in `QuantizationFactory`; `calibrated_for` as in
+  `aggregators.mechanism_factory`."""
   if config.mechanism == NO_PRIVACY:
     if clients_per_value > 1:
       return packed_clients.StackedClippedMeanFactory(config.clip_norm,
@@ -199,7 +232,8 @@ def build_aggregator(config: TrainingConfig, clients_per_value: int = 1):
       config.mechanism, config.clip_norm, config.mechanism_params,
       coordinate_clip_multiple=config.coordinate_clip_multiple,
       rotate=config.rotate, seed=config.noise_seed,
-      clients_per_value=clients_per_value)
+      clients_per_value=clients_per_value, calibrated_for=calibrated_for,
+      diagnostics=True)   # a simulation: the clipping counts are logged
 
 
 def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
@@ -298,7 +332,7 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print):
       l2_clip=config.clip_norm,
       coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
       math.sqrt(dim), bits=bits, progress=log, **fixed)
-  config.mechanism_params = cls.complete_params(report.params)
+  config.mechanism_params = cls.complete_params(report.tunables)
   interval = (f'ε ∈ [{report.epsilon_attained:.4g}, {report.epsilon:.4g}] '
               '[attained, proved]' if report.epsilon_attained is not None
               else f'ε = {report.epsilon:.4g}')
@@ -396,7 +430,7 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                    max_test_examples)
   prepare_run_dir(run_dir, config, fresh)
   rounds.start(run_dir)
-  done = round_loop.run_rounds(rounds.process.initialize(), config.rounds,
+  done = round_loop.run_rounds(rounds.initial_state(), config.rounds,
                                run_dir, rounds.step, log=log)
   rounds_done = max(done.start, config.rounds)
   if done.start >= config.rounds:
@@ -404,6 +438,31 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   summary = rounds.summary(done.state, rounds_done)
   results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
   return summary
+
+
+def initial_weights(keras_fn, seed: int) -> tff.learning.models.ModelWeights:
+  """The initial model of a run at `seed`: `keras_fn()` built right after
+  `tf.keras.utils.set_random_seed(seed)` (TensorFlow's, Python's and NumPy's
+  seeds: Keras draws an unseeded initializer's seed from Python's `random`),
+  so its initializers draw the same weights for every mechanism and every run
+  at this seed (TFF's `initialize` builds the model in a graph with unseeded
+  initializers). Python's and NumPy's global states are restored after.
+
+  Args:
+    keras_fn: no-arg callable -> a fresh Keras model.
+    seed: an int >= 0.
+
+  Returns:
+    The model's `tff.learning.models.ModelWeights`.
+  """
+  validation.check_integer('seed', seed, 0)
+  python_state, numpy_state = random.getstate(), np.random.get_state()
+  try:
+    tf.keras.utils.set_random_seed(seed)
+    return tff.learning.models.ModelWeights.from_model(keras_fn())
+  finally:
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
 
 
 class _Rounds:
@@ -426,18 +485,36 @@ class _Rounds:
     if config.is_peer:
       check_protobuf_for_peer(config.mechanism)
       self.peer = build_peer(config, models.num_params(self.keras_fn()), log)
+    self.calibration = None
     self._build()
     orders = composition.DEFAULT_ORDERS
     if config.target_epsilon is not None and self.used:
-      # The run is accounted with the orders its calibration used, so it
-      # reports the ε the calibration proved (more orders can cost a looser
-      # route).
-      orders = calibrate_config(config, self.used[0].dim, log).orders
+      # The run is accounted as its calibration was (`Calibration.guarantee`:
+      # the same orders and routes), so it reports the ε calibration proved,
+      # and its factory enforces the calibrated setting.
+      self.calibration = calibrate_config(config, self.used[0].dim, log)
+      orders = self.calibration.orders
       self._build()
     self.mech, self.dim = ((self.used[0].mechanism, self.used[0].dim)
                            if self.used else
                            (None, models.num_params(self.keras_fn())))
     self.acct, self.coord_acct = self._accountants(orders)
+    if self.mech is not None and self.calibration is None:
+      eps, _ = self.acct.epsilon_rdp(config.rounds)
+      log(f'Not calibrated (no target ε): {self.mech} as given gives whole-model '
+          f'ε = {eps:.4g} at δ = {config.target_delta:.3g} over {config.rounds} '
+          'rounds.')
+    dropout = [layer.name for layer in self.keras_fn().layers
+               if isinstance(layer, tf.keras.layers.Dropout)]
+    if dropout:
+      log(f'{config.model} has dropout ({", ".join(dropout)}), whose masks are '
+          'drawn unseeded inside TFF\'s client work: runs of it do not '
+          'reproduce exactly.')
+    if config.noise_seed is not None and self.peer is not None and (
+        self.packing.clients_per_slot == 1):
+      log(f'--noise_seed does not reach TFF\'s own {config.mechanism} '
+          'aggregator (its noise is unseeded): this run\'s noise does not '
+          'reproduce.')
     self.workers = workers
     self.remote = None
     self.max_test_examples = max_test_examples
@@ -446,7 +523,14 @@ class _Rounds:
   def _build(self):
     self.process, self.used = build_process(
         self.config, self.keras_fn, self.input_spec, self.peer,
-        self.packing.clients_per_slot, self.packing.vectorized)
+        self.packing.clients_per_slot, self.packing.vectorized,
+        self.calibration.setting if self.calibration else None)
+
+  def initial_state(self):
+    """The process's initial state with the model `initial_weights` gives:
+    the same for every mechanism at one seed (seeds are blocks)."""
+    weights = initial_weights(self.keras_fn, self.config.seed)
+    return self.process.set_model_weights(self.process.initialize(), weights)
 
   def _accountants(self, orders):
     """(the run's accountant, the papers' per-coordinate one; None, None
@@ -585,7 +669,12 @@ class _Rounds:
       summary.update(mechanism='none (clipped mean, no privacy)',
                      epsilon=math.inf)
       return summary
-    g = self.acct.guarantee(rounds_done)   # PLD where its grid fits, else why
+    # A calibrated run: the guarantee as calibration computed it (its orders
+    # and routes), so the ε printed is the one calibration reported; else
+    # PLD where its grid fits, else why.
+    use_pld = (self.calibration is None or self.calibration.setting is None
+               or self.calibration.setting.use_pld)
+    g = self.acct.guarantee(rounds_done, use_pld=use_pld)
     summary.update(mechanism=repr(mech or peer), epsilon=g.epsilon,
                    epsilon_route=g.route, epsilon_rdp=g.epsilon_rdp,
                    epsilon_pld=g.epsilon_pld, pld_note=g.pld_note,

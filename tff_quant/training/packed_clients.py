@@ -28,7 +28,7 @@ examples contributes zeros, as in TFF's client work.
 import collections
 import collections.abc
 import os
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -289,14 +289,25 @@ class StackedClippedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
   server's output has the same law however the clients are packed (central
   DP: the server is trusted with the sum). Measurements: clipped_count, the
   clients clipped.
+
+  Args:
+    clip_norm: ℓ2 clip of each client's update, > 0.
+    clients_per_value: K >= 1 clients stacked per value.
+    noise_std: the server's Gaussian noise per coordinate of the sum, >= 0.
+    seed: None (the noise from TF's OS-seeded generator) or an int >= 0: the
+      noise of round r is `tf.random.stateless_normal` at seed (seed, r),
+      reproducible (experiments only: who knows the seed knows the noise).
+      State: the round number.
   """
 
   def __init__(self, clip_norm: float, clients_per_value: int,
-               noise_std: float = 0.0):
+               noise_std: float = 0.0, seed: Optional[int] = None):
     self.clip_norm = float(validation.check_positive('clip_norm', clip_norm))
     self.clients_per_value = validation.check_integer(
         'clients_per_value', clients_per_value, 1)
     self.noise_std = float(validation.check_number('noise_std', noise_std, 0))
+    self.seed = validation.check_optional(validation.check_integer, 'seed',
+                                          seed, 0, 2**62)
 
   def create(self, value_type):
     specs = tff.types.type_to_tf_tensor_specs(value_type)
@@ -322,33 +333,47 @@ class StackedClippedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
       total = tf.nest.pack_sequence_as(value, [tf.reduce_sum(r, 0) for r in rows])
       return total, tf.reduce_sum(tf.cast(over, tf.int32))
 
-    noise_std = self.noise_std
+    noise_std, seed = self.noise_std, self.seed
 
-    @tff.tensorflow.computation(row_type, np.int32)
-    def divide(total, count):
+    def noise(shape, dtype, round_num, index):
+      if seed is None:
+        return tf.random.normal(shape, stddev=noise_std, dtype=dtype)
+      return tf.random.stateless_normal(
+          shape, tf.stack([tf.constant(seed, tf.int64) + round_num,
+                           tf.constant(index, tf.int64)]),
+          stddev=noise_std, dtype=dtype)
+
+    @tff.tensorflow.computation(row_type, np.int32, np.int64)
+    def divide(total, count, round_num):
       if noise_std > 0:   # central DP: the server's noise on the sum
-        total = tf.nest.map_structure(
-            lambda t: t + tf.random.normal(tf.shape(t), stddev=noise_std,
-                                           dtype=t.dtype), total)
+        flat = tf.nest.flatten(total)
+        total = tf.nest.pack_sequence_as(total, [
+            t + noise(tf.shape(t), t.dtype, round_num, i)
+            for i, t in enumerate(flat)])
       return tf.nest.map_structure(lambda t: t / tf.cast(count, t.dtype), total)
 
     @tff.tensorflow.computation()
     def clients():
       return np.int32(k)
 
+    @tff.tensorflow.computation(np.int64)
+    def advance(round_num):
+      return round_num + 1
+
     @tff.federated_computation()
     def init_fn():
-      return tff.federated_value((), tff.SERVER)
+      return tff.federated_value(np.int64(0), tff.SERVER)
 
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(value_type, tff.CLIENTS))
     def next_fn(state, value):
       total, clipped = tff.federated_map(clip_and_add, value)
       count = tff.federated_sum(tff.federated_eval(clients, tff.CLIENTS))
-      mean = tff.federated_map(divide, (tff.federated_sum(total), count))
+      mean = tff.federated_map(divide, (tff.federated_sum(total), count, state))
       measurements = tff.federated_zip(collections.OrderedDict(
           clipped_count=tff.federated_sum(clipped)))
-      return tff.templates.MeasuredProcessOutput(state, mean, measurements)
+      return tff.templates.MeasuredProcessOutput(
+          tff.federated_map(advance, state), mean, measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
