@@ -1,5 +1,6 @@
 """Tests for the ℓ2 route (tff_quant/accounting/vector.py)."""
 
+import dataclasses
 import itertools
 import math
 
@@ -29,9 +30,13 @@ def _exact(mech, x, x_prime, others, alpha):
   return divergence.renyi_divergence(p, q, alpha)
 
 
-@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'bq', 'pbm'])
+@pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'bq', 'pbm',
+                                  'quantized_gaussian', 'randomized_projection'])
 def test_piecewise_affine_declaration_holds(name):
-  params = dict(bq=dict(s=3, m=8), pbm=dict(num_levels=2)).get(name, {})
+  params = dict(bq=dict(s=3, m=8), pbm=dict(num_levels=2),
+                qmgeo=dict(range_ratio=4.0),
+                quantized_gaussian=dict(lattice=5, num_levels=8),
+                randomized_projection=dict(lattice=5, bits=3)).get(name, {})
   mech = _mech(name, **params)
   assert mech.piecewise_affine
   b = np.unique(mech.critical_inputs())
@@ -82,11 +87,21 @@ def test_full_flip_covers_the_coordinate_route(name, n):
       divergence.epsilon_infinity(mech), rel=1e-9)
 
 
-@pytest.mark.parametrize('name', ['rqm', 'pbm', 'quantized_gaussian', 'qmgeo'])
-def test_curve_bounds_random_pairs(name):
+@pytest.mark.parametrize('name, params', [
+    ('rqm', {}), ('pbm', {}), ('quantized_gaussian', {}), ('qmgeo', {}),
+    # The paper's quantized Gaussian (cell envelopes + the local bound), the
+    # lattice variants with a wide quantizer range, and QMGeo's level range.
+    ('quantized_gaussian', dict(lattice=0)),
+    ('quantized_gaussian', dict(range_ratio=8.0, noise_multiplier=0.5)),
+    ('randomized_projection', dict(range_ratio=4.0, q=0.6)),
+    ('randomized_projection', dict(lattice=0)),
+    ('qmgeo', dict(range_ratio=8.0, p=0.2)),
+], ids=lambda v: v if isinstance(v, str) else str(v))
+def test_curve_bounds_random_pairs(name, params):
   """f̄(t_s) >= D_α at random target pairs within t_s, the others in every ±c
-  mix and at random inputs (the default bound holds for any)."""
-  mech, n = _mech(name), 3
+  mix and at random inputs (the default bound holds for any): the brute-force
+  soundness check, n = 3, of every route a mechanism takes."""
+  mech, n = _mech(name, **params), 3
   curve = vector.divergence_curve(mech, ORDERS, n, t_points=8, cells=32)
   rng = np.random.default_rng(0)
   for s, t in enumerate(curve.t):
@@ -299,9 +314,23 @@ def test_power_sums_in_pair_blocks_equal_one_block(monkeypatch):
   whole = vector.divergence_curve(mech, [2.0, 8.0], 5, t_points=8)
   monkeypatch.setattr(matrix_sums, '_BLOCK', 50)   # a few pairs per block
   blocked = vector.divergence_curve(mech, [2.0, 8.0], 5, t_points=8)
-  for order in (2.0, 8.0):
+  # Same exact curve; only the blocks differ: each `convolve` block's scale
+  # (exp's arguments round differently) and the shapes BLAS sees (its
+  # summation order, which differs between CPUs, e.g. AVX2 and AVX-512
+  # kernels). So the two agree to rounding, bounded by what matrix_sums
+  # proves: each computed log power sum is within its allowance of exact,
+  # u·((2α-1)·(convolutions' error) + 4,960 + terms) (`_allowance`), here at
+  # most 28,600u at α = 2 and 122,700u at α = 8 (4 convolutions of <= 9
+  # terms, up to 7,800u; <= 24 terms per power sum); f̄_α is that log divided
+  # by α - 1 (max and chords do not enlarge a difference), and the two runs
+  # differ by at most twice it: 57,200u = 6.4e-12 (α = 2), 35,100u (α = 8).
+  # A relative tolerance is wrong here: near t = 0, f̄_α ≈ C·t² (3.3e-6 on
+  # this grid) is the log of a sum within 1e-5 of 1, so a rounding of u in
+  # that sum is 3e-11 of it (rtol=1e-12 failed at 2.4e-12 on an AMD EPYC).
+  u = 2.0**-53
+  for order, bound in ((2.0, 57_200 * u), (8.0, 35_100 * u)):
     np.testing.assert_allclose(blocked.values[order], whole.values[order],
-                               rtol=1e-12)
+                               rtol=0, atol=bound)
 
 
 @pytest.mark.parametrize('name', ['rqm', 'pbm', 'qmgeo', 'quantized_gaussian', 'bq',
@@ -344,7 +373,8 @@ def test_local_bound_caps_the_envelopes_and_replaces_a_refused_search(
     monkeypatch):
   """The quantized Gaussian: each grid value is at most α t²/(2σ²); with the
   search over the cost limit, that bound is the curve (and costs nothing)."""
-  mech = _mech('quantized_gaussian', num_levels=8, noise_multiplier=0.5)
+  mech = _mech('quantized_gaussian', num_levels=8, noise_multiplier=0.5,
+               lattice=0)   # the paper's: envelopes and the local bound
   grid = vector.distance_grid(1.0, 8)
   local = mech.local_divergences([2.0, 8.0], grid)
   searched = vector.divergence_curve(mech, [2.0, 8.0], 5, t_grid=grid)
@@ -560,7 +590,8 @@ def test_target_laws_over_the_memory_limit_are_refused_before_allocating(
   where the mechanism has one (named in the method), else CostError naming
   the GiB needed."""
   grid = vector.distance_grid(1.0, 8)
-  qg = _mech('quantized_gaussian', num_levels=8, noise_multiplier=0.5)
+  qg = _mech('quantized_gaussian', num_levels=8, noise_multiplier=0.5,
+             lattice=0)   # the paper's: it has the local bound
   monkeypatch.setattr(vector, 'MAX_BYTES', 100)
   curve = vector.divergence_curve(qg, [2.0], 3, t_grid=grid)
   assert 'GiB' in curve.method and curve.method.startswith('local')
@@ -697,3 +728,99 @@ def test_mixture_alone_skips_the_end_mixes_and_only_loosens():
   # Outside the context nothing is skipped.
   again = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
   np.testing.assert_array_equal(again.values[2.0], full.values[2.0])
+
+
+def test_chord_of_the_smaller_bound_holds_where_two_bounds_cross():
+  """`_assembled` takes the smaller of the vertex bound and the local bound at
+  each grid point, then the chord of that. Here the two cross inside every
+  other interval (the local bound is the larger at its left end, the smaller
+  at its right), so at interior points the chord of the smaller lies below
+  the smaller of the two chords; it still lies above the exact f_α, because
+  the chord rests on exp((α-1)f_α) being convex there, not on either bound.
+
+  RQM (8 levels), n = 2: vertex bound for any others (`others_mixture`); local
+  bound: twice the vertex bound, plus 1, at even grid points and the exact f_α
+  of the others at ±c at odd ones. The truth is that exact f_α (others at ±c,
+  every mix on its own) at 9 interior points of every interval."""
+  mech = _mech('rqm', num_levels=8)
+  n, orders = 2, (2.0, 8.0)
+  grid = vector.with_breakpoints(mech, vector.distance_grid(1.0, 8), 64, n)
+  targets = vector.target_pairs(mech, grid)
+  per_pair = vector._pair_divergences(mech, targets, orders, n,
+                                      vector.EXACT_SPLITS, 'any')
+  exact = lambda t_grid: vector.divergence_curve(
+      mech, orders, n, t_grid=t_grid, exact_splits=n, others='extremes').values
+  vertex = vector._assembled(targets, per_pair, grid, None, n)
+  assert vertex.convex_on.all()
+  at_grid = exact(grid)
+  even = np.arange(grid.size) % 2 == 0
+  local = {a: np.where(even, 2 * vertex.values[a] + 1, at_grid[a]) for a in orders}
+  curve = vector._assembled(targets, per_pair, grid, local, n)
+  alone = vector.DivergenceCurve(grid, local, 'local', n, vertex.convex_on)
+  left = np.concatenate([[0.0], grid[:-1]])
+  inner = (left[:, None] + np.linspace(0, 1, 11)[None, 1:-1] *
+           (grid - left)[:, None]).ravel()
+  fine = np.union1d(grid, inner)
+  truth = exact(fine)
+  crossings = 0
+  for a in orders:
+    v, l = vertex.values[a], local[a]
+    assert np.all(l[~even] < v[~even]) and np.all(l[even] > v[even])
+    for t, f in zip(fine, truth[a]):
+      bound = _bound_at(curve, a, t)
+      assert f <= bound * (1 + 1e-9) + 1e-12, (a, t)
+      assert f <= curve.majorant(a, t**2) * (1 + 1e-9) + 1e-12, (a, t)
+      separately = min(_bound_at(vertex, a, t), _bound_at(alone, a, t))
+      assert bound <= separately * (1 + 1e-12)
+      crossings += bound < separately * (1 - 1e-3)
+  assert crossings > 20
+
+
+@pytest.mark.parametrize('name, params', [
+    ('ddgauss', dict(num_levels=1024, steps=40, noise_fraction=0.1)),
+    ('skellam', dict(num_levels=1024, steps=50, noise_fraction=0.1)),
+    ('gaussian', dict(noise_multiplier=0.7)),
+])
+def test_exact_curves_take_chords_only_between_breakpoints(name, params):
+  """Exact curves (`sum_divergences`) whose exp((α-1)f) is convex between
+  multiples of `divergence_breakpoint_step` take the chord there: the bound
+  points lie above the exact f at every distance between grid points (a
+  fine sweep, breakpoints inside and out), and at u* = t*² the majorant is
+  within 1% of the concave hull of that sweep (a lower bound on the true
+  majorant) where the breakpoints are fine, and never above the steps'."""
+  mech = _mech(name, c=1.0, **params)
+  n, c = 3, 1.0
+  t_star = 0.61
+  grid = vector.l2_grid(mech, t_star, 24, n)
+  curve = vector.divergence_curve(mech, ORDERS, n, t_grid=grid)
+  assert curve.convex_on is not None and curve.convex_on.any()
+  step = mech.divergence_breakpoint_step
+  if step:   # every chord interval is free of multiples of the step
+    lo = np.concatenate([[0.0], grid[:-1]])
+    for s in np.flatnonzero(curve.convex_on):
+      inside = np.arange(math.floor(lo[s] / step) + 1, grid[s] / step) * step
+      assert not np.any((inside > lo[s] * (1 + 1e-9)) &
+                        (inside < grid[s] * (1 - 1e-9)))
+  sweep = np.linspace(1e-3, 2 * c, 997)
+  exact = mech.sum_divergences(ORDERS, n, sweep)
+  for a in ORDERS:
+    if math.isinf(a) and name == 'gaussian':
+      continue
+    us, ys = curve.bound_points(a)
+    # The bound at u is the bound point at or before u (step function).
+    at = np.searchsorted(us, sweep**2, side='right') - 1
+    bound = ys[np.clip(at, 0, len(ys) - 1)]
+    # Bound points are left ends of pieces: compare where a piece starts at
+    # or before the swept distance.
+    assert np.all(exact[a] <= np.maximum(bound, ys[np.minimum(at + 1, len(ys) - 1)])
+                  * (1 + 1e-9) + 1e-12)
+    value = mech.sum_divergences([a], n, [t_star])[a][0]
+    steps = dataclasses.replace(curve, convex_on=None)
+    if math.isfinite(value) and value > 0:
+      assert curve.majorant(a, t_star**2) >= value * (1 - 1e-9)
+      assert curve.majorant(a, t_star**2) <= steps.majorant(a, t_star**2)
+      hull = vector._upper_hull(sweep**2, exact[a])
+      true_at_least = np.interp(t_star**2, sweep[hull]**2, exact[a][hull])
+      assert curve.majorant(a, t_star**2) >= true_at_least * (1 - 1e-9)
+      if step:   # breakpoints around t* on the grid: near exact there
+        assert curve.majorant(a, t_star**2) <= true_at_least * 1.01

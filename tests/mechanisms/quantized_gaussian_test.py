@@ -8,7 +8,9 @@ from tests.mechanisms import mechanism_checks as checks
 from tff_quant.mechanisms import quantized_gaussian as qg
 
 PARAMS = [dict(clip=1.0, num_levels=8, sigma=0.3), dict(clip=1.0, num_levels=2, sigma=1.0),
-          dict(clip=0.5, num_levels=64, sigma=0.05)]
+          dict(clip=0.5, num_levels=64, sigma=0.05),
+          dict(clip=2.0, num_levels=16, sigma=0.4, input_bound=0.25, lattice=5),
+          dict(clip=1.0, num_levels=8, sigma=0.3, lattice=2)]
 
 
 def quad_pmf(mech, x):
@@ -79,7 +81,7 @@ def test_invalid_params_raise(kwargs, name, error):
     qg.QuantizedGaussian(**dict(PARAMS[0], **kwargs))
 
 
-@pytest.mark.parametrize('params', PARAMS)
+@pytest.mark.parametrize('params', [p for p in PARAMS if not p.get('lattice')])
 def test_local_bound_holds(params):
   """α t²/(2σ²) bounds the secure sum for any others (data processing)."""
   mech = qg.QuantizedGaussian(**params)
@@ -88,3 +90,53 @@ def test_local_bound_holds(params):
   np.testing.assert_allclose(bound[2.0], 2 * np.array([0.1, 0.5])**2 /
                              (2 * params['sigma']**2))
   assert np.all(np.isinf(bound[math.inf]))
+
+
+def test_lattice_law_is_the_mixture_of_the_papers_laws_at_lattice_points():
+  """L points on [-c, c]: the law at x is (1-w)·law(b_i) + w·law(b_{i+1}),
+  affine between lattice points (the vertices), continuous, and L = 0 is
+  the paper's law; the registry default is the lattice variant."""
+  mech = qg.QuantizedGaussian(clip=2.0, num_levels=16, sigma=0.4,
+                              input_bound=0.5, lattice=5)
+  paper = qg.QuantizedGaussian(clip=2.0, num_levels=16, sigma=0.4,
+                               input_bound=0.5)
+  np.testing.assert_allclose(mech.critical_inputs(), [-.5, -.25, 0, .25, .5])
+  assert mech.piecewise_affine and not paper.piecewise_affine
+  assert not mech.has_local_bound and paper.has_local_bound
+  assert mech.local_divergences([2.0], [0.1]) is None
+  for x in (-0.5, 0.0, 0.25):   # on the lattice: the paper's law
+    np.testing.assert_allclose(mech.pmf(x), paper.pmf(x), rtol=1e-12)
+  x, w = 0.1, 0.4   # 0.1 = 0 + 0.4·0.25
+  np.testing.assert_allclose(mech.pmf(x),
+                             0.6 * paper.pmf(0.0) + 0.4 * paper.pmf(0.25),
+                             rtol=1e-12)
+  # Lattice rounding is unbiased: the mean level moves as the paper's does
+  # between lattice points (affine), and equals it at them.
+  mean = lambda m, y: float(np.dot(m.pmf(y), m.levels))
+  assert mean(mech, 0.1) == pytest.approx(0.6 * mean(paper, 0.0) +
+                                          0.4 * mean(paper, 0.25), rel=1e-12)
+  built = qg.QuantizedGaussian.for_coordinate_bound(0.5, noise_multiplier=0.4,
+                                                    range_ratio=4.0)
+  assert built.params() == dict(clip=2.0, num_levels=16, sigma=0.4,
+                                input_bound=0.5, lattice=9)
+  np.testing.assert_allclose(qg.QuantizedGaussian(**built.params()).pmf(0.3),
+                             built.pmf(0.3), rtol=0)
+
+
+def test_the_one_client_bound_fails_for_the_lattice_mixture():
+  """Why the lattice variant declares no local bound: at t < h the mixture's
+  D_2 exceeds 2t²/(2σ²) (module docstring), here computed exactly."""
+  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+  mech = qg.QuantizedGaussian(clip=4.0, num_levels=256, sigma=0.3,
+                              input_bound=1.0, lattice=3)
+  t = 0.05
+  exact = divergence.renyi_divergence(mech.log_pmf(t), mech.log_pmf(0.0), 2.0)
+  assert exact > 2.0 * t**2 / (2 * 0.3**2)
+
+
+@pytest.mark.parametrize('kwargs, name', [
+    (dict(lattice=1), 'lattice'), (dict(lattice=-2), 'lattice'),
+    (dict(input_bound=3.0), 'input_bound'), (dict(input_bound=0.0), 'input_bound')])
+def test_invalid_lattice_and_input_bound_raise(kwargs, name):
+  with pytest.raises(ValueError, match=f'`{name}`'):
+    qg.QuantizedGaussian(**dict(PARAMS[0], **kwargs))

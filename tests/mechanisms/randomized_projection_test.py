@@ -7,7 +7,8 @@ from tff_quant.mechanisms import randomized_projection as rp
 
 PARAMS = [dict(bound=0.3, bits=4, q=0.5, sigma=0.05),
           dict(bound=0.3, bits=2, q=0.9, sigma=0.0, input_bound=0.5),
-          dict(bound=1.0, bits=3, q=1 / 7, sigma=0.4, input_bound=1.2)]
+          dict(bound=1.0, bits=3, q=1 / 7, sigma=0.4, input_bound=1.2),
+          dict(bound=2.0, bits=4, q=0.9, sigma=0.5, input_bound=0.5, lattice=5)]
 
 
 def test_end_cells_absorb_the_clipped_tails():
@@ -56,3 +57,24 @@ def test_local_bound_holds(params):
     big_l, q = 2**params['bits'], params['q']
     bound = mech.local_divergences([np.inf], [1e-3, 0.4])[np.inf]
     np.testing.assert_allclose(bound, np.log(q * (big_l - 1) / (1 - q)))
+
+
+def test_lattice_and_range_from_the_coordinate_bound():
+  """range_ratio sets M = ratio·c∞, the lattice's points are the critical
+  inputs, the law is the paper's at them and affine between, and the local
+  bound keeps only the randomized response's part."""
+  mech = rp.RandomizedProjection.for_coordinate_bound(
+      0.5, bits=4, q=0.9, noise_multiplier=1.0, range_ratio=4.0, lattice=5)
+  assert mech.bound == 2.0 and mech.input_bound == 0.5 and mech.sigma == 0.5
+  assert mech.piecewise_affine
+  paper = rp.RandomizedProjection(2.0, 4, 0.9, 0.5, input_bound=0.5)
+  np.testing.assert_allclose(mech.critical_inputs(), [-.5, -.25, 0, .25, .5])
+  np.testing.assert_allclose(mech.pmf(0.25), paper.pmf(0.25), rtol=1e-12)
+  np.testing.assert_allclose(mech.pmf(0.1),
+                             0.6 * paper.pmf(0.0) + 0.4 * paper.pmf(0.25),
+                             rtol=1e-12)
+  local = mech.local_divergences([2.0], [0.01, 1.0])[2.0]
+  assert local[0] == local[1] > 0   # the randomized response's, at any t > 0
+  assert paper.local_divergences([2.0], [0.01])[2.0][0] < local[0]
+  np.testing.assert_allclose(
+      rp.RandomizedProjection(**mech.params()).pmf(0.3), mech.pmf(0.3), rtol=0)

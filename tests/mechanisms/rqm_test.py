@@ -3,6 +3,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import special
 
 from tests.mechanisms import mechanism_checks as checks
 from tff_quant.mechanisms import rqm
@@ -26,6 +27,53 @@ def brute_force_pmf(mech, x):
     p_up = (x - b[lo]) / (b[hi] - b[lo])
     out[lo] += prob * (1 - p_up)
     out[hi] += prob * p_up
+  return out
+
+
+_ORACLE_BLOCK = 2**21   # pairs per block of the oracle's (lower, upper) table
+
+
+def pair_table_log_pmf(mech, x):
+  """Lemma 5.1 summed over (lower kept, upper kept) level pairs, O(m·near):
+  the oracle for `RQM.log_pmf`'s O(m) recurrence.
+
+  For each end, pairs whose other end lies more than `near` steps away (the
+  endpoints always included) carry < 2^-80 of the entry: exact in float64.
+  """
+  x = mech.clip_input(x)
+  m, q = mech.num_levels, mech.q
+  b = mech.levels
+  j = mech._bin(x)
+  lq, l1q = math.log(q), math.log1p(-q)
+  idx = np.arange(m)
+  log_low = np.full(m, -np.inf)
+  log_low[:j + 1] = lq + (j - idx[:j + 1]) * l1q
+  log_low[0] = j * l1q
+  log_up = np.full(m, -np.inf)
+  log_up[j + 1:] = lq + (idx[j + 1:] - j - 1) * l1q
+  log_up[m - 1] = (m - 2 - j) * l1q
+  need = 80 * math.log(2) + math.log(m / q)
+  near = int(min(m, math.ceil(need / -math.log1p(-q))))
+  ups = np.union1d(idx[j + 1:j + 2 + near], [m - 1])
+  lows = np.union1d(idx[max(0, j - near):j + 1], [0])
+
+  def landing(lows, ups, on_low):
+    own, other = (lows, ups) if on_low else (ups, lows)
+    out = np.empty(own.size)
+    step = max(1, _ORACLE_BLOCK // other.size)
+    for start in range(0, own.size, step):
+      block = own[start:start + step][:, None]
+      lo, up = (block, other[None, :]) if on_low else (other[None, :], block)
+      with np.errstate(divide='ignore'):
+        log_w = np.log(np.maximum(b[up] - x if on_low else x - b[lo], 0.0) /
+                       (b[up] - b[lo]))
+      out[start:start + step] = special.logsumexp(
+          log_low[lo] + log_up[up] + log_w, axis=1)
+    return out
+
+  out = np.empty(m)
+  out[:j + 1] = landing(idx[:j + 1], ups, True)
+  out[j + 1:] = landing(lows, idx[j + 1:], False)
   return out
 
 
@@ -76,23 +124,38 @@ def test_invalid_params_raise(kwargs, name, error):
     rqm.RQM(**args)
 
 
-def test_pmf_in_blocks_equals_one_table_and_memory_stays_bounded(monkeypatch):
-  mech = rqm.RQM(clip=1.0, delta=1.0, num_levels=1024, q=0.42)
-  x = 0.137
-  whole = mech.log_pmf(x)                    # 512 x 512 pairs: one block
-  monkeypatch.setattr(rqm, '_BLOCK', 4096)   # 64 blocks of 8 rows
-  np.testing.assert_allclose(mech.log_pmf(x), whole, rtol=0, atol=1e-12)
-  assert abs(float(np.dot(np.exp(whole), mech.levels)) - x) < 1e-12
+def _grid_inputs(mech):
+  """The range ends, every level inside the range, and points between levels
+  (just above a level, a third of the way, just below the next)."""
+  b, c, h = mech.levels, mech.clip, mech.level_step
+  inside = b[(b > -c) & (b < c)]
+  between = np.concatenate([inside + 1e-9 * h, inside + h / 3, inside - 1e-9 * h])
+  xs = np.concatenate([[-c, c, 0.0], inside, between[np.abs(between) <= c]])
+  if xs.size > 40:
+    xs = xs[np.random.default_rng(0).choice(xs.size, 40, replace=False)]
+  return xs
 
 
-def test_pairs_beyond_near_levels_change_nothing(monkeypatch):
-  """Pairing each end only with kept levels within `_near_levels` steps (and the
-  endpoints) equals the full pair table to float64 resolution."""
-  mech = rqm.RQM(clip=1.0, delta=1.0, num_levels=1024, q=0.42)
-  assert rqm._near_levels(mech.q, mech.num_levels) < 200
-  for x in (-1.0, -0.31, 0.0, 0.77, 1.0):
-    near = mech.log_pmf(x)
-    with monkeypatch.context() as patch:
-      patch.setattr(rqm, '_near_levels', lambda q, m: m)
-      full = mech.log_pmf(x)
-    np.testing.assert_allclose(near, full, rtol=1e-15, atol=0)
+@pytest.mark.parametrize('m', [2, 3, 4, 5, 16, 100, 300])
+@pytest.mark.parametrize('q', [1e-9, 1e-3, 0.05, 0.42, 0.9, 0.999, 1 - 1e-9])
+def test_recurrence_equals_pair_table(m, q):
+  """The O(m) pmf equals the pair-table sum to 1e-12 relative, compared in log
+  space (entries down to e^-6200 at q = 1 - 1e-9, where 1e-13·|log p| allows
+  for the few ulps of log p itself), sums to 1 and has mean x."""
+  mech = rqm.RQM(clip=1.0, delta=0.6, num_levels=m, q=q)
+  for x in _grid_inputs(mech):
+    log_p = mech.log_pmf(x)
+    np.testing.assert_allclose(log_p, pair_table_log_pmf(mech, x),
+                               rtol=1e-13, atol=1e-12, err_msg=f'm={m} q={q} x={x!r}')
+    assert abs(special.logsumexp(log_p)) < 1e-13
+    assert abs(float(np.dot(np.exp(log_p), mech.levels)) - x) < 1e-12
+
+
+def test_recurrence_at_many_levels_sums_to_one_with_mean_x():
+  """65,536 levels at q = 1e-4 (the pair table needs 4.3e9 terms, 17 s)."""
+  mech = rqm.RQM(clip=1.0, delta=1.0, num_levels=2**16, q=1e-4)
+  for x in (-1.0, -0.123456, 0.0, 0.5 + mech.level_step / 3, 1.0):
+    log_p = mech.log_pmf(x)
+    assert np.all(np.isfinite(log_p))
+    assert abs(special.logsumexp(log_p)) < 1e-11
+    assert abs(float(np.dot(np.exp(log_p), mech.levels)) - x) < 1e-11

@@ -768,6 +768,46 @@ class DivergenceCurve:
     return float(np.interp(u, us[hull], ys[hull]))
 
 
+def _convex_between_breakpoints(t_grid: np.ndarray, step: Optional[float]
+                                ) -> Optional[np.ndarray]:
+  """`DivergenceCurve.convex_on` of an exact curve whose exp((α-1)f_α) is
+  convex between multiples of `step` (`Mechanism.divergence_breakpoint_step`:
+  0 convex everywhere, None unknown: steps everywhere). Interval s is
+  (t_{s-1}, t_s), t_{-1} = 0: free when no multiple of `step` lies strictly
+  inside it (to _TIE of the step)."""
+  if step is None:
+    return None
+  if step == 0:
+    return np.ones(len(t_grid), bool)
+  lo = np.concatenate([[0.0], t_grid[:-1]]) / step
+  hi = np.asarray(t_grid, np.float64) / step
+  # The first multiple of `step` above lo (a multiple at lo itself is an end).
+  first = np.floor(lo + _TIE) + 1
+  return first >= hi - _TIE
+
+
+def exact_breakpoints(mech, t_star: float) -> np.ndarray:
+  """Grid distances for an exact curve whose exp((α-1)f_α) is convex between
+  multiples of `mech.divergence_breakpoint_step` (none where the step is 0
+  or unknown): every multiple in (0, 2c) when there are at most
+  LATTICE_POINTS (the intervals between them all take the chord, and a
+  modular sum computes f_α at every integer shift anyway), else the
+  EXACT_BREAKPOINTS nearest on each side of t_star (`l2_grid`)."""
+  step = mech.divergence_breakpoint_step if mech.has_exact_divergences else None
+  if not step:
+    return np.empty(0)
+  top = 2 * mech.input_bound
+  count = int(math.floor(top / step * (1 + _TIE)))
+  if count <= LATTICE_POINTS:
+    ks = np.arange(1, count + 1, dtype=np.float64)
+  else:
+    k = math.floor(t_star / step)
+    ks = np.arange(k - EXACT_BREAKPOINTS + 1, k + EXACT_BREAKPOINTS + 1,
+                   dtype=np.float64)
+  ts = ks * step
+  return ts[(ts > 0) & (ts < top * (1 - _TIE))]
+
+
 def _upper_hull(x: np.ndarray, y: np.ndarray) -> List[int]:
   """Indices of the upper concave hull of points sorted by x (monotone chain)."""
   hull: List[int] = []
@@ -943,7 +983,9 @@ def divergence_curve(mech, orders: Sequence[float], num_clients: int,
   own = mech.sum_divergences(orders, num_clients, t_grid)
   if own is not None:   # exact at every t (closed form / translation invariance)
     return DivergenceCurve(t_grid, {a: np.maximum(np.asarray(own[a]), 0.0)
-                                    for a in orders}, 'exact', num_clients)
+                                    for a in orders}, 'exact', num_clients,
+                           _convex_between_breakpoints(
+                               t_grid, mech.divergence_breakpoint_step))
   local = mech.local_divergences(orders, t_grid)
   finite = [a for a in orders if math.isfinite(a)]
   off = off_lattice(mech, t_grid)
@@ -1070,7 +1112,13 @@ def _assembled(targets: TargetPairs, per_pair: Dict[float, np.ndarray],
                t_grid: np.ndarray, local, num_clients: int) -> DivergenceCurve:
   """The curve from per-pair bounds: at each t the largest over pairs no
   farther apart (f is a sup over |x - x'| <= t), the smaller of it and the
-  local bound where there is one, chords on breakpoint-free intervals."""
+  local bound where there is one, chords on breakpoint-free intervals.
+
+  The chord of the smaller is sound even where the two bounds cross inside an
+  interval: it rests on exp((α-1)f_α) being convex there (`DivergenceCurve`),
+  so any upper bounds of f_α at the ends, the smaller of two included, give a
+  chord above f_α; it never lies above the smaller of the two bounds' own
+  chords (docs/privacy.md, the ℓ2 route)."""
   values = {}
   by_distance = np.argsort(targets.distance, kind='stable')
   # The pairs no farther apart than each t (1e-12: rounding twins count).
@@ -1154,6 +1202,9 @@ def with_breakpoints(mech, t_grid: np.ndarray, limit: int,
 
 
 LATTICE_POINTS = 4096   # most distances `l2_grid` puts on a lattice's grid
+#: Where an exact curve has over LATTICE_POINTS breakpoints, those `l2_grid`
+#: puts on each side of t* (`exact_breakpoints`).
+EXACT_BREAKPOINTS = 4
 
 
 def _lattice_grid(one, t_points: int) -> Optional[np.ndarray]:
@@ -1185,6 +1236,10 @@ def l2_grid(mech, t_star: float, t_points: int, num_clients: int) -> np.ndarray:
   lattice = _lattice_grid(one, t_points)
   if lattice is not None:
     return lattice
+  near = exact_breakpoints(one, t_star)
+  if near.size:   # exact curves: chords between breakpoints
+    return _merged(focused_grid(mech.input_bound, t_star, t_points), near,
+                   near.size)
   gaps = _vertex_breakpoints(one)
   base = t_points
   if gaps is not None:

@@ -9,7 +9,7 @@ sampled in training is what is accounted for.
 import abc
 import dataclasses
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -99,12 +99,6 @@ def levels_tunable(default: int, symbol: str = 'm') -> Tunable:
                  doc=f'levels {symbol} per coordinate')
 
 
-def log_normalize(log_p: np.ndarray) -> np.ndarray:
-  """Returns log_p minus its logsumexp (guards against rounding drift)."""
-  from scipy import special  # pylint: disable=g-import-not-at-top
-  return log_p - special.logsumexp(log_p)
-
-
 # ----------------------------------------------------------------------------
 # TensorFlow samplers shared by the mechanisms (all O(d), stateless, seeded).
 # ----------------------------------------------------------------------------
@@ -125,6 +119,56 @@ def stochastic_round(t, seed):
   low = tf.floor(t)
   up = tf.cast(uniform(tf.shape(t), seed, t.dtype) < (t - low), t.dtype)
   return low + up
+
+
+def lattice_log_pmf(law_at: Callable[[int], np.ndarray], x: float,
+                    bound: float, points: int) -> np.ndarray:
+  """log-law of x in [-bound, bound] first rounded stochastically to the
+  `points`-point lattice -bound + i·h (h = 2·bound/(points-1)), then passed to
+  a mechanism whose log-law at lattice point i is `law_at(i)`:
+  log((1-w)·P_i + w·P_{i+1}) with x = b_i + w·h. Affine in x between lattice
+  points and continuous (the quantized Gaussian's and randomized
+  projection's input lattice).
+
+  Args:
+    law_at: i -> the log-pmf at lattice point i (callers cache it).
+    x: the (clipped) input.
+    bound: the lattice's half-width, > 0.
+    points: lattice points, >= 2.
+
+  Returns:
+    The log-pmf, -inf where impossible.
+  """
+  h = 2.0 * bound / (points - 1)
+  t = (x + bound) / h
+  i = min(max(math.floor(t), 0), points - 2)
+  w = min(max(t - i, 0.0), 1.0)
+  low = math.log1p(-w) + law_at(i) if w < 1 else -np.inf
+  high = math.log(w) + law_at(i + 1) if w > 0 else -np.inf
+  with np.errstate(divide='ignore'):
+    return np.logaddexp(low, high)
+
+
+def lattice_round(x, bound: float, points: int, seed):
+  """x in [-bound, bound] rounded stochastically (unbiased) to the
+  `points`-point lattice of `lattice_log_pmf` (TF; the sampler's twin)."""
+  h = 2.0 * bound / (points - 1)
+  return -bound + h * stochastic_round((x + bound) / h, seed)
+
+
+def lattice_tunable(default: int) -> Tunable:
+  """The input lattice's points L (0: none; else >= 2; `lattice_log_pmf`)."""
+  return Tunable('lattice', default, 0, 4097, kind=int,
+                 doc='input lattice points (0: none, the paper\'s)')
+
+
+def check_lattice(points) -> int:
+  """`points`, checked: 0 (no lattice) or an integer in [2, 4097]."""
+  points = validation.check_integer('lattice', points, 0, 4097)
+  if points == 1:
+    raise ValueError('`lattice` must be 0 (none) or an integer in [2, 4097], '
+                     'got 1.')
+  return points
 
 
 # Largest trial counts the exact samplers below serve (TF's sampler beyond).
@@ -445,6 +489,15 @@ class Mechanism(abc.ABC):
   def has_exact_divergences(self) -> bool:
     """True when the class overrides `sum_divergences` (no search needed)."""
     return type(self).sum_divergences is not Mechanism.sum_divergences
+
+  @property
+  def divergence_breakpoint_step(self) -> Optional[float]:
+    """Where `sum_divergences`'s exp((α-1)f_α(t)) may stop being convex in t:
+    at multiples of this step (> 0), nowhere (0.0), or unknown (None, the
+    default: the accountant then bounds f_α between grid distances by
+    steps). The ℓ2 route draws chords on intervals free of breakpoints
+    (`accounting.vector.DivergenceCurve`)."""
+    return None
 
   def sum_divergences(self, orders, num_clients: int, distances
                       ) -> Optional[Dict[float, np.ndarray]]:

@@ -97,6 +97,11 @@ class Gaussian(base.Mechanism):
         total_clients, num_clients, dp_event.GaussianDpEvent(z)))
     return np.asarray(accountant._rdp)  # pylint: disable=protected-access
 
+  @property
+  def divergence_breakpoint_step(self) -> float:
+    """0: exp((α-1)·α t²/(2nσ²)) is convex in t everywhere."""
+    return 0.0
+
   def sum_divergences(self, orders, num_clients, distances):
     t = np.asarray(distances, np.float64)
     var = num_clients * self.sigma**2

@@ -340,6 +340,14 @@ class ModularNoiseMechanism(base.Mechanism):
     return utility.modulus_needed(self.noise_std, num_clients, a / self.gamma,
                                   modclip_prob)
 
+  @property
+  def divergence_breakpoint_step(self) -> float:
+    """γ: between multiples of γ the target's law is affine in t (mixing two
+    integer shifts), so exp((α-1)f_α) is convex there (a max of constants
+    and of convex functions of the mixing weight: Σ P^α Q^(1-α) is jointly
+    convex; for α = ∞, max P/Q of an affine P or Q)."""
+    return self.gamma
+
   def sum_divergences(self, orders, num_clients, distances):
     """Exact, by translation invariance on Z_M (module docstring)."""
     w = self.noise_sum_log_pmf(num_clients)

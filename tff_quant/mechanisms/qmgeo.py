@@ -20,6 +20,15 @@ Departures from the paper (eqs. 9-11), derived from the sampler and checked by M
   over all R levels), so every level is always possible and the law is continuous in w.
 * Not unbiased: the geometric walk pushes mass toward the middle (the paper does not
   claim unbiasedness); decode returns the sum of level values.
+* A level range W >= c (`level_range`; tunable `range_ratio` = W/c, default 1,
+  the paper's W = c): the R levels span [-W, W] while inputs are clipped to
+  [-c, c], as RQM's levels span ±(c + Δ). The sampler and its law are the
+  paper's with W in place of the input range; the law stays piecewise affine
+  in x between levels, so the critical inputs are ±c and the levels inside
+  (-c, c) and every accounting argument applies unchanged. With W = c the
+  decoded mean's slope is capped near c/σ at small p (the output is near
+  uniform on [-c, c] whatever x); a wider W moves the noise outside the
+  input range instead.
 """
 
 import math
@@ -33,7 +42,18 @@ tf = base.tf
 
 
 class QMGeo(base.Mechanism):
-  """QMGeo(clip=W, num_levels=R, p=p, full_support=False)."""
+  """QMGeo(clip=c, num_levels=R, p=p, full_support=False, level_range=W).
+
+  Args:
+    clip: c > 0, inputs are clipped to [-c, c].
+    num_levels: R >= 2 levels, -W + 2rW/(R-1).
+    p: the geometric parameter in (0, 1); lower is more private.
+    full_support: the sound variant (module docstring); as written ε = inf.
+    level_range: W >= c, the levels' range (default c, the paper's).
+
+  Raises:
+    ValueError: a parameter out of its range (named), or W < c.
+  """
 
   name = 'qmgeo'
   unbiased = False
@@ -43,21 +63,39 @@ class QMGeo(base.Mechanism):
                    more_private='lower', doc='geometric parameter'),
       base.Tunable('full_support', True, kind=bool,
                    doc='the sound variant (as written, ε = inf)'),
+      base.Tunable('range_ratio', 1.0, 1, None, more_private='higher',
+                   doc='W / c∞ (levels span ±W; 1 is the paper\'s)',
+                   grid=tuple(2.0**i for i in range(0, 9))),
   )
-  CALIBRATED = ('p',)
+  CALIBRATED = ('range_ratio', 'p')
 
   def __init__(self, clip: float, num_levels: int, p: float,
-               full_support: bool = False):
+               full_support: bool = False, level_range: float = None):
     self.clip = float(validation.check_positive('clip', clip))
     self.r_levels = self.tunable('num_levels').check(num_levels)
     self.p = float(self.tunable('p').check(p))
     self.full_support = self.tunable('full_support').check(full_support)
+    self.level_range = (self.clip if level_range is None else
+                        float(validation.check_positive('level_range',
+                                                        level_range)))
+    if self.level_range < self.clip * (1 - 1e-12):
+      raise ValueError(f'`level_range` must be >= clip ({self.clip:g}): the '
+                       f'levels must cover the inputs; got {level_range!r}.')
     # Affine in the mixing weight within a bin; continuous only with full support.
     self.piecewise_affine = self.full_support
 
+  @classmethod
+  def for_coordinate_bound(cls, c_inf, **params):
+    p = cls.complete_params(params)
+    return cls(c_inf, p['num_levels'], p['p'], p['full_support'],
+               p['range_ratio'] * c_inf)
+
   def params(self):
-    return dict(clip=self.clip, num_levels=self.r_levels, p=self.p,
-                full_support=self.full_support)
+    out = dict(clip=self.clip, num_levels=self.r_levels, p=self.p,
+               full_support=self.full_support)
+    if self.level_range != self.clip:
+      out['level_range'] = self.level_range
+    return out
 
   @property
   def num_levels(self):
@@ -69,14 +107,14 @@ class QMGeo(base.Mechanism):
 
   @property
   def level_step(self):
-    return 2.0 * self.clip / (self.r_levels - 1)
+    return 2.0 * self.level_range / (self.r_levels - 1)
 
   @property
   def level_offset(self):
-    return -self.clip
+    return -self.level_range
 
   def _bin(self, x):
-    t = (x + self.clip) / self.level_step
+    t = (x + self.level_range) / self.level_step
     r = min(max(math.floor(t), 0), self.r_levels - 2)
     return r, t - r
 
@@ -106,13 +144,16 @@ class QMGeo(base.Mechanism):
     return self._log_pmf_in_bin(*self._bin(self.clip_input(x)))
 
   def critical_inputs(self):
-    return self.levels  # the law is linear in w within a bin
+    # The law is affine in w within a bin: ±c and the levels inside.
+    return super().critical_inputs()
 
   def extreme_log_pmfs(self):
     # Add the left limits at each level (bin r-1 with p_mix = 1): the law as
     # written jumps there, and the supremum over inputs includes those limits.
     rows = [self.log_pmf(x) for x in self.critical_inputs()]
-    rows += [self._log_pmf_in_bin(r - 1, 1.0) for r in range(1, self.r_levels)]
+    inside = np.abs(self.levels) <= self.clip * (1 + 1e-12)
+    rows += [self._log_pmf_in_bin(r - 1, 1.0) for r in range(1, self.r_levels)
+             if inside[r]]
     return np.stack(rows)
 
   def _encode(self, x, seed):
@@ -120,7 +161,7 @@ class QMGeo(base.Mechanism):
     # As written the law jumps at levels: bin in float64 like numpy does (the
     # rest runs in float32).
     dtype = tf.float32
-    t = (tf.cast(x, tf.float64) + self.clip) / self.level_step
+    t = (tf.cast(x, tf.float64) + self.level_range) / self.level_step
     r64 = tf.clip_by_value(tf.floor(t), 0.0, self.r_levels - 2.0)
     r = tf.cast(r64, dtype)
     go_up = base.uniform(tf.shape(x), s_mix, dtype) < tf.cast(t - r64, dtype)

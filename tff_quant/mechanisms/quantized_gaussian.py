@@ -10,6 +10,27 @@ log space: the Gaussian's largest value on the interval is factored out and the 
 integrated by composite Gauss-Legendre on panels scaled to its decay rate, which
 gives full relative precision far in the tails (tests compare with scipy.integrate).
 Unbiased only up to saturation: E[value] = E[clip(x + N, -Cq, Cq)].
+
+Departures from the paper, each derived from the sampler and checked by Monte
+Carlo (tests/mechanisms/quantized_gaussian_test.py):
+* The quantizer's range is a tunable (`range_ratio` = Cq / c∞, the levels
+  span [-Cq, Cq]; default 2, the paper's Cq = 2 × the input bound). Kang et
+  al. set Cq from the ℓ2 clip of the whole update, which per coordinate is
+  far wider than 2c∞; with σ ≫ c∞ a range of 2-3σ keeps the saturation bias
+  small and the levels fine. The noise is σ = z · 2c∞ whatever the range
+  (`noise_multiplier` z), so the range trades bias against level spacing
+  without changing privacy's scale.
+* An input lattice (`lattice` = L >= 2 points on [-c∞, c∞], spacing
+  h = 2c∞/(L-1); 0 = none, the paper's): x is first rounded stochastically
+  to an adjacent lattice point (unbiased, variance <= h²/4), then noised and
+  quantized as in the paper. The law is then affine in x between lattice
+  points and continuous, so the accountant evaluates target pairs exactly
+  at the vertices (`piecewise_affine`) instead of bounding them by cell
+  envelopes whose error is first order in the cell width. The one-client
+  bound α t²/(2σ²) does not hold for the mixture (at t < h its χ² is
+  w²(e^{h²/σ²} - 1) > w²h²/σ² for w = t/h), so the variant declares none.
+  Registry default L = 9 (h = c∞/4: variance <= c∞²/64); the constructor's
+  default is the paper's L = 0.
 """
 
 import math
@@ -61,31 +82,61 @@ def _log_gauss_linear_integral(a, b, wa, wb):
 
 
 class QuantizedGaussian(base.Mechanism):
-  """QuantizedGaussian(clip=Cq, num_levels=k, sigma=σ): inputs in [-Cq/2, Cq/2]."""
+  """QuantizedGaussian(clip=Cq, num_levels=k, sigma=σ, input_bound=c, lattice=L).
+
+  Args:
+    clip: Cq > 0, the levels span [-Cq, Cq].
+    num_levels: k >= 2 levels.
+    sigma: σ > 0, the Gaussian noise's standard deviation.
+    input_bound: c in (0, Cq], inputs are clipped to [-c, c] (default Cq/2,
+      the paper's).
+    lattice: L = 0 (the paper's) or L >= 2 input lattice points (module
+      docstring).
+
+  Raises:
+    ValueError: a parameter out of its range, naming it.
+  """
 
   name = 'quantized_gaussian'
   TUNABLES = (
       base.levels_tunable(16, 'k'),
+      base.Tunable('range_ratio', 2.0, 0, None, low_open=True,
+                   doc='Cq / c∞: the levels span ±Cq (2: the paper\'s)',
+                   grid=tuple(2.0**i for i in range(1, 9))),
       base.Tunable('noise_multiplier', 1.0, 0, None, low_open=True,
-                   more_private='higher', doc='z = σ / Cq'),
+                   more_private='higher', doc='z = σ / (2c∞)'),
+      base.lattice_tunable(9),
   )
-  CALIBRATED = ('noise_multiplier',)
+  CALIBRATED = ('range_ratio', 'noise_multiplier')
   unbiased = False  # E[value] = E[clip(x + N, -Cq, Cq)]: biased by saturation
   jit_encode = False  # XLA's normal sampler is slower than TF's kernel here
 
-  def __init__(self, clip: float, num_levels: int, sigma: float):
+  def __init__(self, clip: float, num_levels: int, sigma: float,
+               input_bound: float = None, lattice: int = 0):
     self.clip = float(validation.check_positive('clip', clip))
     self.k = self.tunable('num_levels').check(num_levels)
     self.sigma = float(validation.check_positive('sigma', sigma))
+    self.bound = (0.5 * self.clip if input_bound is None else float(
+        validation.check_number('input_bound', input_bound, 0, self.clip,
+                                low_open=True)))
+    self.lattice = base.check_lattice(lattice)
+    self.piecewise_affine = self.lattice >= 2
+    self._at_lattice = {}   # lattice index -> log-pmf there
 
   @classmethod
   def for_coordinate_bound(cls, c_inf, **params):
-    """Inputs in [-c_inf, c_inf] = [-Cq/2, Cq/2] (Alg. 1), σ = z · Cq."""
+    """Inputs in [-c_inf, c_inf], levels on ±range_ratio·c_inf, σ = z · 2c_inf."""
     p = cls.complete_params(params)
-    return cls(2 * c_inf, p['num_levels'], p['noise_multiplier'] * 2 * c_inf)
+    return cls(p['range_ratio'] * c_inf, p['num_levels'],
+               p['noise_multiplier'] * 2 * c_inf, c_inf, p['lattice'])
 
   def params(self):
-    return dict(clip=self.clip, num_levels=self.k, sigma=self.sigma)
+    out = dict(clip=self.clip, num_levels=self.k, sigma=self.sigma)
+    if self.bound != 0.5 * self.clip:
+      out['input_bound'] = self.bound
+    if self.lattice:
+      out['lattice'] = self.lattice
+    return out
 
   @property
   def num_levels(self):
@@ -93,7 +144,18 @@ class QuantizedGaussian(base.Mechanism):
 
   @property
   def input_bound(self):
-    return 0.5 * self.clip
+    return self.bound
+
+  @property
+  def has_local_bound(self) -> bool:
+    """α t²/(2σ²) holds without the input lattice only (module docstring)."""
+    return not self.lattice
+
+  def critical_inputs(self):
+    """With the lattice: its points (the law is affine between them)."""
+    if self.lattice:
+      return np.linspace(-self.bound, self.bound, self.lattice)
+    return super().critical_inputs()
 
   @property
   def level_step(self):
@@ -105,6 +167,20 @@ class QuantizedGaussian(base.Mechanism):
 
   def log_pmf(self, x):
     x = self.clip_input(x)
+    if not self.lattice:
+      return self._noisy_log_pmf(x)
+    return base.lattice_log_pmf(self._lattice_log_pmf, x, self.bound,
+                                self.lattice)
+
+  def _lattice_log_pmf(self, i: int) -> np.ndarray:
+    """The paper's law at lattice point i (cached: Gaussian integrals)."""
+    if i not in self._at_lattice:
+      h = 2 * self.bound / (self.lattice - 1)
+      self._at_lattice[i] = self._noisy_log_pmf(-self.bound + i * h)
+    return self._at_lattice[i]
+
+  def _noisy_log_pmf(self, x):
+    """The paper's law (Lemma 2) of an input x in [-c, c]."""
     b = self.levels
     zs = (b - x) / self.sigma               # level positions in z-units
     k = self.k
@@ -121,11 +197,16 @@ class QuantizedGaussian(base.Mechanism):
     return out
 
   def _local_divergences(self, orders, distances):
-    """α t²/(2σ²): the output is input-free processing of x + N(0, σ²)."""
+    """α t²/(2σ²): without the lattice, the output is input-free processing
+    of x + N(0, σ²); with it, none (module docstring)."""
+    if self.lattice:
+      return None
     return base.gaussian_local_divergences(orders, distances, self.sigma)
 
   def _encode(self, x, seed):
-    s_noise, s_round = tf.unstack(base.split_seed(seed, 2))
+    s_noise, s_round, s_lattice = tf.unstack(base.split_seed(seed, 3))
+    if self.lattice:
+      x = base.lattice_round(x, self.bound, self.lattice, s_lattice)
     y = x + self.sigma * tf.random.stateless_normal(tf.shape(x), s_noise,
                                                     dtype=x.dtype)
     y = tf.clip_by_value(y, -self.clip, self.clip)

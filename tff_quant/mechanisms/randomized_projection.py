@@ -14,6 +14,19 @@ interior-cell formula Φ(Q_i^+) - Φ(Q_i^-) for every level, which does not sum 
 one. Every level keeps probability >= min(q, (1-q)/(L-1)) > 0, so D∞ is finite.
 Not unbiased (projection); `input_bound` is the range of the pre-noise value
 (e.g. M + ηC for w_t - η·grad with w_t in [-M, M]).
+
+Departures for the aggregation factory (registry), each checked by Monte
+Carlo (tests/mechanisms/randomized_projection_test.py):
+* The levels' range M is a tunable (`range_ratio` = M / c∞, default 1, the
+  levels spanning the input range): RQP-SGD's M is a bound on the weights,
+  not on one update's coordinate, so nothing ties it to c∞; with σ ≫ c∞ a
+  range of a few σ keeps the projection's bias small.
+* An input lattice (`lattice`, as the quantized Gaussian's: x rounded
+  stochastically to L points on [-c∞, c∞] before the noise; registry default
+  L = 9, constructor default 0, the paper's): the law is affine in x between
+  lattice points, so the accountant's target pairs are exact at the
+  vertices. The one-client bound then keeps only its randomized-response
+  part (the Gaussian part α t²/(2σ²) does not hold for the lattice mixture).
 """
 
 import math
@@ -28,7 +41,19 @@ tf = base.tf
 
 
 class RandomizedProjection(base.Mechanism):
-  """RandomizedProjection(bound=M, bits=b, q=q, sigma=σ, input_bound=M)."""
+  """RandomizedProjection(bound=M, bits=b, q=q, sigma=σ, input_bound=M, lattice=L).
+
+  Args:
+    bound: M > 0, the levels span [-M, M].
+    bits: b, L = 2^b levels.
+    q: the nearest level's probability, in [1/L, 1).
+    sigma: σ >= 0, the Gaussian noise.
+    input_bound: the inputs' range (default M).
+    lattice: 0 (the paper's) or >= 2 input lattice points (module docstring).
+
+  Raises:
+    ValueError: a parameter out of its range, naming it.
+  """
 
   name = 'randomized_projection'
   unbiased = False
@@ -37,13 +62,17 @@ class RandomizedProjection(base.Mechanism):
       base.Tunable('q', 0.9, 0, 1, low_open=True, high_open=True,
                    more_private='lower',
                    doc='probability of the nearest level (>= 1/L)'),
+      base.Tunable('range_ratio', 1.0, 0, None, low_open=True,
+                   doc='M / c∞: the levels span ±M (1: the input range)',
+                   grid=tuple(2.0**i for i in range(0, 9))),
       base.Tunable('noise_multiplier', 1.0, 0, None, more_private='higher',
                    doc='σ / c∞'),
+      base.lattice_tunable(9),
   )
-  CALIBRATED = ('noise_multiplier',)
+  CALIBRATED = ('range_ratio', 'noise_multiplier')
 
   def __init__(self, bound: float, bits: int, q: float, sigma: float,
-               input_bound=None):
+               input_bound=None, lattice: int = 0):
     self.bound = float(validation.check_positive('bound', bound))
     self.bits = self.tunable('bits').check(bits)
     big_l = 2**self.bits
@@ -54,16 +83,30 @@ class RandomizedProjection(base.Mechanism):
     self.sigma = float(validation.check_number('sigma', sigma, 0, None))
     ib = self.bound if input_bound is None else input_bound
     self._input_bound = float(validation.check_positive('input_bound', ib))
+    self.lattice = base.check_lattice(lattice)
+    self.piecewise_affine = self.lattice >= 2
+    self._at_lattice = {}   # lattice index -> log-pmf there
 
   @classmethod
   def for_coordinate_bound(cls, c_inf, **params):
-    """Levels span the input range [-c_inf, c_inf]; σ = noise_multiplier · c_inf."""
+    """Inputs in [-c_inf, c_inf], levels on ±range_ratio·c_inf, σ =
+    noise_multiplier · c_inf."""
     p = cls.complete_params(params)
-    return cls(c_inf, p['bits'], p['q'], p['noise_multiplier'] * c_inf)
+    return cls(p['range_ratio'] * c_inf, p['bits'], p['q'],
+               p['noise_multiplier'] * c_inf, c_inf, p['lattice'])
 
   def params(self):
-    return dict(bound=self.bound, bits=self.bits, q=self.q, sigma=self.sigma,
-                input_bound=self._input_bound)
+    out = dict(bound=self.bound, bits=self.bits, q=self.q, sigma=self.sigma,
+               input_bound=self._input_bound)
+    if self.lattice:
+      out['lattice'] = self.lattice
+    return out
+
+  def critical_inputs(self):
+    """With the lattice: its points (the law is affine between them)."""
+    if self.lattice:
+      return np.linspace(-self._input_bound, self._input_bound, self.lattice)
+    return super().critical_inputs()
 
   @property
   def num_levels(self):
@@ -93,6 +136,20 @@ class RandomizedProjection(base.Mechanism):
     return np.clip(np.diff(cdf), 0.0, 1.0)
 
   def log_pmf(self, x):
+    if self.lattice:
+      return base.lattice_log_pmf(self._lattice_log_pmf, self.clip_input(x),
+                                  self._input_bound, self.lattice)
+    return self._projected_log_pmf(x)
+
+  def _lattice_log_pmf(self, i: int) -> np.ndarray:
+    """The paper's law at lattice point i (cached)."""
+    if i not in self._at_lattice:
+      h = 2 * self._input_bound / (self.lattice - 1)
+      self._at_lattice[i] = self._projected_log_pmf(-self._input_bound + i * h)
+    return self._at_lattice[i]
+
+  def _projected_log_pmf(self, x):
+    """The paper's law (the pmf in the module docstring) of input x."""
     a = self.nearest_level_probs(x)
     other = (1.0 - self.q) / (self.num_levels - 1)
     return np.log(a * self.q + (1.0 - a) * other)
@@ -101,10 +158,13 @@ class RandomizedProjection(base.Mechanism):
     """The smaller of the Gaussian's α t²/(2σ²) (the rest is input-free
     processing of x + N(0, σ²)) and the L-ary randomized response's D_α
     between two different nearest levels (any law of the nearest level is a
-    mixture of those, and Σ P^α Q^(1-α) is jointly convex)."""
+    mixture of those, and Σ P^α Q^(1-α) is jointly convex). With the input
+    lattice only the latter (module docstring)."""
     big_l, q = self.num_levels, self.q
     r = (1.0 - q) / (big_l - 1)
     out = base.gaussian_local_divergences(orders, distances, self.sigma)
+    if self.lattice:
+      out = {a: np.full(np.shape(distances), np.inf) for a in out}
     for a in out:
       if math.isinf(a):
         rr = math.log(q / r)
@@ -120,8 +180,10 @@ class RandomizedProjection(base.Mechanism):
     return out
 
   def _encode(self, x, seed):
-    s_noise, s_keep, s_other = tf.unstack(base.split_seed(seed, 3))
+    s_noise, s_keep, s_other, s_lattice = tf.unstack(base.split_seed(seed, 4))
     shape = tf.shape(x)
+    if self.lattice:
+      x = base.lattice_round(x, self._input_bound, self.lattice, s_lattice)
     y = x
     if self.sigma > 0:
       y = x + self.sigma * tf.random.stateless_normal(shape, s_noise, dtype=x.dtype)

@@ -11,6 +11,9 @@ Departures from the paper, each derived from the sampler and checked by Monte Ca
   exactly the law of Alg. 2's keep/drop masks without drawing m masks per coordinate.
 * `log_pmf` is computed from the same two independent laws (lower kept level, upper
   kept level) and their rounding weights, in log space; it agrees with Lemma 5.1.
+  Lemma 5.1's inner sums are truncated Lerch sums; a backward recurrence over the
+  distance to the other side evaluates them for all levels in O(m) (eq. 5.1 as
+  written is O(m^2)).
 * Thm 5.2's bound is reported separately (accounting.bounds.rqm_theorem_5_2); the
   exact D-infinity is computed from this pmf.
 """
@@ -18,14 +21,12 @@ Departures from the paper, each derived from the sampler and checked by Monte Ca
 import math
 
 import numpy as np
-from scipy import special
+from scipy import signal
 
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
-
-_BLOCK = 2**21   # entries per block of the (lower, upper) level pair table
 
 
 class RQM(base.Mechanism):
@@ -83,53 +84,44 @@ class RQM(base.Mechanism):
     return min(max(j, 0), self.m - 2)
 
   def log_pmf(self, x):
+    """log P(Q(x) = i), i = 0..m-1: Lemma 5.1 (eq. 5.1) of paper 002, in O(m).
+
+    With h the level step, x in [B(j), B(j+1)), L = j - G the nearest kept level
+    below x and U = j + 1 + G' the nearest above (G, G' independent, `_encode`):
+      P(Q(x) = i) = P(L = i) · E[(B(U) - x) / (B(U) - B(i))],    i <= j,
+      P(Q(x) = u) = P(U = u) · E[(x - B(L)) / (B(u) - B(L))],    u >= j + 1.
+    Each expectation is a truncated Lerch-type sum E[(G + s)/(G + a)] over the
+    other side's gap G, with a = j + 1 - i (resp. u - j) and s = (B(j+1) - x)/h
+    (resp. (x - B(j))/h); `_log_rounding_sums` evaluates it for every a at once.
+
+    Args:
+      x: the input; clipped to [-c, c] (`clip_input`).
+
+    Returns:
+      np.ndarray [m]: log P(Q(x) = i), float64, finite for every i (entries
+      below 1e-308 stay exact in log space).
+    """
     x = self.clip_input(x)
     m, q = self.m, self.q
+    b = self.levels
+    h = self.level_step
     j = self._bin(x)
     lq, l1q = math.log(q), math.log1p(-q)
-    idx = np.arange(m)
-    # Law of the nearest kept level at or below j (index i <= j).
-    log_low = np.full(m, -np.inf)
-    low = idx[:j + 1]
-    log_low[:j + 1] = lq + (j - low) * l1q
-    log_low[0] = j * l1q  # endpoint always kept: absorbs P(G >= j)
-    # Law of the nearest kept level at or above j+1.
-    log_up = np.full(m, -np.inf)
-    up = idx[j + 1:]
-    log_up[j + 1:] = lq + (up - j - 1) * l1q
-    log_up[m - 1] = (m - 2 - j) * l1q
-    # Pairs whose other end lies more than `near` kept-level steps away carry
-    # < 2^-80 of any entry's mass (see `_near_levels`): exact in float64, O(m·near).
-    near = _near_levels(q, m)
-    ups = np.union1d(idx[j + 1:j + 2 + near], [m - 1])
-    lows = np.union1d(idx[max(0, j - near):j + 1], [0])
+    s_low = min(max((x - b[j]) / h, 0.0), 1.0)       # (x - B(j)) / h
+    s_up = min(max((b[j + 1] - x) / h, 0.0), 1.0)    # (B(j+1) - x) / h
     out = np.empty(m)
-    out[:j + 1] = self._landing(idx[:j + 1], ups, x, log_low, log_up, True)
-    out[j + 1:] = self._landing(lows, idx[j + 1:], x, log_low, log_up, False)
-    return out
-
-  def pmf_operations(self) -> float:
-    """log_pmf sums each level over the kept levels within `_near_levels`
-    of the other side: m·(near + 2) terms (65,536 levels at q = 1e-4:
-    4.3e9, 17 s)."""
-    return float(self.m) * (_near_levels(self.q, self.m) + 2)
-
-  def _landing(self, lows, ups, x, log_low, log_up, on_low):
-    """log Σ over the other end of P(lower kept = i, upper kept = u) · P(x rounds
-    to the end asked for), for every i in `lows` (on_low) or u in `ups`, in blocks
-    of _BLOCK pairs so memory stays bounded at any m."""
-    b = self.levels
-    own, other = (lows, ups) if on_low else (ups, lows)
-    out = np.empty(own.size)
-    step = max(1, _BLOCK // other.size)
-    for start in range(0, own.size, step):
-      block = own[start:start + step][:, None]
-      lo, up = (block, other[None, :]) if on_low else (other[None, :], block)
-      with np.errstate(divide='ignore'):
-        log_w = np.log(np.maximum(b[up] - x if on_low else x - b[lo], 0.0) /
-                       (b[up] - b[lo]))
-      out[start:start + step] = special.logsumexp(
-          log_low[lo] + log_up[up] + log_w, axis=1)
+    # Lower side i = j - g, g = 0..j: P(L = i) = q(1-q)^g, (1-q)^j at i = 0;
+    # the upper gap G' has its interior at k <= m - 3 - j, its endpoint at m - 2 - j.
+    g = np.arange(j + 1)
+    log_low = lq + g * l1q
+    log_low[j] = j * l1q
+    out[j::-1] = log_low + _log_rounding_sums(q, m - 3 - j, s_up, j + 1)
+    # Upper side u = j + 1 + g: P(U = u) = q(1-q)^g, (1-q)^(m-2-j) at u = m - 1;
+    # the lower gap G has its interior at k <= j - 1, its endpoint at j.
+    g = np.arange(m - 1 - j)
+    log_up = lq + g * l1q
+    log_up[-1] = (m - 2 - j) * l1q
+    out[j + 1:] = log_up + _log_rounding_sums(q, j - 1, s_low, m - 1 - j)
     return out
 
   def _encode(self, x, seed):
@@ -146,13 +138,61 @@ class RQM(base.Mechanism):
     return tf.where(go_up, up, low)
 
 
-def _near_levels(q: float, m: int) -> int:
-  """Steps a beyond which the geometric gap law's mass (1-q)^a is < 2^-80·q/m.
+def _log_rounding_sums(q: float, last: int, s: float, n: int) -> np.ndarray:
+  """log S(a), a = 1..n: the rounding weight of one side of RQM, in O(n + last).
 
-  Every entry of the pmf is at least q(1-q)/m times its end's probability (the
-  kept level one step further out, at distance <= m, rounds to it with weight
-  >= 1/m), so pairs beyond this contribute < 2^-80 relative: below float64's
-  resolution. The always-kept endpoints are paired exactly.
+  S(a) = E[(G + s) / (G + a)] for the gap G of the kept level on the other side
+  of x: P(G = k) = q(1-q)^k for k = 0..K (K = `last`; kept interior levels) and
+  P(G = K+1) = (1-q)^(K+1) (the always-kept endpoint); see `RQM.log_pmf`. With
+  r = 1 - q, A(a) = Σ_{k=0..K} r^k / (k + a) and B(a) = Σ_{k=0..K} r^k (k + s)/(k + a)
+  (truncated Lerch sums), S(a) = q B(a) + r^(K+1) (K+1+s)/(K+1+a). Shifting k by
+  one gives the backward recurrence in a (from a = n down to 1):
+    A(a) = 1/a + r A(a+1) - r^(K+1) / (K+a+1),
+    B(a) = s/a + r (B(a+1) + A(a+1)) - r^(K+1) (K+1+s) / (K+a+1),
+  started from A(n), B(n) summed directly. Every term it adds is positive or
+  a term of the sum it is taken from, so at most a few times B(a) (resp. A(a))
+  for K >= 1; the recurrence multiplies carried errors by r <= 1 and A, B
+  decrease in a, so relative errors grow at most linearly in the steps
+  (against the pair-table sum: < 1e-12 in log up to 300 levels, 1.4e-13 at
+  65,536). Writing B = Σ r^k - (a - s) A instead would cancel catastrophically
+  for s ≪ 1. For K = 0, B(a) = s/a exactly. Only r^k may underflow, where it
+  is negligible in A and B, and in the endpoint term, which stays in log space.
+
+  Args:
+    q: the keep probability, in (0, 1).
+    last: K, the largest interior gap; -1 when the endpoint is the only level
+      on that side (then G = 0).
+    s: the distance, in level steps, from x to the level next to it on the side
+      of G's origin, in [0, 1].
+    n: the number of values of a.
+
+  Returns:
+    np.ndarray [n]: log S(1), ..., log S(n) (-inf where S is 0: s = 0 and
+    no interior level).
   """
-  need = 80 * math.log(2) + math.log(m / q)
-  return int(min(m, math.ceil(need / -math.log1p(-q))))
+  a = np.arange(1, n + 1, dtype=np.float64)
+  big_k = last
+  with np.errstate(divide='ignore'):
+    log_end = (big_k + 1) * math.log1p(-q) + np.log((big_k + 1 + s) /
+                                                     (big_k + 1 + a))
+  if big_k < 0:
+    return log_end
+  if big_k == 0:
+    inner = s / a
+  else:
+    r = 1.0 - q
+    k = np.arange(big_k + 1, dtype=np.float64)
+    r_k = np.exp(k * math.log1p(-q))
+    r_end = r_k[-1] * r                                   # r^(K+1), may be 0
+    a_start = float(np.sum(r_k / (k + n)))
+    b_start = float(np.sum(r_k * (k + s) / (k + n)))
+    down = a[::-1]                                        # n, n-1, ..., 1
+    # A(a) - r A(a+1) for a = n-1..1, then the first-order recurrence y = g + r y.
+    drive_a = np.concatenate([[a_start],
+                              1.0 / down[1:] - r_end / (big_k + 1 + down[1:])])
+    sums_a = signal.lfilter([1.0], [1.0, -r], drive_a)     # A(n), ..., A(1)
+    drive_b = np.concatenate([[b_start], s / down[1:] + (
+        r * sums_a[:-1] - r_end * (big_k + 1 + s) / (big_k + 1 + down[1:]))])
+    inner = signal.lfilter([1.0], [1.0, -r], drive_b)[::-1]   # B(1), ..., B(n)
+  with np.errstate(divide='ignore'):
+    return np.logaddexp(math.log(q) + np.log(inner), log_end)
