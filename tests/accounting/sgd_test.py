@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tff_quant import mechanisms
-from tff_quant.accounting import divergence, sgd
+from tff_quant.accounting import composition, divergence, sgd
 
 
 def _rp(q=0.6, sigma=0.09, bits=3):
@@ -99,3 +99,28 @@ def test_amplification_is_finite_for_huge_epsilon():
       5000.0 + math.log(0.01), rel=1e-12)
   assert sgd.amplified_pure_epsilon(30.5, 0.01) == pytest.approx(
       math.log1p(0.01 * math.expm1(30.5)), rel=1e-12)
+
+
+def test_vector_bound_is_infinite_where_the_scalar_one_is():
+  # QMGeo as written has D∞ = inf at every shift (bounds.py); its
+  # full-support variant is finite and at least the one-coordinate value.
+  assert sgd.vector_epsilon_infinity(mechanisms.QMGeo(1.0, 8, 0.5), 0.5, 4) == (
+      math.inf)
+  full = mechanisms.QMGeo(1.0, 8, 0.5, full_support=True)
+  vec = sgd.vector_epsilon_infinity(full, 0.5, 4)
+  assert math.isfinite(vec)
+  assert vec >= 4 * divergence.epsilon_infinity_local(full, 0.25, 401) - 1e-12
+
+
+def test_example_level_rdp_composes_the_subsampled_round():
+  mech = mechanisms.RQM(clip=1.0, delta=1.0, num_levels=8, q=0.42)
+  orders = range(2, 17)
+  rdp = composition.per_round_rdp(mech, 3, 10, orders)
+  full = sgd.example_level_rdp(mech, 3, 10, 1.0, 20, 1e-5, orders=orders)
+  assert full['per_round_rdp'] == {a: rdp[a] for a in orders}
+  expected, _ = dp_accounting.rdp.compute_epsilon(
+      list(orders), [20 * rdp[a] for a in orders], 1e-5)
+  assert full['epsilon'] == pytest.approx(expected, rel=1e-12)
+  sampled = sgd.example_level_rdp(mech, 3, 10, 0.05, 20, 1e-5, orders=orders)
+  assert all(sampled['per_round_rdp'][a] <= rdp[a] for a in orders)
+  assert sampled['epsilon'] < full['epsilon']

@@ -15,6 +15,8 @@ of the exact divergence of the mechanism as implemented:
   values of `ddgauss` and `skellam` are below them (tested).
 * BQ Lemma 1 / Remark 1: a (ε, δ)-style bound built on a De Moivre-Laplace
   approximation of the binomial mode; reported, not used.
+
+References (KLS21, AKL21, papers 000-004): docs/references.md.
 """
 
 import math
@@ -45,11 +47,6 @@ def qmgeo_eq25(mech, alpha: float) -> float:
            math.log1p(-q**(r - 1)) + math.log(a) +
            math.log((q**((2 * a - 1) * r) - 1) / (q**(2 * a - 1) - 1)))
   return log_v / (1 - a)
-
-
-def qmgeo_eq26(mech, dim: int, kappa: float = 1.0) -> float:
-  """Vector ε-DP of eq. (26): d κ × eq. (21)."""
-  return dim * kappa * qmgeo_eq21(mech)
 
 
 def qmgeo_eq27(mech, alpha: float, dim: int, kappa: float = 1.0) -> float:

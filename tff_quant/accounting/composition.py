@@ -18,9 +18,10 @@ named inputs attain on the same route (`Guarantee.epsilon_attained`):
 
 Two routes, both valid for sampling `clients_per_round` of `total_clients`
 uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
-* RDP: WBK19 (Wang, Balle, Kasiviswanathan, AISTATS 2019, Thm 9) subsampled RDP
-  for sampling without replacement under replace-one, composed over rounds,
-  converted with dp_accounting.rdp.compute_epsilon.
+* RDP: WBK19 (Wang, Balle, Kasiviswanathan, AISTATS 2019, Thm 9;
+  docs/references.md) subsampled RDP for sampling without replacement under
+  replace-one, composed over rounds, converted with
+  dp_accounting.rdp.compute_epsilon (`epsilon_from_rdp`).
 * PLD: the exact loss pmf of the worst-mix pair, composed d times (loss_pmf,
   FFT, pessimistic rounding), mixed with a point mass at loss 0 of weight 1-γ
   (the target not sampled; pessimistic: as if the server could tell), then
@@ -31,7 +32,7 @@ uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
 import dataclasses
 import functools
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
@@ -40,37 +41,81 @@ from scipy import special
 from tff_quant.accounting import attained as attained_lib
 from tff_quant.accounting import divergence
 from tff_quant.accounting import loss_pmf
+from tff_quant.accounting import others as others_lib
 from tff_quant.accounting import vector
 from tff_quant.common import validation
 
 DEFAULT_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256)
 # Largest PLD loss grid allocated by default: 2^26 points (0.5 GiB per float64
-# array; an FFT convolution holds a few): the `make demo` run's PLD (d = 6k,
-# 20 rounds, ~3e7 points, 2.7 GB peak) fits, a 1.2M-coordinate model does not.
+# array; an FFT convolution holds a few): the `make demo` run's PLD fits, a
+# 1.2M-coordinate model does not (measured peaks: docs/performance.md,
+# "Measured costs behind accounting choices").
 DEFAULT_PLD_MAX_POINTS = 2**26
 
 
-def _log_expm1(x: float) -> float:
-  return x + math.log(-math.expm1(-x)) if x > 0 else -math.inf
+def _check_rdp_curve(rdp: Mapping[float, float], gamma: float, alpha: int):
+  """Raises unless `rdp` maps every order the WBK19 bound at (gamma, alpha)
+  reads (alpha alone at gamma = 1, else each integer 2..alpha) to a number
+  in [0, inf]; math.inf (D∞) may be given too, in [0, inf]."""
+  if not isinstance(rdp, Mapping):
+    raise TypeError(f'`rdp` must map Rényi orders to RDP values, got '
+                    f'{type(rdp).__name__}.')
+  if gamma >= 1:
+    needed, which = [alpha], f'order {alpha}'
+  else:
+    needed = list(range(2, alpha + 1))
+    which = f'every integer order in [2, {alpha}] (the bound sums over them)'
+  missing = [a for a in needed if a not in rdp]
+  if missing:
+    raise ValueError(f'`rdp` must hold {which}, missing {missing[:5]}'
+                     f'{"..." if len(missing) > 5 else ""}.')
+  for a in needed + ([math.inf] if math.inf in rdp else []):
+    try:
+      if isinstance(rdp[a], (str, bytes, bool)):
+        raise TypeError
+      value = float(rdp[a])
+    except (TypeError, ValueError):
+      raise TypeError(f'`rdp`[{a}] must be a number in [0, inf], got '
+                      f'{rdp[a]!r}.') from None
+    if not value >= 0:   # NaN fails too
+      raise ValueError(f'`rdp`[{a}] must be in [0, inf], got {rdp[a]!r}.')
 
 
-def subsampled_rdp_without_replacement(rdp: Dict[float, float], gamma: float,
+def subsampled_rdp_without_replacement(rdp: Mapping[float, float], gamma: float,
                                        alpha: int) -> float:
-  """WBK19 Thm 9 bound at integer α >= 2; rdp maps integer orders 2..α and inf.
+  """WBK19 Thm 9 bound at integer α >= 2 (docs/references.md).
+
+  RDP at order α of the mechanism run on a uniformly drawn fixed-size subset
+  (sampling without replacement, replace-one neighbours), no more than the
+  unsampled rdp[α].
 
   Args:
-    rdp: per-round RDP {order: ε} of the unsampled mechanism, integer orders
-      2..alpha and math.inf (D∞, used in the bound's j = 2 term).
+    rdp: per-round RDP {order: ε} of the unsampled mechanism, each in [0, inf]:
+      every integer order 2..alpha (alpha alone when gamma = 1) and optionally
+      math.inf (D∞, used in the bound's j = 2 term; absent means inf).
     gamma: sampling rate clients_per_round / total_clients, in (0, 1].
     alpha: the integer order >= 2 to bound.
+
+  Returns:
+    The subsampled RDP at order alpha.
+
+  Raises:
+    TypeError: alpha not an integer, gamma not a number, rdp not a mapping
+      of numbers.
+    ValueError: gamma outside (0, 1], alpha < 2, an order rdp must hold
+      missing, or a value outside [0, inf].
   """
+  validation.check_number('gamma', gamma, 0, 1, low_open=True)
+  validation.check_integer('alpha', alpha, 2)
+  _check_rdp_curve(rdp, gamma, alpha)
   if gamma >= 1:
     return rdp[alpha]
   eps_inf = rdp.get(math.inf, math.inf)
   log_g = math.log(gamma)
   # j = 2 term: min{4(e^ε2 - 1), e^ε2 min{2, (e^ε∞ - 1)^2}}
-  log_em1_inf = _log_expm1(eps_inf) if math.isfinite(eps_inf) else math.inf
-  t2 = min(math.log(4) + _log_expm1(rdp[2]),
+  log_em1_inf = (float(others_lib.log_expm1(eps_inf)) if math.isfinite(eps_inf)
+                 else math.inf)
+  t2 = min(math.log(4) + float(others_lib.log_expm1(rdp[2])),
            rdp[2] + min(math.log(2), 2 * log_em1_inf))
   terms = [0.0, 2 * log_g + math.log(special.comb(alpha, 2)) + t2]
   for j in range(3, alpha + 1):
@@ -79,6 +124,32 @@ def subsampled_rdp_without_replacement(rdp: Dict[float, float], gamma: float,
                  (j - 1) * rdp[j] + min(math.log(2), j * log_em1_inf))
   bound = special.logsumexp(terms) / (alpha - 1)
   return min(bound, rdp[alpha])
+
+
+def epsilon_from_rdp(orders: Sequence[float], per_round: Sequence[float],
+                     rounds: int, delta: float) -> Tuple[float, float]:
+  """(ε, order) at `delta` after `rounds` rounds of per-round RDP `per_round`.
+
+  RDP composes by addition over rounds; dp_accounting.rdp.compute_epsilon
+  converts the total to (ε, δ) at the best order. Orders whose per-round RDP
+  is not finite are left out (they cannot give the best ε).
+
+  Args:
+    orders: the Rényi orders of `per_round`.
+    per_round: [orders] RDP of one round (after any subsampling).
+    rounds: rounds composed.
+    delta: target δ.
+
+  Returns:
+    (ε, the order attaining it), or (inf, nan) when no order is finite.
+  """
+  finite = [(o, rounds * v) for o, v in zip(orders, per_round)
+            if math.isfinite(v)]
+  if not finite:
+    return math.inf, math.nan
+  eps, order = rdp_privacy_accountant.compute_epsilon(
+      [o for o, _ in finite], [v for _, v in finite], delta)
+  return float(eps), float(order)
 
 
 @dataclasses.dataclass
@@ -185,9 +256,10 @@ def per_round_rdp(mech, clients_per_round: int, dim: int = 1,
 
 # Points (mixes × sum support) of the extremes' exact sums: above
 # REDUCE_ABOVE_POINTS a mechanism's sum reduction serves instead (PBM: its
-# one-trial sums, within 1e-6 of the exact value, 0.7 s against 8 s at 2^8
-# levels and 250 s at 2^12, n = 100); above LOCAL_ABOVE_POINTS, with no
-# reduction, the local divergence or D∞ (building them would take minutes).
+# one-trial sums, within 1e-6 of the exact value, at a small share of the
+# exact sums' cost); above LOCAL_ABOVE_POINTS, with no reduction, the local
+# divergence or D∞ (exact sums that large cost too much to build). Measured
+# times: docs/performance.md, "Measured costs behind accounting choices".
 REDUCE_ABOVE_POINTS = 1e6
 LOCAL_ABOVE_POINTS = 5e7
 
@@ -311,8 +383,9 @@ class RoundAccountant:
     return self._subsampled(self.rdp)
 
   def _subsampled(self, rdp: Dict[float, float]):
-    """[orders] round RDP after sampling: WBK19 Thm 9, or the mechanism's
-    own analysis where it gives less (both are upper bounds)."""
+    """[orders] round RDP after sampling: WBK19 Thm 9 (docs/references.md),
+    or the mechanism's own analysis where it gives less (both are upper
+    bounds)."""
     sub = [subsampled_rdp_without_replacement(rdp, self.gamma, a)
            for a in self.orders]
     if self.mech is None or self.gamma >= 1:
@@ -358,8 +431,9 @@ class RoundAccountant:
                      orders: Sequence[int] = DEFAULT_ORDERS) -> 'RoundAccountant':
     """An accountant for a mechanism outside the registry (TFF's own
     aggregators) from its per-round RDP {order: ε} (every integer order up to
-    max(orders), and math.inf): subsampled (WBK19 Thm 9) and composed as for
-    the registry's; `assumptions` is reported with each guarantee."""
+    max(orders), and math.inf): subsampled (WBK19 Thm 9; docs/references.md)
+    and composed as for the registry's; `assumptions` is reported with each
+    guarantee."""
     _check_schedule(clients_per_round, total_clients, delta, dim)
     self = cls.__new__(cls)
     self.mech, self.n, self.population = None, clients_per_round, total_clients
@@ -381,13 +455,7 @@ class RoundAccountant:
 
   def _epsilon(self, sub, rounds: int):
     """(ε, order) at self.delta from per-round subsampled RDP `sub`."""
-    finite = [(o, rounds * v) for o, v in zip(self.orders, sub)
-              if math.isfinite(v)]
-    if not finite:
-      return math.inf, math.nan
-    eps, order = rdp_privacy_accountant.compute_epsilon(
-        [o for o, _ in finite], [v for _, v in finite], self.delta)
-    return float(eps), float(order)
+    return epsilon_from_rdp(self.orders, sub, rounds, self.delta)
 
   def guarantee(self, rounds: int, use_pld: bool = True,
                 pld_interval: float = 1e-3,

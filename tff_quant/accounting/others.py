@@ -43,6 +43,8 @@ Not a worst case: the others all at ±c (the papers' setting,
 others='extremes'). For RQM, 16 levels, Δ = c, q = 0.42, n = 40, α = 2,
 every other client at the level next to +c gives D_2 = 0.503 against 0.486
 for the worst ±c mix (`attained` finds such configurations).
+
+References (Balle et al. 2019 above): docs/references.md.
 """
 
 import bisect
@@ -321,8 +323,16 @@ def log_binomial(trials: int, log_p: float) -> np.ndarray:
   return np.where(np.isnan(terms), -np.inf, choose + terms)
 
 
-def _log_expm1(x: np.ndarray) -> np.ndarray:
-  """log(e^x - 1) without overflow; -inf at 0, NaN below."""
+def log_expm1(x) -> np.ndarray:
+  """log(e^x - 1), elementwise, without overflow.
+
+  Args:
+    x: a number or an array of them.
+
+  Returns:
+    A float64 array of x's shape (0-d for a number): log(e^x - 1), inf at
+    x = inf, -inf at 0, NaN below 0.
+  """
   x = np.asarray(x, np.float64)
   with np.errstate(divide='ignore', invalid='ignore', over='ignore'):
     return np.where(x > 30, x + np.log1p(-np.exp(-x)),
@@ -420,7 +430,7 @@ def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
     # infinite total is refined wherever a group is infinite.
     with np.errstate(invalid='ignore'):   # inf - inf: set just below
       share = (weight[:, None, None] + _log_gap(value, lower) -
-               _log_expm1(total)[None])
+               log_expm1(total)[None])
     share = np.where(np.isnan(share), -np.inf, share)   # E = 1 up to rounding
     share = np.where(np.isinf(total)[None], np.where(parts == np.inf, np.inf,
                                                      -np.inf), share)

@@ -14,6 +14,8 @@ of m examples drawn uniformly without replacement from the n (fixed size).
   The paper's own count, T·(m/n)·ε_t with ε_t of its Thm 1, is one coordinate only,
   uses a shift of C instead of 2ηC/m, and drops the e^ε - 1 >= ε amplification
   term; it is reported next to ours, not used.
+
+References (WBK19, paper 004, Balle et al. 2018): docs/references.md.
 """
 
 import math
@@ -23,6 +25,7 @@ import numpy as np
 
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
+from tff_quant.accounting import vector
 from tff_quant.common import validation
 
 _ORDERS = tuple(range(2, 129)) + (160, 192, 256)
@@ -53,10 +56,8 @@ def dp_sgd_epsilon(noise_multiplier: float, batch_size: int, dataset_size: int,
   rdp[math.inf] = math.inf
   per_step = [composition.subsampled_rdp_without_replacement(rdp, gamma, a)
               for a in _ORDERS]
-  from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
-  eps, _ = rdp_privacy_accountant.compute_epsilon(
-      list(_ORDERS), [steps * v for v in per_step], delta)
-  return float(eps)
+  eps, _ = composition.epsilon_from_rdp(_ORDERS, per_step, steps, delta)
+  return eps
 
 
 def _bisect_decreasing(fn: Callable[[float], float], target: float, lo: float,
@@ -85,21 +86,6 @@ def dp_sgd_noise_multiplier(epsilon: float, delta: float, batch_size: int,
   return _bisect_decreasing(
       lambda z: dp_sgd_epsilon(z, batch_size, dataset_size, steps, delta),
       epsilon, 1e-2, 1e3)
-
-
-def _upper_concave_hull(u: np.ndarray, g: np.ndarray):
-  """Vertices of the least concave majorant of the points (u, g), u increasing."""
-  hull = []
-  for p in zip(u, g):
-    while len(hull) >= 2:
-      (x1, y1), (x2, y2) = hull[-2], hull[-1]
-      if (y2 - y1) * (p[0] - x1) <= (p[1] - y1) * (x2 - x1):
-        hull.pop()
-      else:
-        break
-    hull.append(p)
-  xs, ys = zip(*hull)
-  return np.array(xs), np.array(ys)
 
 
 def vector_epsilon_infinity(mech, l2_sensitivity: float, dim: int,
@@ -140,8 +126,10 @@ def vector_epsilon_infinity(mech, l2_sensitivity: float, dim: int,
   order = np.lexsort((pts_g, pts_u))
   pts_u, pts_g = pts_u[order], pts_g[order]
   keep = np.append(pts_u[1:] != pts_u[:-1], True)
-  hu, hg = _upper_concave_hull(pts_u[keep], pts_g[keep])
-  return float(dim * np.interp(target, hu, hg))
+  pts_u, pts_g = pts_u[keep], pts_g[keep]
+  # The least concave majorant's vertices (u increasing).
+  hull = vector._upper_hull(pts_u, pts_g)
+  return float(dim * np.interp(target, pts_u[hull], pts_g[hull]))
 
 
 def amplified_pure_epsilon(epsilon: float, sampling_rate: float) -> float:
@@ -210,36 +198,9 @@ def example_level_rdp(mech, num_clients: int, dim: int, sampling_rate: float,
   """
   validation.check_integer('rounds', rounds, 1)
   validation.check_probability('sampling_rate', sampling_rate, high_open=False)
-  from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
   rdp = composition.per_round_rdp(mech, num_clients, dim, orders)
   sub = [composition.subsampled_rdp_without_replacement(rdp, sampling_rate, a)
          for a in orders]
-  finite = [(o, rounds * v) for o, v in zip(orders, sub) if math.isfinite(v)]
-  eps = math.inf
-  if finite:
-    eps = float(rdp_privacy_accountant.compute_epsilon(
-        [o for o, _ in finite], [v for _, v in finite], delta)[0])
+  eps, _ = composition.epsilon_from_rdp(orders, sub, rounds, delta)
   return dict(per_round_rdp=dict(zip(orders, sub)), epsilon=eps, delta=delta)
 
-
-def example_level_pure(mech, coordinate_sensitivity: float, dim: int,
-                       sampling_rate: float, rounds: int) -> dict:
-  """Pure ε when one example moves each coordinate of its client's message by <= Δ.
-
-  Per-example ℓ∞ clipping to C and a batch of B give Δ = 2C/B (replace-one).
-  Per round: dim × epsilon_infinity_local(mech, Δ) for one client's message
-  (D∞ of the secure sum is at most that), amplified by subsampling and
-  composed over `rounds` (basic composition).
-
-  Args:
-    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
-    coordinate_sensitivity: Δ, the most one example moves a coordinate.
-    dim: coordinates each client sends.
-    sampling_rate: the client's batch size / local dataset size.
-    rounds: rounds composed.
-  """
-  validation.check_integer('rounds', rounds, 1)
-  per_round = dim * divergence.epsilon_infinity_local(mech, coordinate_sensitivity)
-  amplified = amplified_pure_epsilon(per_round, sampling_rate)
-  return dict(per_round=per_round, per_round_amplified=amplified,
-              epsilon=rounds * amplified)
