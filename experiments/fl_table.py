@@ -1,13 +1,15 @@
 """The equal-privacy FL table: every mechanism at whole-model ε ∈ {3, 10} and
-4 / 8 / 16 bits, several seeds each, with 95% intervals and verdicts only where
-they separate (tff_quant.program.fl_table).
+4 / 8 / 16 bits, several seeds each, compared seed by seed with the Gaussian
+and at equal bits (tff_quant.program.fl_table, docs/fl_table.md).
 
 Each (mechanism, ε, bits) cell is calibrated once, before its first run
 (`accounting.calibration_report`, or `peers.calibrate` for TFF's own
 aggregators, in a child process with a time limit; a refusal, e.g. bits that
 cannot carry the signal, becomes the cell's reason), then trained with
-`experiments.fl_emnist` once per seed: the seed sets the client sampling and
-the mechanism's noise, the federated split stays the same (--split_seed).
+`experiments.fl_emnist` once per seed: seed s is one block for every cell
+(--seed, and --noise_seed 1000 + s), the federated split stays the same
+(--split_seed). The endpoint needs at least 5 evaluations in the last 10% of
+rounds: --eval_every at most rounds/50 (the default 5 gives 7 at 300 rounds).
 Runs go seed-major (every cell's first seed before any second), cells of at
 most 8 bits before wider ones, TFF's own distributed aggregators (~10x
 slower) last; each resumes where it stopped, and a second start on the same
@@ -15,6 +17,7 @@ folder is refused while one runs. Federated Fashion-MNIST (real images, simulate
 
   python -m experiments.fl_table --output_dir=results/fl_table
   python -m experiments.fl_table --plan        # cells, runs, and what is done
+  python -m experiments.fl_table --report_only # the report from finished runs
 """
 
 import json
@@ -56,7 +59,9 @@ flags.DEFINE_string('model', 'small_cnn', 'Keras model (tff_quant.models).')
 flags.DEFINE_float('clip_norm', 1.0, 'ℓ2 clip of each update.')
 flags.DEFINE_float('coordinate_clip_multiple', 3.0, 'c∞ = k·clip_norm/√d.')
 flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
-flags.DEFINE_integer('eval_every', 50, 'Evaluate every k rounds.')
+flags.DEFINE_integer('eval_every', 5, 'Evaluate every k rounds: the endpoint '
+                     '(fl_table.PRESPECIFIED) needs 5 evaluations in the last '
+                     '10% of rounds, so k <= rounds/50.')
 flags.DEFINE_integer('split_seed', 0, 'Seed of the federated split (fixed).')
 flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
 flags.DEFINE_float('max_calibration_seconds', 600, 'A cell whose calibration '
@@ -171,7 +176,7 @@ def _calibrated(cell, dim, s):
           coordinate_clip=s['coordinate_clip_multiple'] * s['clip_norm'] /
           math.sqrt(dim), bits=bits,
           progress=lambda line: print(f'  {line}', flush=True))
-      out = dict(params=report.params, mechanism=repr(report.mechanism),
+      out = dict(params=report.tunables, mechanism=repr(report.mechanism),
                  epsilon=report.epsilon,
                  epsilon_attained=report.epsilon_attained,
                  ratio_to_gaussian=report.ratio_to_gaussian)
@@ -219,7 +224,20 @@ def train(cell, seed, calibration) -> float:
 
 
 def collect(all_cells, calibrations):
-  """fl_table.Cell per cell from the finished runs' summary.json."""
+  """(fl_table.Cell per cell from the finished runs, the endpoint they hold):
+  the endpoint is the first of fl_table.ENDPOINTS every finished run's
+  evaluations (metrics.csv) can give."""
+  finished = {}
+  for cell in all_cells:
+    for seed in range(FLAGS.seeds):
+      path = os.path.join(run_dir(cell, seed), 'summary.json')
+      if os.path.exists(path):
+        with open(path) as f:
+          summary = json.load(f)
+        finished[cell, seed] = (fl_table.read_run(run_dir(cell, seed)),
+                                summary['epsilon'])
+  endpoint = fl_table.choose_endpoint(
+      [run.evaluations for run, _ in finished.values()], FLAGS.rounds)
   out = []
   for cell in all_cells:
     name, eps, bits = cell
@@ -227,18 +245,15 @@ def collect(all_cells, calibrations):
     c = fl_table.Cell(name, eps, bits, reason=cal.get('reason', ''),
                       params=json.dumps(cal.get('params', {}), sort_keys=True))
     for seed in range(FLAGS.seeds):
-      path = os.path.join(run_dir(cell, seed), 'summary.json')
-      if os.path.exists(path):
-        with open(path) as f:
-          summary = json.load(f)
-        c.accuracies[seed] = summary['test_accuracy']
-        c.epsilons[seed] = summary['epsilon']
+      if (cell, seed) in finished:
+        run, epsilon = finished[cell, seed]
+        c.add_run(seed, run, endpoint, FLAGS.rounds, epsilon)
     out.append(c)
-  return out
+  return out, endpoint
 
 
 def report(all_cells, calibrations, seconds):
-  cells_ = collect(all_cells, calibrations)
+  cells_, endpoint = collect(all_cells, calibrations)
   s = settings()
   done = sum(c.seeds for c in cells_)
   header = (f'# Equal-privacy FL table\n\nData: Fashion-MNIST (real images, '
@@ -248,14 +263,21 @@ def report(all_cells, calibrations, seconds):
             f'round, {s["rounds"]} rounds, model {s["model"]}, ℓ2 clip '
             f'{s["clip_norm"]}, c∞ = {s["coordinate_clip_multiple"]:g}/√d '
             f'after a random rotation, whole-model δ = 1/{s["total_clients"]} '
-            f'(proved for any inputs of the others). Seeds vary client '
-            f'sampling and noise. {done} runs, {seconds / 3600:.1f} h of '
-            'training (sum of run wall times on this 2-core machine).')
+            f'(proved for any inputs of the others). Seed s is one block: '
+            f'every cell\'s run s has --seed s and --noise_seed {1000}+s '
+            f'(what they fix: docs/fl_table.md). {done} runs, '
+            f'{seconds / 3600:.1f} h of training (sum of run wall times on '
+            'this 2-core machine). How to read it: docs/fl_table.md.')
   text = fl_table.write_report(cells_, FLAGS.output_dir,
-                               [int(b) for b in FLAGS.bits] +
-                               [fl_table.FLOAT_BITS], header)
-  fl_table.plot(cells_, os.path.join(FLAGS.output_dir, 'table.png'),
-                header.splitlines()[2][:160])
+                               [int(b) for b in FLAGS.bits], header, endpoint,
+                               rounds=FLAGS.rounds)
+  setting = header.splitlines()[2][:160]
+  fl_table.plot(cells_, os.path.join(FLAGS.output_dir, 'table.png'), setting)
+  fl_table.plot_differences(
+      fl_table.analyse(cells_),
+      os.path.join(FLAGS.output_dir, 'differences.png'),
+      f'Paired differences in the endpoint ({endpoint.name}), 95% intervals; '
+      f'verdicts by TOST (±{fl_table.MARGIN:g}) and Holm per family')
   return text
 
 

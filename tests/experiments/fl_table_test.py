@@ -1,7 +1,7 @@
 """Tests for experiments/fl_table.py: a tiny table end to end (calibration,
-runs through fl_emnist, the report), resumed without re-running, refused on a
-folder of other settings, a refused cell reported with its reason, and
-stopped by SIGTERM with its calibration child."""
+runs through fl_emnist, the report with its endpoint and plots), resumed
+without re-running, refused on a folder of other settings, a refused cell
+reported with its reason, and stopped by SIGTERM with its calibration child."""
 
 import json
 import os
@@ -32,7 +32,11 @@ def test_tiny_table_runs_reports_and_resumes(tmp_path):
   assert 'reason' in cal['skellam_eps10_b4']   # 4 bits cannot serve it here
   text = open(os.path.join(out, 'table.md')).read()
   assert 'Which mechanism should I use?' in text and 'SIMULATED' in text
-  assert os.path.getsize(os.path.join(out, 'table.png')) > 1000
+  # One round, evaluated once: the endpoint is the last round, said so.
+  assert '**Endpoint:** test accuracy at the last round' in text
+  assert 'departs from the pre-specified endpoint' in text
+  for image in ('table.png', 'differences.png'):
+    assert os.path.getsize(os.path.join(out, image)) > 1000
   again = _table(out, '--mechanisms=pbm,skellam,none')
   assert again.returncode == 0 and '[run ' not in again.stdout
   plan = _table(out, '--mechanisms=pbm,skellam,none', '--plan')

@@ -1,11 +1,33 @@
-"""The equal-privacy FL table: seeds per cell, 95% intervals, verdicts only
-where intervals separate, and the "which mechanism should I use?" table.
+"""The equal-privacy FL table: a pre-specified endpoint per run, paired
+comparisons by seed against the Gaussian and at equal bits (Holm, TOST), the
+excursions beside the endpoint, the seeds the precision targets need, and the
+"which mechanism should I use?" table.
 
-A cell is (mechanism, ε, bits); its runs differ in the seed (client sampling
-and the mechanism's noise). Its figure is the mean final test accuracy with a
-95% Student-t interval over its seeds (t_{0.975, s-1}·sd/√s). Two cells are
-ranked only where their intervals do not overlap; a recommendation names the
-best mean and every mechanism whose interval overlaps it (a tie).
+A cell is (mechanism, ε, bits); its runs differ in the seed, and seed s of
+every cell is one block (the same client sampling; where the training seeds
+them, the same initial model and noise streams). The design, in order:
+
+* **Endpoint** (`ENDPOINTS`): a run's figure is its mean test accuracy over
+  the evaluations at rounds >= 0.9·R (R rounds), at least 5 of them
+  (`PRESPECIFIED`; --eval_every 5 gives 7 at R = 300). A table whose schedule
+  cannot give that falls to the mean over the last third of the rounds (at
+  least 3 evaluations), then to the last evaluation; the report names the
+  endpoint it used.
+* **Excursions**, reported beside the endpoint and not folded into it: per
+  run, the evaluations more than `DROP` below the previous one, and the
+  rounds where more than `CLIPPED` of the round's clients were clipped (where
+  the run records it).
+* **Comparisons** (tff_quant.program.comparisons): two families, each with
+  family-wise error rate `comparisons.ALPHA` by Holm's step-down: every cell
+  against the Gaussian at its ε (`REFERENCE`), and every pair of cells at the
+  same ε and bits. Verdicts: better / worse / equivalent (TOST at ±`MARGIN`)
+  / inconclusive.
+* **Precision**: from the pooled sd of the paired differences against the
+  Gaussian at each ε, the seeds a 95% half-width of `HALF_WIDTH_TARGETS[ε]`
+  needs, and the seeds TOST needs to show a zero difference equivalent.
+* **Which mechanism should I use?** Per ε and bit budget: the cells within
+  the budget shown equivalent to the Gaussian, and the cheapest in bits of
+  them; "none shown equivalent" otherwise, with the seeds and half-widths.
 
 Used by experiments/fl_table.py (the runs live there).
 """
@@ -16,24 +38,158 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy import stats
 
-from tff_quant.program import results_io
+from tff_quant.program import comparisons, results_io
 
-NOISE_FREE = 'none'
 FLOAT_BITS = 32   # the central Gaussian sends floats
+REFERENCE = 'gaussian'   # every cell is compared with it at the same ε
+MARGIN = comparisons.MARGIN
+ALPHA = comparisons.ALPHA
+#: An excursion: an evaluation more than DROP below the run's previous one.
+DROP = 0.10
+#: A clipping excursion: a round with more than this fraction of its clients
+#: clipped (the runs' metrics.csv column clipped_clients_fraction).
+CLIPPED = 0.10
+#: The 95% half-widths of a paired difference the table aims at, per ε.
+HALF_WIDTH_TARGETS = {3.0: 0.03, 10.0: 0.02}
+#: The power the seed counts for TOST are computed at.
+POWER = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+  """The mean test accuracy over the evaluations at rounds >= R - ⌊f·R⌋.
+
+  Args:
+    fraction: f, the last part of the R rounds the window spans.
+    min_evaluations: the fewest evaluations the window must hold.
+    name: how the report names it.
+  """
+  fraction: float
+  min_evaluations: int
+  name: str
+
+  def first_round(self, rounds: int) -> int:
+    """The window's first round."""
+    return rounds - math.floor(self.fraction * rounds + 1e-9)
+
+  def window(self, evaluations: Sequence[Tuple[int, float]], rounds: int
+             ) -> List[float]:
+    """The accuracies at rounds in [first_round, rounds]."""
+    first = self.first_round(rounds)
+    return [a for r, a in evaluations if first <= r <= rounds]
+
+  def holds(self, evaluations: Sequence[Tuple[int, float]], rounds: int
+            ) -> bool:
+    """Whether the window holds at least min_evaluations."""
+    return len(self.window(evaluations, rounds)) >= self.min_evaluations
+
+  def value(self, evaluations: Sequence[Tuple[int, float]], rounds: int
+            ) -> float:
+    """The endpoint of one run.
+
+    Raises:
+      ValueError: fewer than min_evaluations in the window.
+    """
+    values = self.window(evaluations, rounds)
+    if len(values) < self.min_evaluations:
+      raise ValueError(f'{len(values)} evaluations at rounds >= '
+                       f'{self.first_round(rounds)}; the endpoint '
+                       f'"{self.name}" needs {self.min_evaluations}')
+    return float(np.mean(values))
+
+
+PRESPECIFIED = Endpoint(0.1, 5, 'mean test accuracy over the evaluations in '
+                        'the last 10% of rounds (at least 5)')
+LAST_THIRD = Endpoint(1 / 3, 3, 'mean test accuracy over the evaluations in '
+                      'the last third of rounds (at least 3)')
+LAST = Endpoint(0.0, 1, 'test accuracy at the last round')
+ENDPOINTS = (PRESPECIFIED, LAST_THIRD, LAST)
+
+
+def choose_endpoint(runs: Sequence[Sequence[Tuple[int, float]]], rounds: int
+                    ) -> Endpoint:
+  """The first of ENDPOINTS that every run's evaluations can give (the table's
+  evaluation schedule decides it, before any result).
+
+  Args:
+    runs: each finished run's [(round, test accuracy)].
+    rounds: the rounds of every run.
+
+  Returns:
+    PRESPECIFIED where the schedule allows it; else LAST_THIRD; else LAST.
+
+  Raises:
+    ValueError: a run without an evaluation at its last round.
+  """
+  for endpoint in ENDPOINTS:
+    if all(endpoint.holds(run, rounds) for run in runs):
+      return endpoint
+  raise ValueError(f'a finished run has no evaluation at round {rounds}')
+
+
+@dataclasses.dataclass
+class Run:
+  """One finished run's evaluations and per-round clipping, from metrics.csv.
+
+  Args:
+    evaluations: [(round, test accuracy)] where the run evaluated.
+    clipped: the fraction of each round's clients clipped, or None where the
+      run does not record it (the Gaussian and TFF's aggregators).
+  """
+  evaluations: List[Tuple[int, float]]
+  clipped: Optional[List[float]] = None
+
+
+def _number(text) -> float:
+  try:
+    return float(text)
+  except (TypeError, ValueError):
+    return math.nan
+
+
+def read_run(run_dir: str) -> Run:
+  """The Run of `run_dir`/metrics.csv (columns round, test_accuracy and,
+  where recorded, clipped_clients_fraction)."""
+  rows = results_io.read_csv(os.path.join(run_dir, 'metrics.csv'))
+  evaluations = [(int(row['round']), _number(row.get('test_accuracy')))
+                 for row in rows]
+  evaluations = [(r, a) for r, a in evaluations if math.isfinite(a)]
+  clipped = None
+  if rows and 'clipped_clients_fraction' in rows[0]:
+    clipped = [_number(row['clipped_clients_fraction']) for row in rows]
+  return Run(evaluations, clipped)
+
+
+def drops(evaluations: Sequence[Tuple[int, float]], drop: float = DROP) -> int:
+  """The evaluations more than `drop` below the one before."""
+  accs = [a for _, a in sorted(evaluations)]
+  return sum(b < a - drop for a, b in zip(accs, accs[1:]))
+
+
+def clipped_rounds(fractions: Optional[Sequence[float]],
+                   threshold: float = CLIPPED) -> Optional[int]:
+  """Rounds with more than `threshold` of their clients clipped (None: not
+  recorded)."""
+  if fractions is None:
+    return None
+  return sum(f > threshold for f in fractions if math.isfinite(f))
 
 
 @dataclasses.dataclass
 class Cell:
-  """One (mechanism, ε, bits) cell and its seeds' final test accuracies.
+  """One (mechanism, ε, bits) cell and its seeds' figures.
 
   Args:
     mechanism, epsilon, bits: the cell (epsilon None: noise-free).
-    accuracies: {seed: final test accuracy} of the finished runs.
+    accuracies: {seed: the endpoint} of the finished runs.
     epsilons: {seed: the whole-model ε its run reports (proved)}.
     reason: why the cell has no runs (calibration refused it), else ''.
     params: the calibrated parameters, as text.
+    finals: {seed: test accuracy at the last round}.
+    drops: {seed: evaluations more than DROP below the previous one}.
+    clipped: {seed: rounds with more than CLIPPED of the clients clipped, or
+      None where not recorded}.
   """
   mechanism: str
   epsilon: Optional[float]
@@ -42,23 +198,49 @@ class Cell:
   epsilons: Dict[int, float] = dataclasses.field(default_factory=dict)
   reason: str = ''
   params: str = ''
+  finals: Dict[int, float] = dataclasses.field(default_factory=dict)
+  drops: Dict[int, int] = dataclasses.field(default_factory=dict)
+  clipped: Dict[int, Optional[int]] = dataclasses.field(default_factory=dict)
 
   @property
   def seeds(self) -> int:
     return len(self.accuracies)
 
+  @property
+  def label(self) -> str:
+    return f'{self.mechanism} ({self.bits} bits)'
+
+  def add_run(self, seed: int, run: Run, endpoint: Endpoint, rounds: int,
+              epsilon: float) -> None:
+    """Records one finished run under `seed`."""
+    self.accuracies[seed] = endpoint.value(run.evaluations, rounds)
+    self.finals[seed] = LAST.value(run.evaluations, rounds)
+    self.epsilons[seed] = epsilon
+    self.drops[seed] = drops(run.evaluations)
+    self.clipped[seed] = clipped_rounds(run.clipped)
+
   def interval(self) -> Tuple[float, float, float]:
-    """(mean, low, high): the 95% Student-t interval of the mean accuracy
-    (nan without runs; a single run has an infinite interval)."""
+    """(mean, low, high): the 95% Student-t interval of the mean endpoint
+    over the seeds (nan without runs; a single run has an infinite one)."""
     values = np.array(list(self.accuracies.values()), np.float64)
     if not values.size:
       return math.nan, math.nan, math.nan
-    mean = float(values.mean())
-    if values.size == 1:
-      return mean, -math.inf, math.inf
-    half = float(stats.t.ppf(0.975, values.size - 1) *
-                 values.std(ddof=1) / math.sqrt(values.size))
-    return mean, mean - half, mean + half
+    mean, low, high = comparisons.interval(values)
+    return float(mean), float(low), float(high)
+
+  def excursions(self) -> Tuple[str, str]:
+    """(runs with a drop, rounds clipped): e.g. ('1 of 3 (seed 1)',
+    '7 in 1 of 3') or ('0 of 3', 'not recorded')."""
+    if not self.seeds:
+      return '', ''
+    hit = sorted(s for s, k in self.drops.items() if k)
+    drop = f'{len(hit)} of {self.seeds}' + (
+        f' (seed {", ".join(map(str, hit))})' if hit else '')
+    counts = [k for k in self.clipped.values() if k is not None]
+    if not counts:
+      return drop, 'not recorded'
+    runs = sum(k > 0 for k in counts)
+    return drop, f'{sum(counts)} in {runs} of {len(counts)}'
 
 
 def eta_hours(left: Sequence[str], done: Sequence[Tuple[str, float]]
@@ -77,113 +259,331 @@ def eta_hours(left: Sequence[str], done: Sequence[Tuple[str, float]]
              for n in left) / 3600
 
 
-def separated(a: Cell, b: Cell) -> int:
-  """+1 when a's interval lies above b's, -1 below, 0 where they overlap."""
-  _, a_lo, a_hi = a.interval()
-  _, b_lo, b_hi = b.interval()
-  if a_lo > b_hi:
-    return 1
-  if a_hi < b_lo:
-    return -1
-  return 0
+def _private(cells: Sequence[Cell]) -> List[Cell]:
+  return sorted((c for c in cells if c.epsilon is not None and c.seeds),
+                key=lambda c: (c.epsilon, c.bits, c.mechanism))
 
 
-def verdicts(cells: Sequence[Cell]) -> List[str]:
-  """'A > B' lines for every pair of private cells at the same ε and bits
-  whose intervals separate (and a count of the pairs that do not)."""
-  lines, ties = [], 0
+def reference_family(cells: Sequence[Cell]) -> List[Tuple[Cell, Cell]]:
+  """(cell, the Gaussian at its ε) for every trained private cell but the
+  Gaussian's: the first family."""
+  private = _private(cells)
+  ref = {c.epsilon: c for c in private if c.mechanism == REFERENCE}
+  return [(c, ref[c.epsilon]) for c in private
+          if c.mechanism != REFERENCE and c.epsilon in ref]
+
+
+def equal_bits_family(cells: Sequence[Cell]) -> List[Tuple[Cell, Cell]]:
+  """(a, b) for every pair of trained private cells at the same ε and bits,
+  a before b by name: the second family."""
   groups = {}
-  for cell in cells:
-    if cell.seeds and cell.epsilon is not None:
-      groups.setdefault((cell.epsilon, cell.bits), []).append(cell)
-  for (eps, bits), group in sorted(groups.items()):
-    group = sorted(group, key=lambda c: -c.interval()[0])
-    for i, a in enumerate(group):
-      for b in group[i + 1:]:
-        if separated(a, b) > 0:
-          lines.append(f'ε = {eps:g}, {bits} bits: {a.mechanism} '
-                       f'({_fmt(a)}) > {b.mechanism} ({_fmt(b)})')
-        else:
-          ties += 1
-  lines.append(f'{ties} pairs at equal ε and bits are not separated by their '
-               '95% intervals (no verdict).')
-  return lines
+  for c in _private(cells):
+    groups.setdefault((c.epsilon, c.bits), []).append(c)
+  return [(a, b) for _, group in sorted(groups.items())
+          for i, a in enumerate(group) for b in group[i + 1:]]
 
 
-def _fmt(cell: Cell) -> str:
-  mean, lo, hi = cell.interval()
-  if not math.isfinite(lo):
-    return f'{mean:.3f}, 1 seed'
-  return f'{mean:.3f} ± {(hi - lo) / 2:.3f}'
+@dataclasses.dataclass
+class Analysis:
+  """The two families' comparisons (comparisons.Comparison, a and b Cells)."""
+  against_reference: List[comparisons.Comparison]
+  equal_bits: List[comparisons.Comparison]
+  margin: float
+  alpha: float
 
 
-def recommendations(cells: Sequence[Cell], budgets: Sequence[int]
-                    ) -> List[Tuple[float, int, str, str]]:
-  """[(ε, bit budget, recommended, the tied)]: among trained cells at that ε
-  with bits <= the budget (each mechanism at its best bits), the best mean
-  accuracy of those with an interval (2+ seeds; a single run only where no
-  cell has more), and every other mechanism whose interval overlaps it (a
-  single run's always does)."""
+def analyse(cells: Sequence[Cell], margin: float = MARGIN,
+            alpha: float = ALPHA) -> Analysis:
+  """Both families, each Holm-adjusted on its own.
+
+  Args:
+    cells: the table's cells.
+    margin: the equivalence margin (fixed before the runs).
+    alpha: the family-wise error rate of each family.
+
+  Returns:
+    The Analysis.
+  """
+  def run(family):
+    return comparisons.compare(
+        [(a, b, a.accuracies, b.accuracies) for a, b in family], margin, alpha)
+  return Analysis(run(reference_family(cells)), run(equal_bits_family(cells)),
+                  margin, alpha)
+
+
+@dataclasses.dataclass
+class Precision:
+  """What the Gaussian family at one ε says about the seeds needed.
+
+  Args:
+    epsilon: the ε.
+    comparisons: the comparisons pooled.
+    seeds: the paired seeds most comparisons have.
+    sd, df: the pooled sd of the paired differences and its degrees of
+      freedom (the comparisons share the Gaussian's runs, so df overstates
+      the information).
+    half_width: the 95% half-width that sd gives at `seeds`.
+    target: the half-width aimed at.
+    seeds_for_target: the fewest seeds whose half-width at sd meets it.
+    seeds_for_target_assured: the fewest whose own half-width meets it with
+      probability POWER.
+    seeds_for_tost: the fewest with which TOST at alpha shows a zero
+      difference equivalent with probability POWER.
+    seeds_for_tost_holm: the same at alpha/m, Holm's first step in a family
+      of m comparisons.
+    family_size: that m.
+  """
+  epsilon: float
+  comparisons: int
+  seeds: int
+  sd: float
+  df: int
+  half_width: float
+  target: float
+  seeds_for_target: int
+  seeds_for_target_assured: int
+  seeds_for_tost: int
+  seeds_for_tost_holm: int
+  family_size: int
+
+
+def precision(analysis: Analysis,
+              targets: Optional[Dict[float, float]] = None) -> List[Precision]:
+  """A Precision per ε with two or more paired seeds against the Gaussian.
+
+  Args:
+    analysis: from `analyse`.
+    targets: {ε: 95% half-width aimed at}; default HALF_WIDTH_TARGETS, and
+      the margin at any other ε.
+
+  Returns:
+    One per ε, in order.
+  """
+  targets = HALF_WIDTH_TARGETS if targets is None else targets
+  family = analysis.against_reference
   out = []
-  for eps in sorted({c.epsilon for c in cells if c.epsilon is not None}):
-    for budget in budgets:
-      best_of = {}
-      for c in cells:
-        if c.epsilon == eps and c.seeds and c.bits <= budget:
-          if (c.mechanism not in best_of or
-              c.interval()[0] > best_of[c.mechanism].interval()[0]):
-            best_of[c.mechanism] = c
-      if not best_of:
-        out.append((eps, budget, 'none trained', ''))
-        continue
-      ranked = sorted(best_of.values(), key=lambda c: -c.interval()[0])
-      top = next((c for c in ranked if math.isfinite(c.interval()[1])),
-                 ranked[0])
-      tied = [c for c in ranked if c is not top and separated(top, c) == 0]
-      out.append((eps, budget,
-                  f'{top.mechanism} ({top.bits} bits): {_fmt(top)}',
-                  ', '.join(f'{c.mechanism} ({c.bits} bits): {_fmt(c)}'
-                            for c in tied)))
+  for eps in sorted({c.a.epsilon for c in family}):
+    these = [c for c in family if c.a.epsilon == eps and c.n >= 2]
+    if not these:
+      continue
+    sd, df = comparisons.pooled_sd([c.differences for c in these])
+    if not sd > 0:
+      continue
+    seeds = int(np.bincount([c.n for c in these]).argmax())
+    target = targets.get(eps, analysis.margin)
+    out.append(Precision(
+        eps, len(these), seeds, sd, df,
+        comparisons.expected_half_width(sd, seeds), target,
+        comparisons.seeds_for_half_width(sd, target),
+        comparisons.seeds_for_half_width(sd, target, assurance=POWER),
+        comparisons.seeds_for_equivalence(sd, analysis.margin, analysis.alpha,
+                                          POWER),
+        comparisons.seeds_for_equivalence(
+            sd, analysis.margin, analysis.alpha / len(family), POWER),
+        len(family)))
   return out
 
 
-COLUMNS = ('mechanism', 'epsilon', 'bits', 'seeds', 'mean_accuracy',
-           'ci95_low', 'ci95_high', 'accuracies', 'epsilons_reported',
-           'params', 'reason')
+def _diff(c: comparisons.Comparison) -> str:
+  if c.n < 2:
+    return f'{c.mean:+.3f} ({c.n} seed)' if c.n else 'no shared seed'
+  return f'{c.mean:+.3f} [{c.low:+.3f}, {c.high:+.3f}]'
+
+
+def _range(values: Sequence[float]) -> str:
+  low, high = min(values), max(values)
+  return f'{low:.3f}' if f'{low:.3f}' == f'{high:.3f}' else (
+      f'{low:.3f}–{high:.3f}')
+
+
+def _seeds(values: Sequence[int]) -> str:
+  low, high = min(values), max(values)
+  return f'{low} seeds' if low == high else f'{low}–{high} seeds'
+
+
+def which_mechanism(analysis: Analysis, budgets: Sequence[int]
+                    ) -> List[Tuple[float, int, str, str, str]]:
+  """[(ε, bit budget, equivalent, cheapest, at these bits)] per ε and budget.
+
+  Among the cells at that ε with bits <= the budget (the Gaussian's floats
+  excepted): those shown equivalent to the Gaussian, and the cheapest in bits
+  of them (all of the fewest bits). The last entry lists the cells the
+  budget adds to the one before (bits in (previous budget, budget]) with
+  their difference to the Gaussian, its 95% interval, and the verdict unless
+  inconclusive.
+
+  Args:
+    analysis: from `analyse`.
+    budgets: bits per coordinate, increasing.
+
+  Returns:
+    The rows. Where no candidate is equivalent: "none shown equivalent (n
+    seeds; half-width h > margin m)", or, where some interval is narrower than
+    the margin, the smallest Holm-adjusted TOST p-value instead.
+  """
+  family = analysis.against_reference
+  out = []
+  for eps in sorted({c.a.epsilon for c in family}):
+    below = -math.inf
+    for budget in budgets:
+      cands = sorted((c for c in family
+                      if c.a.epsilon == eps and c.a.bits <= budget),
+                     key=lambda c: (c.a.bits, c.a.mechanism))
+      new = [c for c in cands if c.a.bits > below]
+      below = budget
+      listed = '; '.join(
+          f'{c.a.label}: {_diff(c)}' +
+          ('' if c.verdict == 'inconclusive' else f' **{c.verdict}**')
+          for c in new) or '—'
+      if not cands:
+        out.append((eps, budget, 'no trained cell within the budget', '—',
+                    listed))
+        continue
+      same = [c for c in cands if c.verdict == 'equivalent']
+      if same:
+        fewest = min(c.a.bits for c in same)
+        out.append((eps, budget, ', '.join(c.a.label for c in same),
+                    ', '.join(c.a.label for c in same if c.a.bits == fewest),
+                    listed))
+        continue
+      halves = [c.half_width for c in cands]
+      why = (f' > margin {analysis.margin:g}' if min(halves) > analysis.margin
+             else '; smallest Holm-adjusted TOST p '
+             f'{_p(min(c.p_equivalence_holm for c in cands))} > '
+             f'{analysis.alpha:g}')
+      out.append((eps, budget,
+                  f'none shown equivalent ({_seeds([c.n for c in cands])}; '
+                  f'half-width {_range(halves)}{why})', '—', listed))
+  return out
+
+
+COLUMNS = ('mechanism', 'epsilon', 'bits', 'seeds', 'endpoint_mean',
+           'ci95_low', 'ci95_high', 'endpoints', 'last_round_accuracies',
+           'runs_with_drop', 'clipped_rounds', 'epsilons_reported', 'params',
+           'reason')
+
+
+def _p(p: float) -> str:
+  return '<0.001' if p < 0.001 else f'{p:.3f}'
+
+
+def _comparison_table(family: Sequence[comparisons.Comparison], first: str,
+                      pair) -> List[str]:
+  md = [f'| ε | {first} | seeds | difference [95% CI] | no difference: p / '
+        'Holm | TOST (outside ±margin): p / Holm | verdict |',
+        '|---|---|---|---|---|---|---|']
+  for c in family:
+    md.append(f'| {c.a.epsilon:g} | {pair(c)} | {c.n} | {_diff(c)} | '
+              f'{_p(c.p_difference)} / {_p(c.p_difference_holm)} | '
+              f'{_p(c.p_equivalence)} / {_p(c.p_equivalence_holm)} | '
+              f'**{c.verdict}** |')
+  return md
 
 
 def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
-                 header: str) -> str:
-  """table.csv and table.md (cells, verdicts, recommendations) in
-  `output_dir`; returns the Markdown."""
+                 header: str, endpoint: Endpoint = PRESPECIFIED,
+                 margin: float = MARGIN, alpha: float = ALPHA,
+                 rounds: Optional[int] = None) -> str:
+  """table.csv and table.md (cells, comparisons, precision, which mechanism)
+  in `output_dir`.
+
+  Args:
+    cells: the table's cells (their accuracies: `endpoint`).
+    output_dir: where to write.
+    budgets: the bit budgets of "which mechanism should I use?".
+    header: the Markdown above the cells (title and setting).
+    endpoint: the endpoint the cells hold, named in the report.
+    margin: the equivalence margin.
+    alpha: each family's family-wise error rate.
+    rounds: the runs' rounds, to name the endpoint's window (optional).
+
+  Returns:
+    The Markdown.
+  """
+  analysis = analyse(cells, margin, alpha)
   rows = []
   for c in sorted(cells, key=lambda c: (c.epsilon or math.inf, c.bits,
                                         c.mechanism)):
     mean, lo, hi = c.interval()
+    drop, clip = c.excursions()
     rows.append([c.mechanism, '' if c.epsilon is None else c.epsilon, c.bits,
                  c.seeds, mean, lo, hi,
                  ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.accuracies.items())),
+                 ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.finals.items())),
+                 drop, clip,
                  ' '.join(f'{s}:{e:.4g}' for s, e in sorted(c.epsilons.items())),
                  c.params, c.reason])
   results_io.write_csv(os.path.join(output_dir, 'table.csv'), COLUMNS, rows)
-  md = [header, '', '| mechanism | ε | bits | seeds | accuracy (95% CI) | '
-        'ε reported | note |', '|---|---|---|---|---|---|---|']
-  for row in rows:
+  prespecified = endpoint == PRESPECIFIED
+  window = ('' if rounds is None else
+            f', the evaluations at rounds {endpoint.first_round(rounds)} to '
+            f'{rounds}')
+  md = [header, '',
+        f'**Endpoint:** {endpoint.name}{window}' + (
+            ' (pre-specified).' if prespecified else
+            '. This departs from the pre-specified endpoint '
+            f'({PRESPECIFIED.name}): these runs were not evaluated often '
+            'enough for it.'), '',
+        f'Excursions are counted beside it, not folded in: runs with an '
+        f'evaluation more than {DROP:g} below the previous one, and rounds '
+        f'with more than {CLIPPED:.0%} of their clients clipped (not recorded '
+        'by the Gaussian and TFF\'s aggregators).', '',
+        '## Cells', '',
+        '| mechanism | ε | bits | seeds | endpoint (95% CI) | last round | '
+        'runs with a drop | rounds clipped (in runs) | ε reported | note |',
+        '|---|---|---|---|---|---|---|---|---|---|']
+  for c, row in zip(sorted(cells, key=lambda c: (c.epsilon or math.inf,
+                                                 c.bits, c.mechanism)), rows):
     name, eps, bits, seeds, mean, lo, hi = row[:7]
     acc = ('' if not seeds else
            f'{mean:.3f} [{lo:.3f}, {hi:.3f}]' if math.isfinite(lo)
            else f'{mean:.3f} (1 seed)')
-    reported = row[8].replace(' ', ', ')
-    note = row[10] or (row[9] if seeds else 'not run yet')
-    md.append(f'| {name} | {eps} | {bits} | {seeds} | {acc} | {reported} | '
-              f'{note} |')
-  md += ['', '## Verdicts (only where the 95% intervals separate)', '']
-  md += [f'- {line}' for line in verdicts(cells)]
+    last = f'{np.mean(list(c.finals.values())):.3f}' if c.finals else ''
+    reported = row[11].replace(' ', ', ')
+    note = row[13] or (row[12] if seeds else 'not run yet')
+    md.append(f'| {name} | {eps} | {bits} | {seeds} | {acc} | {last} | '
+              f'{row[9]} | {row[10]} | {reported} | {note} |')
+  n_ref, n_bits = len(analysis.against_reference), len(analysis.equal_bits)
+  md += ['', f'## Against the Gaussian (paired by seed)', '',
+         f'Each cell minus the Gaussian at its ε, seed by seed. Family: these '
+         f'{n_ref} comparisons ({2 * n_ref} hypotheses: no difference, and a '
+         f'difference of at least ±{margin:g}), Holm\'s step-down at '
+         f'family-wise {alpha:g}, counting comparisons. Verdicts: '
+         f'*equivalent* where TOST shows the difference inside ±{margin:g}; '
+         '*better*/*worse* where "no difference" is rejected; else '
+         '*inconclusive* (not a tie: these runs cannot tell). The 95% '
+         'intervals are per comparison, not simultaneous.', '']
+  md += _comparison_table(analysis.against_reference, 'cell (minus the '
+                          'Gaussian)', lambda c: c.a.label)
+  md += ['', '## Pairs at equal ε and bits', '',
+         f'a minus b, seed by seed. Family: these {n_bits} comparisons, Holm '
+         f'as above, on its own.', '']
+  md += _comparison_table(analysis.equal_bits, 'a − b (bits)',
+                          lambda c: f'{c.a.mechanism} − {c.b.mechanism} '
+                          f'({c.a.bits})')
+  md += ['', '## Precision', '',
+         'From the pooled sd s of the paired differences against the Gaussian '
+         'at each ε: the 95% half-width at n seeds is t₀.₉₇₅,ₙ₋₁·s/√n; the '
+         'seeds a target needs are the fewest n meeting it (at s; and with '
+         f'probability {POWER:g} for the run\'s own sd, (n−1)S²/s² ~ χ²ₙ₋₁); '
+         'TOST shows a zero difference equivalent when |mean| + '
+         't₁₋α,ₙ₋₁·S/√n < margin.', '',
+         '| ε | comparisons | pooled sd (df) | 95% half-width now | target | '
+         f'seeds for it (at s / with {POWER:g} probability) | seeds for TOST '
+         f'(power {POWER:g}, zero difference; α = {alpha:g} / Holm\'s first '
+         'step) |', '|---|---|---|---|---|---|---|']
+  for p in precision(analysis):
+    md.append(f'| {p.epsilon:g} | {p.comparisons} | {p.sd:.4f} ({p.df}) | '
+              f'{p.half_width:.3f} at {p.seeds} seeds | {p.target:g} | '
+              f'{p.seeds_for_target} / {p.seeds_for_target_assured} | '
+              f'{p.seeds_for_tost} / {p.seeds_for_tost_holm} (α = '
+              f'{alpha:g}/{p.family_size}) |')
   md += ['', '## Which mechanism should I use?', '',
-         '| ε | bits per coordinate at most | recommended (mean ± 95% half-width) '
-         '| not separable from it |', '|---|---|---|---|']
-  for eps, budget, best, tied in recommendations(cells, budgets):
-    md.append(f'| {eps:g} | {budget} | {best} | {tied or "—"} |')
+         f'| ε | bits per coordinate at most | equivalent to the Gaussian '
+         f'(TOST ±{margin:g}, Holm) | cheapest of them | cells at these bits '
+         'minus the Gaussian [95% CI] |', '|---|---|---|---|---|']
+  for eps, budget, same, cheapest, listed in which_mechanism(analysis, budgets):
+    md.append(f'| {eps:g} | {budget} | {same} | {cheapest} | {listed} |')
   text = '\n'.join(md) + '\n'
   with open(os.path.join(output_dir, 'table.md'), 'w') as f:
     f.write(text)
@@ -191,8 +591,8 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
 
 
 def plot(cells: Sequence[Cell], path: str, title: str) -> None:
-  """Accuracy against bits, one panel per ε, a line with 95% error bars per
-  mechanism (the noise-free run as a band)."""
+  """The endpoint against bits, one panel per ε, a line with 95% error bars
+  per mechanism (the noise-free run as a band)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -205,8 +605,9 @@ def plot(cells: Sequence[Cell], path: str, title: str) -> None:
   free = [c for c in cells if c.epsilon is None and c.seeds]
   for ax, eps in zip(axes, eps_values):
     for name in names:
-      pts = sorted((c.bits, c) for c in cells
-                   if c.mechanism == name and c.epsilon == eps and c.seeds)
+      pts = sorted(((c.bits, c) for c in cells
+                    if c.mechanism == name and c.epsilon == eps and c.seeds),
+                   key=lambda p: p[0])
       if not pts:
         continue
       xs = [b for b, _ in pts]
@@ -224,9 +625,67 @@ def plot(cells: Sequence[Cell], path: str, title: str) -> None:
     ax.set_xscale('log', base=2)
     ax.set_xlabel('bits per coordinate')
     ax.set_title(f'ε = {eps:g}')
-  axes[0].set_ylabel('final test accuracy (mean, 95% CI)')
+  axes[0].set_ylabel('endpoint test accuracy (mean, 95% CI)')
   axes[-1].legend(fontsize=7, loc='lower right')
   fig.suptitle(title, fontsize=9)
   fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+_COLOURS = {'better': 'tab:green', 'worse': 'tab:red',
+            'equivalent': 'tab:blue', 'inconclusive': 'tab:gray'}
+
+
+def plot_differences(analysis: Analysis, path: str, title: str) -> None:
+  """The paired differences with their 95% intervals: one column per ε, the
+  comparisons with the Gaussian above and the pairs at equal bits below;
+  each seed's difference as a dot, the ±margin band shaded, the colour the
+  verdict."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
+  families = [('minus the Gaussian', analysis.against_reference,
+               lambda c: c.a.label),
+              ('pairs at equal bits (a − b)', analysis.equal_bits,
+               lambda c: f'{c.a.mechanism} − {c.b.mechanism} ({c.a.bits})')]
+  eps_values = sorted({c.a.epsilon for _, f, _ in families for c in f})
+  ncol = max(1, len(eps_values))
+  heights = [max(1, max([sum(c.a.epsilon == e for c in f)
+                          for e in eps_values] or [1])) for _, f, _ in families]
+  fig, axes = plt.subplots(2, ncol, squeeze=False,
+                           figsize=(6.5 * ncol, 1.5 + 0.32 * sum(heights)),
+                           gridspec_kw=dict(height_ratios=heights))
+  for row, (what, family, label) in enumerate(families):
+    for col, eps in enumerate(eps_values or [None]):
+      ax = axes[row][col]
+      these = [c for c in family if c.a.epsilon == eps]
+      ax.axvspan(-analysis.margin, analysis.margin, color='tab:blue',
+                 alpha=0.08)
+      ax.axvline(0, color='k', lw=0.8)
+      for y, c in enumerate(these):
+        colour = _COLOURS[c.verdict]
+        if c.n >= 2:
+          ax.plot([c.low, c.high], [y, y], color=colour, lw=2)
+        ax.plot([c.mean], [y], marker='o', color=colour)
+        ax.plot(c.differences, [y + 0.22] * c.n, ls='', marker='.',
+                color=colour, alpha=0.6, ms=5)
+      ax.set_yticks(range(len(these)))
+      ax.set_yticklabels([label(c) for c in these], fontsize=7)
+      ax.set_ylim(-0.6, max(len(these), 1) - 0.4)
+      ax.invert_yaxis()
+      ax.set_title(f'ε = {eps:g}: {what}' if eps is not None else what,
+                   fontsize=9)
+      ax.set_xlabel('paired difference in endpoint accuracy (95% CI; dots: '
+                    'seeds)', fontsize=8)
+  handles = [Line2D([], [], color=c, marker='o', lw=2, label=v)
+             for v, c in _COLOURS.items()]
+  handles.append(plt.Rectangle((0, 0), 1, 1, color='tab:blue', alpha=0.15,
+                               label=f'±{analysis.margin:g} (margin)'))
+  fig.legend(handles=handles, fontsize=8, loc='lower center',
+             ncol=len(handles), frameon=False)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout(rect=(0, 0.04, 1, 1))
   fig.savefig(path, dpi=120)
   plt.close(fig)
