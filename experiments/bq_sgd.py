@@ -169,7 +169,8 @@ def main(argv):
       factory, eps = tff.aggregators.UnweightedMeanFactory(), {}
     else:
       factory = quantization_factory.QuantizationFactory(
-          mech, max_clients_per_round=cfg['num_clients'], seed=cfg['noise_seed'])
+          mech, max_clients_per_round=cfg['num_clients'], seed=cfg['noise_seed'],
+          diagnostics=True)   # a simulation: clipped fractions logged
       eps = privacy(mech, cfg, dim, local_size)
     process = distributed_sgd.build_distributed_sgd(
         keras_fn, spec_tf, factory, cfg['learning_rate'], 'per_example_linf',

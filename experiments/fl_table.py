@@ -24,6 +24,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 from queue import Empty
 import subprocess
 import sys
@@ -150,6 +151,8 @@ def calibrate(cell, dim):
 
 
 def _calibrate_child(cell, dim, s, queue):
+  # Ctrl-C is the parent's to handle: it ends this child (`calibrate`).
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   queue.put(_calibrated(cell, dim, s))
 
 
@@ -214,6 +217,13 @@ def train(cell, seed, calibration) -> float:
   child = subprocess.Popen(args)
   try:
     code = child.wait()
+  except KeyboardInterrupt:   # the child got the Ctrl-C too: it checkpoints
+    try:
+      child.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+      child.terminate()
+      child.wait(timeout=60)
+    raise
   except BaseException:   # stopped: SIGTERM lets the run end its TFF workers
     child.terminate()
     child.wait(timeout=60)

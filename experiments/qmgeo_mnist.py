@@ -179,7 +179,8 @@ def main(argv):
     else:
       eps = privacy(mech, dim, kappa, FLAGS.num_users, FLAGS.rounds, FLAGS.delta)
       factory = quantization_factory.QuantizationFactory(
-          mech, max_clients_per_round=FLAGS.num_users, seed=FLAGS.noise_seed)
+          mech, max_clients_per_round=FLAGS.num_users, seed=FLAGS.noise_seed,
+          diagnostics=True)   # a simulation: clipped fractions logged
     process = distributed_sgd.build_distributed_sgd(
         keras_fn, spec, factory, FLAGS.learning_rate, 'elementwise', FLAGS.clip)
     print(f'{setting.name}: ' + (str(mech) if mech else 'no quantization'), flush=True)

@@ -18,6 +18,7 @@ def test_smoke_table2_rows_then_bad_flags(tmp_path):
   res = _run(tmp_path, '--rows=table2', '--rounds=2', '--eval_every=1',
              '--noise_seed=1')
   assert res.returncode == 0, res.stderr[-3000:]
+  assert 'Exception ignored' not in res.stderr, res.stderr[-3000:]
   rows = results_io.read_csv(str(tmp_path / 'mnist' / 'summary.csv'))
   assert [r['row'] for r in rows] == ['b8_eps1.72', 'b8_eps3.44', 'b8_eps8.72']
   assert [(r['s'], r['m']) for r in rows] == [('1', '251'), ('2', '251'), ('4', '247')]
@@ -33,4 +34,3 @@ def test_smoke_table2_rows_then_bad_flags(tmp_path):
   bad = _run(tmp_path / 'bad', '--rows=table2', '--paper_sm=false')
   assert bad.returncode == 2 and 'No (s, m)' in bad.stderr
   assert not os.path.exists(tmp_path / 'bad')
-

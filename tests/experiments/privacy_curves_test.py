@@ -11,6 +11,7 @@ def test_smoke_writes_csv_png_and_verdicts(tmp_path):
        '--alphas=2,10', f'--output_dir={tmp_path}'], cwd=ROOT, capture_output=True,
       text=True, timeout=600)
   assert res.returncode == 0, res.stderr[-2000:]
+  assert 'Exception ignored' not in res.stderr, res.stderr[-2000:]
   for name in ['rqm_vs_pbm.png', 'rqm_vs_pbm_vs_n.csv', 'rqm_vs_pbm_vs_alpha.csv',
                'quantized_gaussian_eps_vs_k.csv', 'qmgeo_eps_vs_p.csv',
                'verdicts.txt']:

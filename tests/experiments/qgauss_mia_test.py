@@ -19,6 +19,7 @@ def test_smoke_one_setting_resumes_and_rejects_bad_flags(tmp_path):
   before = set(runtime.worker_pids(only_children=False))
   res = _run(tmp_path, '--levels=4', '--sigma_levels=', '--clean=false')
   assert res.returncode == 0, res.stderr[-3000:]
+  assert 'Exception ignored' not in res.stderr, res.stderr[-3000:]
   rows = results_io.read_csv(str(tmp_path / 'summary.csv'))
   assert [r['setting'] for r in rows] == ['k4_z0.1']
   assert 0.5 <= float(rows[0]['accuracy']) <= 1 and 0 <= float(rows[0]['auc']) <= 1

@@ -51,4 +51,5 @@ def test_bad_flags_fail_with_a_clear_message(tmp_path):
                         f'--root_output_dir={tmp_path}'], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
   assert res.returncode == 2 and '--runs must be in [1, inf)' in res.stderr
+  assert 'Exception ignored' not in res.stderr, res.stderr[-2000:]
   assert not os.listdir(tmp_path)

@@ -38,3 +38,48 @@ def test_check_flags_names_the_flag_and_the_range():
     cli.check_flags({'rounds': 0}, at_least_one=('rounds',))
   with pytest.raises(ValueError, match=r'--lr must be in \(0, inf\), got -1'):
     cli.check_flags(type('F', (), {'lr': -1})(), positive=('lr',))
+
+
+_FORKS_AND_WAITS = '''
+import multiprocessing, os, time
+from tff_quant.program import cli
+
+def work():
+  time.sleep(600)
+
+with cli.user_errors_exit():
+  ctx = multiprocessing.get_context('fork')
+  procs = [ctx.Process(target=work, daemon=daemon) for daemon in (True, False)]
+  for p in procs:
+    p.start()
+  print(*[p.pid for p in procs], flush=True)
+  time.sleep(600)
+'''
+
+
+def test_ctrl_c_is_one_line_and_exit_130_forked_children_included():
+  """A terminal's Ctrl-C reaches the whole process group: the forked workers
+  stay quiet, the parent prints one line, ends them and exits with 130."""
+  import os, signal, subprocess, sys, time  # pylint: disable=g-import-not-at-top,multiple-imports
+  child = subprocess.Popen([sys.executable, '-c', _FORKS_AND_WAITS],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+  pids = []
+  try:
+    pids = [int(p) for p in child.stdout.readline().split()]
+    assert len(pids) == 2
+    time.sleep(1)   # the children past their start-up (which sets SIG_IGN)
+    os.killpg(child.pid, signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+  finally:
+    child.kill()
+    child.wait()
+    for pid in pids:
+      if runtime._alive(pid):  # pylint: disable=protected-access
+        os.kill(pid, signal.SIGKILL)
+  assert child.returncode == 130, err
+  assert err == 'interrupted; rerun the same command to resume\n'
+  deadline = time.time() + 10
+  while time.time() < deadline and any(runtime._alive(p) for p in pids):  # pylint: disable=protected-access
+    time.sleep(0.1)
+  assert not any(runtime._alive(p) for p in pids)  # pylint: disable=protected-access

@@ -244,3 +244,159 @@ def test_the_backstop_exits_even_without_a_usable_stderr():
   finally:
     child.kill()
     child.wait()
+
+
+def test_a_failed_checks_message_is_kept_whole():
+  """TF writes `assertion failed: [message] [datum] ...`; a message with
+  brackets of its own ("levels in [0, 15]", "[1, inf)") is not cut."""
+  grpc_text = (
+      '<_InactiveRpcError of RPC that terminated with:\n\tstatus = StatusCode.'
+      'INTERNAL\n\tdetails = "Failed to run computation: assertion failed: '
+      '[More clients in this round than max_clients_per_round=2: the int32 '
+      'secure sum of levels in [0, 15] could overflow.] [Condition x <= y did '
+      'not hold element-wise:] [x (strided_slice:0) = ] [3] [y (assert_less_'
+      'equal/y:0) = ] [2]\n\t [[{{node assert_less_equal/Assert/Assert}}]]"')
+  assert runtime.assertion_message(grpc_text) == (
+      'More clients in this round than max_clients_per_round=2: the int32 '
+      'secure sum of levels in [0, 15] could overflow.')
+  assert runtime.assertion_message(
+      'assertion failed: [x must be in [1, inf), got 0]\n\t [[{{node a}}]]'
+  ) == 'x must be in [1, inf), got 0'
+  assert runtime.assertion_message('assertion failed: [x] [y]') == 'x'
+  assert runtime.assertion_message('INVALID_ARGUMENT: other') is None
+
+
+def test_round_check_error_carries_the_whole_message(tff_context):
+  del tff_context
+  process = aggregators.pbm_factory(1.0, max_clients_per_round=2).create(
+      tff.TensorType(np.float32, [3]))
+  with pytest.raises(runtime.RoundCheckError) as e:
+    with runtime.readable_round_errors():
+      process.next(process.initialize(), [np.zeros(3, np.float32)] * 3)
+  message = str(e.value)
+  assert message.startswith('More clients in this round than '
+                            'max_clients_per_round=2: the int32 secure sum of '
+                            'levels in [0, ')
+  assert message.endswith('] could overflow.'), message
+  assert '\n' not in message and 'Condition' not in message
+
+
+_NO_SECURE_SUM_CONTEXT = '''
+import atexit
+def report():   # registered before runtime's exit hook: runs after it
+  from tff_quant.program import runtime
+  print('left:', *runtime.worker_pids(), flush=True)
+atexit.register(report)
+import numpy as np, tensorflow_federated as tff
+from tff_quant import aggregators
+from tff_quant.program import runtime
+process = aggregators.rqm_factory(1.0).create(tff.TensorType(np.float32, [3]))
+try:
+  with runtime.readable_round_errors():
+    process.next(process.initialize(), [np.zeros(3, np.float32)] * 2)
+finally:
+  print('started:', *runtime.worker_pids(), flush=True)
+'''
+
+
+def test_a_missing_secure_sum_context_is_one_line_naming_the_call(tmp_path):
+  """TFF's default context (what a script gets without
+  `use_secure_sum_simulation()`): a one-line error that names the call, none
+  of TFF's 1,500-character error, and its worker ends with the script."""
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  with open(tmp_path / 'out', 'w') as out, open(tmp_path / 'err', 'w') as err:
+    # Files, not pipes: a worker that outlived the script would hold a pipe.
+    child = subprocess.run([sys.executable, '-c', _NO_SECURE_SUM_CONTEXT],
+                           stdout=out, stderr=err, timeout=300, check=False)
+  stdout = (tmp_path / 'out').read_text()
+  stderr = (tmp_path / 'err').read_text()
+  started = [int(p) for p in stdout.split('started:')[1].split('\n')[0].split()]
+  try:
+    assert child.returncode == 1
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith('tff_quant.program.runtime.SecureSumContextError: ')
+    assert ('call tff_quant.program.runtime.use_secure_sum_simulation() before '
+            'building and running the process.') in last
+    assert 'INVALID_ARGUMENT' not in stderr and stderr.count('Cannot embed') == 1
+    assert len(stderr.strip().splitlines()) < 15, stderr
+    assert 'Exception ignored' not in stderr
+    assert started, 'TFF\'s default context should have started a worker'
+    assert stdout.strip().endswith('left:'), stdout   # ended by the exit hook
+    assert not any(runtime._alive(p) for p in started)  # pylint: disable=protected-access
+  finally:
+    for pid in started:
+      if runtime._alive(pid):  # pylint: disable=protected-access
+        os.kill(pid, 9)
+
+
+_DEFAULT_CONTEXT_RUN = '''
+import numpy as np, tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tff_quant.program import runtime
+
+@tff.tensorflow.computation(np.float32)
+def double(x):
+  return x * 2.0
+
+print(double(np.float32(2.0)), *runtime.worker_pids(), flush=True)
+# Held by __main__ until interpreter shutdown: TFF's own __del__ would end
+# the worker only then, if at all.
+context = context_stack_impl.context_stack.current
+'''
+
+
+def test_the_exit_hook_ends_the_default_contexts_worker_quietly(tmp_path):
+  import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  with open(tmp_path / 'out', 'w') as out, open(tmp_path / 'err', 'w') as err:
+    child = subprocess.run([sys.executable, '-c', _DEFAULT_CONTEXT_RUN],
+                           stdout=out, stderr=err, timeout=300, check=False)
+  value, *pids = (tmp_path / 'out').read_text().split()
+  stderr = (tmp_path / 'err').read_text()
+  try:
+    assert child.returncode == 0, stderr
+    assert float(value) == 4.0 and pids
+    assert 'Exception ignored' not in stderr, stderr
+    assert not any(runtime._alive(int(p)) for p in pids)  # pylint: disable=protected-access
+  finally:
+    for pid in pids:
+      if runtime._alive(int(pid)):  # pylint: disable=protected-access
+        os.kill(int(pid), 9)
+
+
+def test_stop_workers_and_end_tff_leave_the_context_usable(tff_context):
+  """The context's ServiceManager forgets the worker ended under it: the next
+  computation starts another (and TFF's __del__ does not signal the ended
+  one: "Exception ignored ... ProcessLookupError")."""
+  del tff_context
+  process = aggregators.pbm_factory(1.0).create(tff.TensorType(np.float32, [3]))
+  for stop in (runtime.stop_workers, runtime.end_tff):
+    process.next(process.initialize(), [np.zeros(3, np.float32)] * 2)
+    assert runtime.worker_pids()
+    stop()
+    assert not runtime.worker_pids()
+    _, managers = runtime._tff_objects()  # pylint: disable=protected-access
+    assert all(m.__dict__['_process'] is None for m in managers)
+  out = process.next(process.initialize(), [np.zeros(3, np.float32)] * 2)
+  assert out.measurements['quantization']['num_clients'] == 2
+  assert runtime.stop_computations()   # nothing in flight: every loop answers
+
+
+BINARIES = ('bq_sgd', 'fl_emnist', 'fl_table', 'privacy_curves',
+            'privacy_frontier', 'qgauss_mia', 'qmgeo_mnist', 'rqp_sgd')
+
+
+@pytest.mark.parametrize('binary', BINARIES)
+def test_every_binary_exits_cleanly_after_help_and_a_bad_flag(binary):
+  """No "Exception ignored in ... ServiceManager.__del__" and no traceback at
+  exit (TFF's import-time context, torn down after `subprocess`): runtime's
+  exit hook, registered when the binaries import it."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  for flag in ('--help', '--no_such_flag'):
+    res = subprocess.run([sys.executable, '-m', f'experiments.{binary}', flag],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert 'Exception ignored' not in res.stderr, res.stderr[-2000:]
+    assert 'Traceback' not in res.stderr, res.stderr[-2000:]

@@ -12,20 +12,40 @@ from tff_quant.program.errors import USER_ERRORS
 @contextlib.contextmanager
 def user_errors_exit():
   """Bad flags, missing data, a corrupt checkpoint or a dead worker: one line on
-  stderr ('error: ...') and exit status 2, never a traceback or a silent restart."""
+  stderr ('error: ...') and exit status 2, never a traceback or a silent restart.
+
+  Ctrl-C: one line on stderr (where the run stood, e.g. 'interrupted at round
+  7; rerun the same command to resume from round 7'), TFF's computations and
+  workers ended, exit status 130 (`runtime.exit_after_interrupt`). A run
+  resumes from its checkpoints when the same command runs again.
+
+  Processes forked by `multiprocessing` from here on leave Ctrl-C to this one
+  (`runtime.leave_interrupts_to_parent`): no traceback of theirs either.
+
+  Raises:
+    SystemExit: status 2 for a user error, 130 for Ctrl-C.
+  """
+  runtime.leave_interrupts_to_parent()
   try:
     yield
   except USER_ERRORS as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  except KeyboardInterrupt as e:
+    runtime.exit_after_interrupt(e)
 
 
 @contextlib.contextmanager
 def secure_sum_simulation():
-  """TFF's local C++ context (runs secure sum); its worker processes end on exit."""
+  """TFF's local C++ context (runs secure sum); its worker processes end on exit
+  (a computation still in flight, after Ctrl-C, is cancelled first: it would
+  start another worker)."""
   runtime.use_secure_sum_simulation()
   try:
     yield
+  except KeyboardInterrupt:
+    runtime.stop_computations()
+    raise
   finally:
     runtime.stop_workers()
 

@@ -6,7 +6,13 @@ retrain: use another output folder or --fresh), whatever the setting's own
 training writes there (checkpoints, metrics.csv: resumed mid-run), and
 summary.json when it is done (a finished setting with the same config is reused,
 not re-run). Outputs are written atomically. At the end: one summary CSV and the
-markdown table printed.
+markdown table printed. A setting whose folder holds no finished work (no
+checkpointed round, no summary.json: its start failed) takes a changed config.
+
+Ctrl-C: `run_settings` raises `runtime.Interrupted` naming the setting (and the
+round, from `round_loop`); `cli.user_errors_exit`, around every binary's run,
+prints it as one line and exits with status 130. The same command resumes:
+finished settings are reused, an interrupted one resumes from its checkpoint.
 """
 
 import dataclasses
@@ -17,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from tff_quant.program import results_io
 from tff_quant.program import round_loop
+from tff_quant.program import runtime
 
 
 @dataclasses.dataclass
@@ -49,7 +56,12 @@ def run_settings(root_dir: str, settings: Sequence[Setting],
 
   `run_one(setting, run_dir)` trains one setting and returns its summary dict;
   it may resume from checkpoints it keeps in run_dir. Config changes other than
-  a larger 'rounds' raise ValueError before anything is overwritten.
+  a larger 'rounds' raise ValueError before anything is overwritten (unless
+  the setting's run never got anywhere: see `round_loop.prepare_run_dir`).
+
+  Raises:
+    ValueError: duplicate names, or a started setting's config changed.
+    runtime.Interrupted: Ctrl-C; its text names the setting (and the round).
   """
   names = [s.name for s in settings]
   if len(set(names)) != len(names):
@@ -66,9 +78,13 @@ def run_settings(root_dir: str, settings: Sequence[Setting],
         summary = json.load(f)
       log(f'--- {s.name}: done before, reusing {summary_path}')
     else:
-      round_loop.prepare_run_dir(run_dir, s.config, fresh)
+      round_loop.prepare_run_dir(run_dir, s.config, fresh, log=log)
       log(f'--- {s.name}')
-      summary = dict(run_one(s, run_dir), setting=s.name, config=s.config)
+      try:
+        summary = dict(run_one(s, run_dir), setting=s.name, config=s.config)
+      except KeyboardInterrupt as e:
+        raise runtime.Interrupted(
+            f'{s.name}: {runtime.interrupt_message(e)}') from None
       results_io.write_json(summary_path, summary)
     summaries.append(summary)
   return summaries

@@ -675,6 +675,10 @@ class _Rounds:
     use_pld = (self.calibration is None or self.calibration.setting is None
                or self.calibration.setting.use_pld)
     g = self.acct.guarantee(rounds_done, use_pld=use_pld)
+    if not use_pld:
+      g = dataclasses.replace(g, pld_note=(
+          'PLD route not used: a calibrated run is accounted as its '
+          'calibration was, Calibration.guarantee'))
     summary.update(mechanism=repr(mech or peer), epsilon=g.epsilon,
                    epsilon_route=g.route, epsilon_rdp=g.epsilon_rdp,
                    epsilon_pld=g.epsilon_pld, pld_note=g.pld_note,
