@@ -969,12 +969,16 @@ def mechanism_for_bits(mechanism: str, clip: float, bits: Optional[int],
       clip, **cls.complete_params(_levels_from_bits(cls, params, (), bits)))
 
 
-def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
+def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
+              clients_per_round: int, total_clients: int, dim: int = 1,
+              clip: Optional[float] = None,
+              tune: Union[None, str, Sequence[str]] = None,
+              bits: Optional[int] = None, use_pld: bool = False,
+              rtol: float = _RTOL, l2_clip: Optional[float] = None,
+              coordinate_clip: Optional[float] = None, others: str = 'any',
+              bound: str = 'proved',
+              progress: Optional[Callable[[str], None]] = None, **params):
   """Returns the mechanism `mechanism` calibrated to (ε, δ) for a training run.
-
-  calibrate(mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
-  dim=1, clip=None, tune=None, bits=None, use_pld=False, rtol=2e-3,
-  l2_clip=None, coordinate_clip=None, others='any', **params).
 
   Among the candidates meeting the target that carry the signal, the one
   with the smallest debiased error (module docstring) is returned.
@@ -1012,7 +1016,13 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
       divergences named inputs attain: the optimistic end of what a perfect
       bound could allow, NOT a privacy guarantee; module docstring). RDP
       route only.
+    progress: None, or a callable given a line per grid point once the
+      calibration has run PROGRESS_AFTER seconds.
     **params: the other parameters, fixed (defaults for the omitted ones).
+
+  Returns:
+    The calibrated `tff_quant.mechanisms.Mechanism` (`calibration_report`
+    returns it with its ε, error and `CalibratedSetting`).
 
   Raises:
     ValueError: unknown mechanism or parameter, a parameter without a privacy
@@ -1025,8 +1035,11 @@ def calibrate(mechanism: str, epsilon: float, *args, **kwargs):
     AttainedUnavailable (a ValueError): bound='attained' where a candidate's
       attained ε cannot be computed.
   """
-  return calibration_report(mechanism, epsilon, *args, compare_gaussian=False,
-                            **kwargs).mechanism
+  return calibration_report(
+      mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
+      dim, clip, tune, bits, use_pld, rtol, l2_clip, coordinate_clip,
+      compare_gaussian=False, others=others, bound=bound, progress=progress,
+      **params).mechanism
 
 
 def calibration_report(mechanism: str, epsilon: float, delta: float, rounds: int,
