@@ -13,7 +13,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = {
-    'quickstart.ipynb': 'ROUNDS = 2\nCLIENTS_PER_ROUND = 3\nTOTAL_CLIENTS = 20\nCLIP_NORM = 1.0',
+    'quickstart.ipynb': ('ROUNDS = 2\nCLIENTS_PER_ROUND = 3\nTOTAL_CLIENTS = 20\nCLIP_NORM = 1.0\n'
+                         'TARGET_EPSILON = 10.0'),
     'privacy_accounting.ipynb': ('MAX_N = 4\nTARGET_EPS = 8.0\nROUNDS = 5\n'
                                  'CLIENTS_PER_ROUND = 5\nTOTAL_CLIENTS = 100'),
     'reproduce_papers.ipynb': None,  # reads the committed results/ as is

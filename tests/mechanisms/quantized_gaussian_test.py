@@ -5,6 +5,7 @@ import pytest
 from scipy import integrate, stats
 
 from tests.mechanisms import mechanism_checks as checks
+from tff_quant.accounting import divergence
 from tff_quant.mechanisms import quantized_gaussian as qg
 
 PARAMS = [dict(clip=1.0, num_levels=8, sigma=0.3), dict(clip=1.0, num_levels=2, sigma=1.0),
@@ -92,6 +93,29 @@ def test_local_bound_holds(params):
   assert np.all(np.isinf(bound[math.inf]))
 
 
+@pytest.mark.parametrize('params', [p for p in PARAMS if p.get('lattice')])
+def test_lattice_local_bound_holds_and_is_the_chord_between_multiples(params):
+  """The lattice variant's one-client bound (the Gaussian's chord in
+  exp((α-1)·) between lattice multiples, by coupling the roundings) holds at
+  random pairs with 0 or 2 others, equals α t²/(2σ²) at lattice multiples,
+  lies above it between them, and is non-decreasing in t."""
+  mech = qg.QuantizedGaussian(**params)
+  checks.assert_local_bound_holds(mech)
+  h = 2 * mech.input_bound / (mech.lattice - 1)
+  sigma = params['sigma']
+  at = mech.local_divergences([2.0], [h, 2 * h])[2.0]
+  np.testing.assert_allclose(at, 2 * np.array([h, 2 * h])**2 / (2 * sigma**2))
+  ts = np.linspace(0, 2 * mech.input_bound, 101)
+  for a in (1.0, 2.0, 8.0):
+    bound = mech.local_divergences([a], ts)[a]
+    assert np.all(bound >= a * ts**2 / (2 * sigma**2) * (1 - 1e-12))
+    assert np.all(np.diff(bound) >= -1e-12)
+  # At t < h, where α t²/(2σ²) fails (below), exactly and at random pairs.
+  t = h / 5
+  exact = divergence.renyi_divergence(mech.log_pmf(t), mech.log_pmf(0.0), 2.0)
+  assert exact <= mech.local_divergences([2.0], [t])[2.0][0] * (1 + 1e-9)
+
+
 def test_lattice_law_is_the_mixture_of_the_papers_laws_at_lattice_points():
   """L points on [-c, c]: the law at x is (1-w)·law(b_i) + w·law(b_{i+1}),
   affine between lattice points (the vertices), continuous, and L = 0 is
@@ -102,8 +126,9 @@ def test_lattice_law_is_the_mixture_of_the_papers_laws_at_lattice_points():
                                input_bound=0.5)
   np.testing.assert_allclose(mech.critical_inputs(), [-.5, -.25, 0, .25, .5])
   assert mech.piecewise_affine and not paper.piecewise_affine
-  assert not mech.has_local_bound and paper.has_local_bound
-  assert mech.local_divergences([2.0], [0.1]) is None
+  assert mech.has_local_bound and paper.has_local_bound
+  assert (mech.local_divergences([2.0], [0.1])[2.0] >
+          paper.local_divergences([2.0], [0.1])[2.0])
   for x in (-0.5, 0.0, 0.25):   # on the lattice: the paper's law
     np.testing.assert_allclose(mech.pmf(x), paper.pmf(x), rtol=1e-12)
   x, w = 0.1, 0.4   # 0.1 = 0 + 0.4·0.25
@@ -123,10 +148,10 @@ def test_lattice_law_is_the_mixture_of_the_papers_laws_at_lattice_points():
                              built.pmf(0.3), rtol=0)
 
 
-def test_the_one_client_bound_fails_for_the_lattice_mixture():
-  """Why the lattice variant declares no local bound: at t < h the mixture's
-  D_2 exceeds 2t²/(2σ²) (module docstring), here computed exactly."""
-  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+def test_the_gaussian_one_client_bound_fails_for_the_lattice_mixture():
+  """Why the lattice variant takes the chord, not α t²/(2σ²): at t < h the
+  mixture's D_2 exceeds 2t²/(2σ²) (module docstring), here computed
+  exactly."""
   mech = qg.QuantizedGaussian(clip=4.0, num_levels=256, sigma=0.3,
                               input_bound=1.0, lattice=3)
   t = 0.05

@@ -156,6 +156,54 @@ def lattice_round(x, bound: float, points: int, seed):
   return -bound + h * stochastic_round((x + bound) / h, seed)
 
 
+def lattice_gaussian_local_divergences(orders, distances, sigma: float,
+                                       step: float) -> Dict[float, np.ndarray]:
+  """{order: bound}: D_α of ONE client's output over |x - x'| <= t when x is
+  rounded stochastically to a lattice of spacing `step` and then passed
+  through N(0, σ²) and input-free processing (`lattice_log_pmf`).
+
+  Couple the two roundings with one uniform u: the rounded points differ by
+  ⌊t/h⌋h with probability 1 - f and ⌈t/h⌉h with probability f = t/h -
+  ⌊t/h⌋ (h = step). Σ P^α Q^(1-α) is jointly convex, so it is at most the
+  same mixture of the Gaussian pairs' values, exp((α-1)·α s²/(2σ²)) at
+  s = ⌊t/h⌋h and ⌈t/h⌉h (data processing for what follows the noise):
+    D_α <= log((1-f)·e^{(α-1)α s₀²/(2σ²)} + f·e^{(α-1)α s₁²/(2σ²)}) / (α-1),
+  the chord in exp((α-1)·) of the Gaussian's bound between lattice
+  multiples; KL (α = 1) the chord itself; inf at α = ∞. Non-decreasing in t.
+  (The Gaussian's α t²/(2σ²) alone does not bound the mixture at t < h.)
+
+  Args:
+    orders: Rényi orders in [1, inf].
+    distances: t >= 0.
+    sigma: σ > 0 (0: inf for t > 0).
+    step: the lattice spacing h > 0.
+
+  Returns:
+    {order: [len(distances)] bounds}.
+  """
+  t = np.asarray(distances, np.float64)
+  tau = t / step
+  low = np.floor(tau + 1e-12)
+  frac = np.clip(tau - low, 0.0, 1.0)
+  s0, s1 = low * step, np.where(frac > 0, low + 1, low) * step
+  out = {}
+  for a in orders:
+    a = float(a)
+    if math.isinf(a) or sigma == 0:
+      out[a] = np.where(t > 0, math.inf, 0.0)
+      continue
+    g0, g1 = a * s0**2 / (2 * sigma**2), a * s1**2 / (2 * sigma**2)
+    if a == 1:
+      out[a] = (1 - frac) * g0 + frac * g1
+      continue
+    k = a - 1
+    with np.errstate(divide='ignore'):
+      out[a] = np.logaddexp(np.log1p(-frac) + k * g0,
+                            np.log(frac) + k * g1) / k
+    out[a] = np.where(frac > 0, out[a], g0)
+  return out
+
+
 def lattice_tunable(default: int) -> Tunable:
   """The input lattice's points L (0: none; else >= 2; `lattice_log_pmf`)."""
   return Tunable('lattice', default, 0, 4097, kind=int,

@@ -28,7 +28,9 @@ Carlo (tests/mechanisms/quantized_gaussian_test.py):
   at the vertices (`piecewise_affine`) instead of bounding them by cell
   envelopes whose error is first order in the cell width. The one-client
   bound α t²/(2σ²) does not hold for the mixture (at t < h its χ² is
-  w²(e^{h²/σ²} - 1) > w²h²/σ² for w = t/h), so the variant declares none.
+  w²(e^{h²/σ²} - 1) > w²h²/σ² for w = t/h); its chord in exp((α-1)·)
+  between lattice multiples does (`base.lattice_gaussian_local_divergences`:
+  couple the two roundings by one uniform).
   Registry default L = 9 (h = c∞/4: variance <= c∞²/64); the constructor's
   default is the paper's L = 0.
 """
@@ -146,11 +148,6 @@ class QuantizedGaussian(base.Mechanism):
   def input_bound(self):
     return self.bound
 
-  @property
-  def has_local_bound(self) -> bool:
-    """α t²/(2σ²) holds without the input lattice only (module docstring)."""
-    return not self.lattice
-
   def critical_inputs(self):
     """With the lattice: its points (the law is affine between them)."""
     if self.lattice:
@@ -198,9 +195,11 @@ class QuantizedGaussian(base.Mechanism):
 
   def _local_divergences(self, orders, distances):
     """α t²/(2σ²): without the lattice, the output is input-free processing
-    of x + N(0, σ²); with it, none (module docstring)."""
+    of x + N(0, σ²); with it, that bound's chord between lattice multiples
+    (`base.lattice_gaussian_local_divergences`)."""
     if self.lattice:
-      return None
+      return base.lattice_gaussian_local_divergences(
+          orders, distances, self.sigma, 2 * self.bound / (self.lattice - 1))
     return base.gaussian_local_divergences(orders, distances, self.sigma)
 
   def _encode(self, x, seed):

@@ -25,8 +25,9 @@ Carlo (tests/mechanisms/randomized_projection_test.py):
   stochastically to L points on [-c∞, c∞] before the noise; registry default
   L = 9, constructor default 0, the paper's): the law is affine in x between
   lattice points, so the accountant's target pairs are exact at the
-  vertices. The one-client bound then keeps only its randomized-response
-  part (the Gaussian part α t²/(2σ²) does not hold for the lattice mixture).
+  vertices. The one-client bound's Gaussian part becomes its chord between
+  lattice multiples (α t²/(2σ²) itself does not hold for the lattice
+  mixture; `base.lattice_gaussian_local_divergences`).
 """
 
 import math
@@ -159,12 +160,16 @@ class RandomizedProjection(base.Mechanism):
     processing of x + N(0, σ²)) and the L-ary randomized response's D_α
     between two different nearest levels (any law of the nearest level is a
     mixture of those, and Σ P^α Q^(1-α) is jointly convex). With the input
-    lattice only the latter (module docstring)."""
+    lattice the Gaussian part is its chord between lattice multiples
+    (`base.lattice_gaussian_local_divergences`)."""
     big_l, q = self.num_levels, self.q
     r = (1.0 - q) / (big_l - 1)
-    out = base.gaussian_local_divergences(orders, distances, self.sigma)
     if self.lattice:
-      out = {a: np.full(np.shape(distances), np.inf) for a in out}
+      out = base.lattice_gaussian_local_divergences(
+          orders, distances, self.sigma,
+          2 * self._input_bound / (self.lattice - 1))
+    else:
+      out = base.gaussian_local_divergences(orders, distances, self.sigma)
     for a in out:
       if math.isinf(a):
         rr = math.log(q / r)
