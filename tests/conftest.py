@@ -17,6 +17,11 @@ os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import pytest  # pylint: disable=g-import-not-at-top
 
+# Its exit hook ends TFF's workers before interpreter teardown, so a session
+# that imported TFF but never set a context exits without TFF's
+# "Exception ignored in ServiceManager.__del__".
+from tff_quant.program import runtime  # pylint: disable=g-import-not-at-top,unused-import
+
 
 @pytest.fixture(scope='session')
 def tff_context():

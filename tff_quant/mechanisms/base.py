@@ -210,6 +210,52 @@ def lattice_tunable(default: int) -> Tunable:
                  doc='input lattice points (0: none, the paper\'s)')
 
 
+class InputLattice:
+  """Mixin for a mechanism whose input may first be rounded stochastically to
+  `lattice` points on [-input_bound, input_bound] (0: not rounded), then
+  passed to the paper's mechanism, whose log-law the class gives as
+  `_paper_log_pmf(x)`. With the lattice the law is affine in x between
+  lattice points and continuous (`lattice_log_pmf`): `piecewise_affine`, and
+  the lattice points are the critical inputs. Call `_init_lattice` in
+  `__init__` and `_on_lattice(x, seed)` first in `_encode`."""
+
+  def _init_lattice(self, lattice) -> None:
+    self.lattice = check_lattice(lattice)
+    self.piecewise_affine = self.lattice >= 2
+    self._at_lattice = {}   # lattice index -> the paper's log-law there
+
+  @property
+  def lattice_step(self) -> float:
+    """h = 2·input_bound / (lattice - 1)."""
+    return 2.0 * self.input_bound / (self.lattice - 1)
+
+  def critical_inputs(self):
+    """With the lattice: its points (the law is affine between them)."""
+    if self.lattice:
+      return np.linspace(-self.input_bound, self.input_bound, self.lattice)
+    return super().critical_inputs()
+
+  def log_pmf(self, x):
+    x = self.clip_input(x)
+    if not self.lattice:
+      return self._paper_log_pmf(x)
+    return lattice_log_pmf(self._lattice_law, x, self.input_bound,
+                           self.lattice)
+
+  def _lattice_law(self, i: int) -> np.ndarray:
+    """The paper's log-law at lattice point i (cached)."""
+    if i not in self._at_lattice:
+      self._at_lattice[i] = self._paper_log_pmf(
+          -self.input_bound + i * self.lattice_step)
+    return self._at_lattice[i]
+
+  def _on_lattice(self, x, seed):
+    """x rounded to the lattice (TF; `lattice_round`), or x without one."""
+    if not self.lattice:
+      return x
+    return lattice_round(x, self.input_bound, self.lattice, seed)
+
+
 def check_lattice(points) -> int:
   """`points`, checked: 0 (no lattice) or an integer in [2, 4097]."""
   points = validation.check_integer('lattice', points, 0, 4097)

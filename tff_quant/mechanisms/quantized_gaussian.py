@@ -83,7 +83,7 @@ def _log_gauss_linear_integral(a, b, wa, wb):
   return out - 0.5 * z * z - 0.5 * math.log(2 * math.pi)
 
 
-class QuantizedGaussian(base.Mechanism):
+class QuantizedGaussian(base.InputLattice, base.Mechanism):
   """QuantizedGaussian(clip=Cq, num_levels=k, sigma=σ, input_bound=c, lattice=L).
 
   Args:
@@ -121,9 +121,7 @@ class QuantizedGaussian(base.Mechanism):
     self.bound = (0.5 * self.clip if input_bound is None else float(
         validation.check_number('input_bound', input_bound, 0, self.clip,
                                 low_open=True)))
-    self.lattice = base.check_lattice(lattice)
-    self.piecewise_affine = self.lattice >= 2
-    self._at_lattice = {}   # lattice index -> log-pmf there
+    self._init_lattice(lattice)
 
   @classmethod
   def for_coordinate_bound(cls, c_inf, **params):
@@ -148,11 +146,6 @@ class QuantizedGaussian(base.Mechanism):
   def input_bound(self):
     return self.bound
 
-  def critical_inputs(self):
-    """With the lattice: its points (the law is affine between them)."""
-    if self.lattice:
-      return np.linspace(-self.bound, self.bound, self.lattice)
-    return super().critical_inputs()
 
   @property
   def level_step(self):
@@ -162,21 +155,7 @@ class QuantizedGaussian(base.Mechanism):
   def level_offset(self):
     return -self.clip
 
-  def log_pmf(self, x):
-    x = self.clip_input(x)
-    if not self.lattice:
-      return self._noisy_log_pmf(x)
-    return base.lattice_log_pmf(self._lattice_log_pmf, x, self.bound,
-                                self.lattice)
-
-  def _lattice_log_pmf(self, i: int) -> np.ndarray:
-    """The paper's law at lattice point i (cached: Gaussian integrals)."""
-    if i not in self._at_lattice:
-      h = 2 * self.bound / (self.lattice - 1)
-      self._at_lattice[i] = self._noisy_log_pmf(-self.bound + i * h)
-    return self._at_lattice[i]
-
-  def _noisy_log_pmf(self, x):
+  def _paper_log_pmf(self, x):
     """The paper's law (Lemma 2) of an input x in [-c, c]."""
     b = self.levels
     zs = (b - x) / self.sigma               # level positions in z-units
@@ -199,13 +178,12 @@ class QuantizedGaussian(base.Mechanism):
     (`base.lattice_gaussian_local_divergences`)."""
     if self.lattice:
       return base.lattice_gaussian_local_divergences(
-          orders, distances, self.sigma, 2 * self.bound / (self.lattice - 1))
+          orders, distances, self.sigma, self.lattice_step)
     return base.gaussian_local_divergences(orders, distances, self.sigma)
 
   def _encode(self, x, seed):
     s_noise, s_round, s_lattice = tf.unstack(base.split_seed(seed, 3))
-    if self.lattice:
-      x = base.lattice_round(x, self.bound, self.lattice, s_lattice)
+    x = self._on_lattice(x, s_lattice)
     y = x + self.sigma * tf.random.stateless_normal(tf.shape(x), s_noise,
                                                     dtype=x.dtype)
     y = tf.clip_by_value(y, -self.clip, self.clip)

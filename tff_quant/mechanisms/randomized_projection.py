@@ -41,7 +41,7 @@ from tff_quant.mechanisms import base
 tf = base.tf
 
 
-class RandomizedProjection(base.Mechanism):
+class RandomizedProjection(base.InputLattice, base.Mechanism):
   """RandomizedProjection(bound=M, bits=b, q=q, sigma=σ, input_bound=M, lattice=L).
 
   Args:
@@ -84,9 +84,7 @@ class RandomizedProjection(base.Mechanism):
     self.sigma = float(validation.check_number('sigma', sigma, 0, None))
     ib = self.bound if input_bound is None else input_bound
     self._input_bound = float(validation.check_positive('input_bound', ib))
-    self.lattice = base.check_lattice(lattice)
-    self.piecewise_affine = self.lattice >= 2
-    self._at_lattice = {}   # lattice index -> log-pmf there
+    self._init_lattice(lattice)
 
   @classmethod
   def for_coordinate_bound(cls, c_inf, **params):
@@ -103,11 +101,6 @@ class RandomizedProjection(base.Mechanism):
       out['lattice'] = self.lattice
     return out
 
-  def critical_inputs(self):
-    """With the lattice: its points (the law is affine between them)."""
-    if self.lattice:
-      return np.linspace(-self._input_bound, self._input_bound, self.lattice)
-    return super().critical_inputs()
 
   @property
   def num_levels(self):
@@ -136,20 +129,7 @@ class RandomizedProjection(base.Mechanism):
     cdf = np.concatenate([[0.0], cdf, [1.0]])
     return np.clip(np.diff(cdf), 0.0, 1.0)
 
-  def log_pmf(self, x):
-    if self.lattice:
-      return base.lattice_log_pmf(self._lattice_log_pmf, self.clip_input(x),
-                                  self._input_bound, self.lattice)
-    return self._projected_log_pmf(x)
-
-  def _lattice_log_pmf(self, i: int) -> np.ndarray:
-    """The paper's law at lattice point i (cached)."""
-    if i not in self._at_lattice:
-      h = 2 * self._input_bound / (self.lattice - 1)
-      self._at_lattice[i] = self._projected_log_pmf(-self._input_bound + i * h)
-    return self._at_lattice[i]
-
-  def _projected_log_pmf(self, x):
+  def _paper_log_pmf(self, x):
     """The paper's law (the pmf in the module docstring) of input x."""
     a = self.nearest_level_probs(x)
     other = (1.0 - self.q) / (self.num_levels - 1)
@@ -166,8 +146,7 @@ class RandomizedProjection(base.Mechanism):
     r = (1.0 - q) / (big_l - 1)
     if self.lattice:
       out = base.lattice_gaussian_local_divergences(
-          orders, distances, self.sigma,
-          2 * self._input_bound / (self.lattice - 1))
+          orders, distances, self.sigma, self.lattice_step)
     else:
       out = base.gaussian_local_divergences(orders, distances, self.sigma)
     for a in out:
@@ -187,8 +166,7 @@ class RandomizedProjection(base.Mechanism):
   def _encode(self, x, seed):
     s_noise, s_keep, s_other, s_lattice = tf.unstack(base.split_seed(seed, 4))
     shape = tf.shape(x)
-    if self.lattice:
-      x = base.lattice_round(x, self._input_bound, self.lattice, s_lattice)
+    x = self._on_lattice(x, s_lattice)
     y = x
     if self.sigma > 0:
       y = x + self.sigma * tf.random.stateless_normal(shape, s_noise, dtype=x.dtype)
