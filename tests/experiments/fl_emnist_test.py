@@ -59,10 +59,10 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
 def test_default_flags_calibrate_to_the_default_target(tmp_path):
   """No --target_epsilon and no privacy parameter: a DP run's defaults are
   private (ε = 10 for the whole run), and the run says so."""
-  res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
-                    '--rounds=1', '--clients_per_round=3', '--total_clients=10',
-                    '--clip_norm=1.0', '--eval_every=1',
-                    f'--root_output_dir={tmp_path}', '--experiment_name=d'])
+  small = ['--dataset=mnist', '--mechanism=pbm', '--model=logreg', '--rounds=1',
+           '--clients_per_round=3', '--total_clients=10', '--clip_norm=1.0',
+           f'--root_output_dir={tmp_path}']
+  res = run_binary(small + ['--eval_every=1', '--experiment_name=d'])
   assert res.returncode == 0, res.stderr[-2000:]
   assert 'calibrating pbm to the default whole-model ε = 10' in res.stdout
   with open(tmp_path / 'd' / 'summary.json') as f:
@@ -70,10 +70,8 @@ def test_default_flags_calibrate_to_the_default_target(tmp_path):
   assert summary['config']['target_epsilon'] == 10.0
   assert summary['epsilon'] <= 10.0
   # Parameters given: they run as given, and the run prints their ε first.
-  res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
-                    '--rounds=1', '--clients_per_round=3', '--total_clients=10',
-                    '--clip_norm=1.0', '--mechanism_params=theta=0.05',
-                    f'--root_output_dir={tmp_path}', '--experiment_name=p'])
+  res = run_binary(small + ['--mechanism_params=theta=0.05',
+                            '--experiment_name=p'])
   assert res.returncode == 0, res.stderr[-2000:]
   assert 'Not calibrated (no target ε)' in res.stdout
   assert 'default whole-model' not in res.stdout

@@ -143,10 +143,6 @@ class QMGeo(base.Mechanism):
   def log_pmf(self, x):
     return self._log_pmf_in_bin(*self._bin(self.clip_input(x)))
 
-  def critical_inputs(self):
-    # The law is affine in w within a bin: ±c and the levels inside.
-    return super().critical_inputs()
-
   def extreme_log_pmfs(self):
     # Add the left limits at each level (bin r-1 with p_mix = 1): the law as
     # written jumps there, and the supremum over inputs includes those limits.
