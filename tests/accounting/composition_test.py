@@ -2,7 +2,9 @@ import itertools
 import math
 
 import dp_accounting
+import numpy as np
 import pytest
+from scipy import special
 
 from tff_quant import mechanisms
 from tff_quant.accounting import composition as C
@@ -219,3 +221,112 @@ def test_guarantee_says_when_a_sub_sum_was_searched(monkeypatch):
   g_all = C.training_guarantee(mech, 3, 6, 60, 1e-5, dim=16, l2_clip=1.0,
                                orders=[2, 4])
   assert 'searched' not in g_all.assumptions and g_all.epsilon <= g.epsilon
+
+
+# BQ: every Rényi divergence is infinite; the RDP routes account the sum
+# conditioned on a window (`ConditionedSum`, docs/privacy.md "Conditioning on
+# a window"). Brute force at n = 2: the target at every pair of grid inputs
+# (vertices and midpoints), the other client at every grid input.
+_BQ = mechanisms.BQ(1.0, 1, 60)
+_GRID = np.linspace(-1.0, 1.0, 5)
+
+
+def _sum_law(mech, inputs):
+  law = np.ones(1)
+  for x in inputs:
+    law = np.convolve(law, mech.pmf(x))
+  return law
+
+
+def _conditioned_divergences(mech, window, orders):
+  """{order: [target input a, target input b] -> max over the other's input
+  of D_α(P|W ‖ Q|W)} for the two-client sum."""
+  lo, hi = window
+  out = {a: np.zeros((len(_GRID), len(_GRID))) for a in orders}
+  for x_o in _GRID:
+    laws = [_sum_law(mech, (x, x_o))[lo:hi + 1] for x in _GRID]
+    laws = [law / law.sum() for law in laws]
+    for (i, p), (j, q) in itertools.product(enumerate(laws), repeat=2):
+      for a in orders:
+        lp, lq = np.log(p), np.log(q)
+        d = (np.max(lp - lq) if math.isinf(a) else
+             special.logsumexp(a * lp + (1 - a) * lq) / (a - 1))
+        out[a][i, j] = max(out[a][i, j], d)
+  return out
+
+
+# A wide tail makes the window narrow and its normalisation count.
+TAILS = (0.05, C.CONDITIONING_TAIL)
+
+
+@pytest.mark.parametrize('tail', TAILS)
+def test_conditioned_rdp_bounds_the_conditioned_sums_divergences(tail):
+  acc = C.RoundAccountant(_BQ, 2, 2, 1e-5, dim=1, conditioning_tail=tail)
+  assert not acc.l2_route and acc.conditioned is not None
+  orders = (2, 8, 32, math.inf)
+  brute = _conditioned_divergences(_BQ, acc.conditioned.window, orders)
+  for a in orders:
+    worst = brute[a].max()
+    assert worst <= acc.rdp[a] * (1 + 1e-9)
+    if tail == C.CONDITIONING_TAIL:
+      # The others on the grid attain the sum reduction: the bound is close.
+      assert worst >= 0.95 * acc.rdp[a]
+
+
+@pytest.mark.parametrize('tail', TAILS)
+def test_conditioned_l2_route_bounds_the_conditioned_vector_divergences(tail):
+  # d = 2, ℓ2 clip 1 < c·√2: pairs of 2-vectors whose difference is <= 2
+  # in ℓ2. The conditioned law is a product over coordinates, so D_α adds
+  # and the other's coordinates are chosen independently.
+  acc = C.RoundAccountant(_BQ, 2, 2, 1e-5, dim=2, l2_clip=1.0,
+                          conditioning_tail=tail)
+  assert acc.l2_route
+  orders = (2, 8, 32)
+  brute = _conditioned_divergences(_BQ, acc.conditioned.window, orders)
+  pairs = [(i, j) for i, j in itertools.product(range(len(_GRID)), repeat=2)]
+  for a in orders:
+    worst = max(brute[a][i1, j1] + brute[a][i2, j2]
+                for (i1, j1), (i2, j2) in itertools.product(pairs, repeat=2)
+                if (_GRID[i1] - _GRID[j1])**2 + (_GRID[i2] - _GRID[j2])**2
+                <= 4 + 1e-12)
+    assert worst <= acc.rdp[a] * (1 + 1e-9)
+
+
+def test_conditioned_epsilon_pays_the_tail_in_delta_and_epsilon():
+  acc = C.RoundAccountant(_BQ, 2, 20, 1e-5, dim=3)
+  eta = acc.conditioned.tail
+  rounds = 7
+  sub = [C.subsampled_rdp_without_replacement(acc.rdp, 0.1, a)
+         for a in acc.orders]
+  eps, _ = C.epsilon_from_rdp(acc.orders, sub, rounds, 1e-5 - rounds * 3 * eta)
+  assert acc.epsilon_rdp(rounds)[0] == pytest.approx(
+      eps - rounds * 3 * math.log1p(-eta), rel=1e-12)
+  assert 'T·d·η is added to δ' in acc.guarantee(rounds).assumptions
+  # T·d·η >= δ: no (ε, δ) by this route.
+  assert math.isinf(C.RoundAccountant(_BQ, 2, 20, eta, dim=3).epsilon_rdp(1)[0])
+
+
+def _exact_epsilon(mech, delta):
+  """One round, one coordinate, both clients always in: the smallest ε with
+  sup over inputs of the hockey-stick divergence <= delta (bisection)."""
+  laws = {x: [_sum_law(mech, (x, x_o)) for x_o in _GRID] for x in _GRID}
+
+  def hockey(eps):
+    return max(np.sum(np.maximum(p - math.exp(eps) * q, 0.0))
+               for a, b in itertools.product(_GRID, repeat=2)
+               for p, q in zip(laws[a], laws[b]))
+  lo, hi = 0.0, 20.0
+  for _ in range(50):
+    mid = (lo + hi) / 2
+    lo, hi = (lo, mid) if hockey(mid) <= delta else (mid, hi)
+  return hi
+
+
+def test_conditioned_route_is_sound_against_the_exact_epsilon_and_the_pld():
+  g = C.training_guarantee(_BQ, 1, 2, 2, 1e-5, dim=1, pld_interval=1e-4)
+  exact = _exact_epsilon(_BQ, 1e-5)
+  assert exact <= g.epsilon_rdp <= 1.25 * exact   # 1.449 <= 1.627
+  assert g.epsilon_pld == pytest.approx(exact, abs=2e-3)
+  # Composed: the PLD route (exact law, pessimistic grid) stays below.
+  g5 = C.training_guarantee(_BQ, 5, 2, 2, 1e-5, dim=1, pld_interval=1e-4)
+  assert g5.epsilon_pld <= g5.epsilon_rdp <= 1.15 * g5.epsilon_pld

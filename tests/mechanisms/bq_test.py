@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -62,3 +64,51 @@ def test_sum_reduction_is_the_sum_with_others_on_the_grid(x, x_prime):
   assert np.isfinite(one) and one > 0
   assert one == pytest.approx(sum_divergence([1 / 3, -1.0]), rel=1e-9)
   assert sum_divergence([0.2, -0.55]) <= one * (1 + 1e-9)
+
+
+# Conditioning on a window (BQ's finite-support noise makes every Rényi
+# divergence infinite; the RDP routes account the sum conditioned on a
+# window, `BQ._conditioned_sum`).
+def _sum_pmf(mech, inputs):
+  """The exact law of the secure sum of level indices for `inputs`."""
+  law = np.ones(1)
+  for x in inputs:
+    law = np.convolve(law, mech.pmf(x))
+  return law
+
+
+@pytest.mark.parametrize('s, m, n, tail', [(1, 60, 2, 1e-3), (2, 40, 3, 1e-6),
+                                           (1, 200, 2, 1e-14)])
+def test_window_is_missed_at_most_tail_for_any_inputs(s, m, n, tail):
+  mech = bq.BQ(1.0, s, m)
+  cond = mech.conditioned_sum(n, tail)
+  lo, hi = cond.window
+  grid = np.linspace(-1.0, 1.0, 4 * s + 1)   # the vertices and midpoints
+  worst = 0.0
+  for inputs in itertools.product(grid, repeat=n):
+    law = _sum_pmf(mech, inputs)
+    worst = max(worst, law[:lo].sum() + law[hi + 1:].sum())
+  assert worst <= cond.tail <= tail
+  assert cond.num_clients == 1 and cond.mechanism.m == n * m
+
+
+def test_windowed_law_is_the_every_clients_noise_law_restricted():
+  mech = bq.BQ(0.5, 2, 50)
+  cond = mech.conditioned_sum(4, 1e-10)
+  one, full = cond.mechanism, bq.BQ(0.5, 2, 200)
+  assert 0 < one.lo and one.hi < full.num_levels - 1
+  for x in (-0.5, -0.2, 0.0, 0.31, 0.5):
+    np.testing.assert_array_equal(one.log_pmf(x),
+                                  full.log_pmf(x)[one.lo:one.hi + 1])
+    # Inside every input's support: finite everywhere, mass just below 1.
+    assert np.all(np.isfinite(one.log_pmf(x)))
+    assert 1 - 1e-9 < one.pmf(x).sum() <= 1 + 1e-9
+  np.testing.assert_array_equal(one.critical_inputs(), mech.critical_inputs())
+
+
+def test_no_window_where_the_noise_is_too_small():
+  # Binomial(12, 1/2): any window missed w.p. <= 1e-14 reaches past the
+  # range every input's sum shares.
+  assert bq.BQ(1.0, 2, 4).conditioned_sum(3, 1e-14) is None
+  with pytest.raises(ValueError, match='`tail`'):
+    bq.BQ(1.0, 2, 40).conditioned_sum(3, 0.0)

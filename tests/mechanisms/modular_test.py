@@ -77,3 +77,23 @@ def test_unresolved_noise_law_is_out_of_reach_not_a_crash():
   log_w[3] = np.nan
   with pytest.raises(modular.UnresolvableError, match='unresolved'):
     modular._shift_divergences(log_w, 2, [2.0])
+
+
+@pytest.mark.parametrize('noise_fraction, clients', [
+    (0.004, 60), (0.02, 30), (0.003, 8), (0.12, 40)])
+def test_noise_sum_with_far_tails_unresolved_equals_the_fully_resolved(
+    noise_fraction, clients):
+  """`_wrapped_above` leaves the integer sum's far tails unresolved; where it
+  answers, the wrapped law is the fully resolved one to float precision, and
+  where their bounds could matter (0.12: heavy wrapping) it declines."""
+  from tff_quant.common import laws  # pylint: disable=g-import-not-at-top
+  m = 4096
+  mech = ddgauss.DistributedDiscreteGaussian(1.0, m, 16, noise_fraction * m)
+  centred = np.roll(mech._wrapped_noise(), m // 2)
+  first = -clients * (m // 2)
+  full = modular.wrap(laws.sum_log_pmf([(centred, clients)]), first, m)
+  np.testing.assert_allclose(mech.noise_sum_log_pmf(clients), full,
+                             rtol=0, atol=1e-12)
+  above = mech._wrapped_above(centred, clients, first)
+  if above is not None:
+    np.testing.assert_allclose(above, full, rtol=0, atol=1e-12)

@@ -81,3 +81,26 @@ def test_skellam_is_below_the_equal_variance_gaussian():
 def test_log_pmf_rejects_a_variance_that_is_not_positive(variance):
   with pytest.raises(ValueError, match='`variance` must be > 0'):
     skellam.skellam_log_pmf(np.arange(3), variance)
+
+
+@pytest.mark.parametrize('noise_fraction, clients', [
+    (0.0043, 100), (0.01, 100), (0.05, 30), (0.003, 10), (0.1, 200)])
+def test_noise_sum_from_a_narrow_window_equals_the_full_window(
+    noise_fraction, clients):
+  m = 8192
+  mech = skellam.DistributedSkellam(1.0, m, 16, noise_fraction * m)
+  v = clients * mech.noise_std**2
+  half = int(math.ceil(modular.WINDOW_MODULI * m + 40 * math.sqrt(v)))
+  full = modular.wrap(skellam.skellam_log_pmf(np.arange(-half, half + 1), v),
+                      -half, m)
+  np.testing.assert_allclose(mech.noise_sum_log_pmf(clients), full, rtol=0,
+                             atol=1e-13)
+
+
+@pytest.mark.parametrize('t, variance', [(10, 4.0), (50, 20.0), (300, 1e4),
+                                         (3000, 1e4)])
+def test_chernoff_tail_bounds_the_exact_tail(t, variance):
+  z = np.arange(t + 1, t + 40 * int(math.sqrt(variance)) + 200)
+  exact = math.log(2) + special.logsumexp(skellam.skellam_log_pmf(z, variance))
+  bound = skellam.skellam_log_tail(t, variance)
+  assert exact <= bound <= exact + 2 + math.log(t + 2)   # not vacuous

@@ -323,6 +323,16 @@ def _pld_epsilon(mech, clients_per_round, dim, rounds, gamma, delta, mixes,
   return eps, ''
 
 
+#: For mechanisms whose every Rényi divergence is infinite (finite-support
+#: noise: BQ), the RDP routes account the secure sum conditioned on a window
+#: of outputs (`Mechanism.conditioned_sum`) that each coordinate's sum misses
+#: with probability at most this, per round, for any inputs; T rounds of d
+#: coordinates then add T·d·η to δ and T·d·log(1/(1-η)) to ε (docs/privacy.md,
+#: "Conditioning on a window"). 1e-14: 2.5e-8 of δ at the FL table's
+#: T·d = 300·8,192, while the window stays within ~8 standard deviations.
+CONDITIONING_TAIL = 1e-14
+
+
 def _check_schedule(clients_per_round, total_clients, delta, dim):
   validation.check_integer('clients_per_round', clients_per_round, 1)
   validation.check_integer('total_clients', total_clients, 1)
@@ -350,12 +360,19 @@ class RoundAccountant:
       exceeds l2_clip/√dim, the ℓ2 route (`vector.vector_rdp`) is used.
     others: the other clients' inputs: 'any' (default; proved for every input
       in [-c, c]) or 'extremes' (±c, worst mix: a search-backed assumption).
+    conditioning_tail: for a mechanism with a `Mechanism.conditioned_sum`
+      (BQ), the most each coordinate's sum may miss its window per round.
+
+  Raises:
+    ValueError: a schedule argument out of range (named), or
+      `conditioning_tail` outside (0, 1).
   """
 
   def __init__(self, mech, clients_per_round: int, total_clients: int,
                delta: float, dim: int = 1,
                orders: Sequence[int] = DEFAULT_ORDERS,
-               l2_clip: Optional[float] = None, others: str = 'any'):
+               l2_clip: Optional[float] = None, others: str = 'any',
+               conditioning_tail: float = CONDITIONING_TAIL):
     _check_schedule(clients_per_round, total_clients, delta, dim)
     vector.check_others(others)
     self.others = others
@@ -367,16 +384,33 @@ class RoundAccountant:
     self.l2_route = (l2_clip is not None and
                      not vector.coordinate_route_applies(mech, dim, l2_clip))
     self._attained = None
+    #: The conditioned secure sum the RDP routes account (None: the sum itself).
+    self.conditioned = mech.conditioned_sum(clients_per_round,
+                                            conditioning_tail)
+
+  @property
+  def _accounted(self):
+    """(mechanism, clients) whose secure sum the RDP routes bound: the
+    conditioned sum's windowed mechanism where there is one."""
+    if self.conditioned is None:
+      return self.mech, self.n
+    return self.conditioned.mechanism, self.conditioned.num_clients
 
   @functools.cached_property
   def rdp(self) -> Dict[float, float]:
     """{order: proved per-round RDP} (math.inf too), computed on first use
     (an accountant asked only for the attained end never computes it)."""
+    mech, n = self._accounted
     if self.l2_route:
       every = sorted(set(range(2, max(self.orders) + 1)))  # WBK needs every j
-      return vector.vector_rdp(self.mech, every + [math.inf], self.n,
-                               self.dim, 2 * self.l2_clip, others=self.others)
-    return per_round_rdp(self.mech, self.n, self.dim, self.orders, self.others)
+      rdp = vector.vector_rdp(mech, every + [math.inf], n, self.dim,
+                              2 * self.l2_clip, others=self.others)
+    else:
+      rdp = per_round_rdp(mech, n, self.dim, self.orders, self.others)
+    if self.conditioned is not None:   # the normalisation, d coordinates
+      for a in rdp:
+        rdp[a] += self.dim * self.conditioned.conditioning_rdp(a)
+    return rdp
 
   @functools.cached_property
   def _sub(self):
@@ -410,8 +444,9 @@ class RoundAccountant:
             dict(self.rdp), {}, self.mech.input_bound)
       else:
         every = sorted(set(range(2, max(self.orders) + 1)))
+        mech, n = self._accounted   # conditioned: the windowed sums attained
         self._attained = attained_lib.round_rdp(
-            self.mech, every + [math.inf], self.n, self.dim,
+            mech, every + [math.inf], n, self.dim,
             self.l2_clip if self.l2_route else None) or False
     return self._attained or None
 
@@ -441,6 +476,7 @@ class RoundAccountant:
     self.gamma = clients_per_round / total_clients
     self.l2_clip, self.l2_route, self.rdp = None, True, dict(rdp)
     self._assumptions, self._attained = assumptions, None
+    self.conditioned = None
     return self
 
   @property
@@ -454,8 +490,17 @@ class RoundAccountant:
     return self._epsilon(self._sub, rounds)
 
   def _epsilon(self, sub, rounds: int):
-    """(ε, order) at self.delta from per-round subsampled RDP `sub`."""
-    return epsilon_from_rdp(self.orders, sub, rounds, self.delta)
+    """(ε, order) at self.delta from per-round subsampled RDP `sub`; for a
+    conditioned sum, the conditioned process's (ε', δ - T·d·η) plus T·d·λ
+    (λ = log(1/(1-η))), and (inf, nan) where T·d·η reaches δ."""
+    if self.conditioned is None:
+      return epsilon_from_rdp(self.orders, sub, rounds, self.delta)
+    steps = rounds * self.dim
+    delta = self.delta - steps * self.conditioned.tail
+    if delta <= 0:
+      return math.inf, math.nan
+    eps, order = epsilon_from_rdp(self.orders, sub, rounds, delta)
+    return eps + steps * -math.log1p(-self.conditioned.tail), order
 
   def guarantee(self, rounds: int, use_pld: bool = True,
                 pld_interval: float = 1e-3,
@@ -565,6 +610,9 @@ class RoundAccountant:
       else:
         others += ('; ASSUMED: others at ±c (worst mix; the papers\' setting, '
                    'not a worst case: interior inputs can give more)')
+    if self.conditioned is not None:
+      others += (f'; RDP routes: {self.conditioned.why}, so T·d·η is added to '
+                 f'δ and T·d·log(1/(1-η)) to ε (η = {self.conditioned.tail:.3g})')
     text = (
         f'replace-one neighbouring (participant count public); {self.n} of '
         f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '

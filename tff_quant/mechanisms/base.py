@@ -372,6 +372,45 @@ class SumReduction:
   exact: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class ConditionedSum:
+  """The n-client secure sum's one-coordinate law, conditioned on a window W of
+  outputs that every configuration of inputs leaves with probability at most
+  `tail`, and what bounds the conditioned law's divergences.
+
+  For α > 1 and any inputs of the others (docs/privacy.md, "Conditioning on a
+  window"):
+
+      D_α(P|W ‖ Q|W) <= (1/(α-1))·log Σ_{z ∈ W*} p(z)^α q(z)^(1-α)
+                        + α/(α-1)·log(1/(1 - tail)),
+
+  where p, q are the laws of `mechanism`'s secure sum over `num_clients`
+  clients (sub-stochastic: `mechanism` keeps only the window W* that W maps
+  to once the others are dropped) and the second term, `conditioning_rdp`,
+  is the price of the normalisation. The accountant then adds T·d·tail to δ
+  and T·d·log(1/(1-tail)) to ε (T rounds, d coordinates conditioned).
+
+  Args:
+    mechanism: the accounting-only, windowed mechanism (never sampled).
+    num_clients: clients of its secure sum.
+    tail: an upper bound of P(output ∉ W) for any inputs.
+    why: the argument, in words, for the guarantee's text.
+    window: W as (first, last) values of the n-client sum of level indices
+      (what the server's secure sum holds), both included.
+  """
+  mechanism: 'Mechanism'
+  num_clients: int
+  tail: float
+  why: str
+  window: Tuple[int, int]
+
+  def conditioning_rdp(self, alpha: float) -> float:
+    """α/(α-1)·log(1/(1-tail)) (log(1/(1-tail)) at α = inf): the
+    normalisation's share of one coordinate's D_α."""
+    lam = -math.log1p(-self.tail)
+    return lam if math.isinf(alpha) else alpha / (alpha - 1) * lam
+
+
 class Mechanism(abc.ABC):
   """A scalar randomized quantizer with an exact, closed-form output distribution.
 
@@ -551,6 +590,33 @@ class Mechanism(abc.ABC):
 
   def _sum_reduction(self, num_clients: int) -> Optional['SumReduction']:
     del num_clients
+    return None
+
+  def conditioned_sum(self, num_clients: int, tail: float
+                      ) -> Optional[ConditionedSum]:
+    """The secure sum conditioned on a window of outputs missed with
+    probability <= `tail` (`ConditionedSum`), for mechanisms whose every
+    Rényi divergence is infinite (finite-support noise: BQ); None where the
+    mechanism offers none or no window fits. Subclasses override
+    `_conditioned_sum`.
+
+    Args:
+      num_clients: n >= 1, clients in the secure sum.
+      tail: the largest P(output ∉ W) allowed, in (0, 1).
+
+    Returns:
+      A `ConditionedSum`, or None.
+
+    Raises:
+      ValueError: `num_clients` < 1 or `tail` outside (0, 1).
+    """
+    validation.check_integer('num_clients', num_clients, 1)
+    validation.check_probability('tail', tail)
+    return self._conditioned_sum(num_clients, tail)
+
+  def _conditioned_sum(self, num_clients: int, tail: float
+                       ) -> Optional[ConditionedSum]:
+    del num_clients, tail
     return None
 
   @property

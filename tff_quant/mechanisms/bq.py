@@ -16,6 +16,7 @@ Departures from the paper (derived from the sampler, checked by Monte Carlo):
 """
 
 import copy
+import math
 
 import numpy as np
 from scipy import special, stats
@@ -69,11 +70,14 @@ class BQ(base.Mechanism):
     return -self.level_step * (self.s + 0.5 * self.m)
 
   def log_pmf(self, x):
+    return self._log_pmf_on(x, np.arange(self.num_levels))
+
+  def _log_pmf_on(self, x, idx):
+    """log P(level i | x) at the level indices `idx`."""
     # In [-s, s]; clamped because x s / C can round past s (e.g. 0.0015 * 6 / 0.0015).
     t = min(max(self.clip_input(x) * self.s / self.clip, -self.s), self.s)
     low = min(int(np.floor(t)), self.s - 1)
     frac = min(max(t - low, 0.0), 1.0)
-    idx = np.arange(self.num_levels)
     with np.errstate(divide='ignore'):
       noise = lambda u: stats.binom.logpmf(idx - (u + self.s), self.m, 0.5)
       return special.logsumexp(
@@ -100,6 +104,35 @@ class BQ(base.Mechanism):
         'the target, the others\' rounded inputs dropped (data processing; '
         'attained with the others on the grid)', exact=True)
 
+  def _conditioned_sum(self, num_clients, tail):
+    """The n-client sum conditioned on Y = Σ_j u_j + N in a window W.
+
+    N ~ Binomial(M, 1/2), M = n·m, is every client's noise; each u_j lies in
+    [-s, s]. With a the largest integer with 2·P(N < a) <= tail, W = [a - ns,
+    M - a + ns] is missed with probability <= tail whatever the inputs. Once
+    the others' rounded inputs U_o ∈ [-(n-1)s, (n-1)s] are dropped (joint
+    convexity of p^α q^(1-α), then a shift), the window's Rényi sums are at
+    most those of the target's u + N over W* = [a - (2n-1)s, M - a +
+    (2n-1)s], which lies inside every u's support [u, u + M] when a >= 2ns:
+    the windowed sums are finite. docs/privacy.md, "Conditioning on a
+    window"."""
+    big_m = self.m * num_clients
+    a = _largest_lower_cut(big_m, tail)
+    if a < 2 * num_clients * self.s:
+      return None
+    # W* in level indices of the one-client sum with M trials (index z + s).
+    lo = a - 2 * num_clients * self.s + 2 * self.s
+    hi = big_m - a + 2 * num_clients * self.s
+    one = _WindowedSum(self.clip, self.s, big_m, lo, hi)
+    missed = float(2 * np.exp(stats.binom.logcdf(a - 1, big_m, 0.5))) if a else 0.0
+    return base.ConditionedSum(
+        one, 1, max(missed, np.finfo(float).tiny),
+        f'each coordinate\'s sum conditioned on the window [{a - num_clients * self.s}, '
+        f'{big_m - a + num_clients * self.s}] of Σu + Binomial({big_m}, 1/2), '
+        f'missed w.p. <= {missed:.3g} for any inputs; the others\' rounded inputs '
+        'dropped (joint convexity, then a shift)',
+        (a, big_m - a + 2 * num_clients * self.s))
+
   def critical_inputs(self):
     # Piecewise linear in x with breakpoints on the grid {lC/s}.
     return np.arange(-self.s, self.s + 1) * self.clip / self.s
@@ -109,3 +142,56 @@ class BQ(base.Mechanism):
     u = base.stochastic_round(x * (self.s / self.clip), s_round)
     noise = base.binomial_half(tf.shape(x), s_noise, self.m, x.dtype)
     return u + self.s + noise
+
+
+def _largest_lower_cut(trials: int, tail: float) -> int:
+  """The largest a in [0, trials/2] with 2·P(Binomial(trials, 1/2) < a) <= tail."""
+  log_half_tail = math.log(tail / 2)
+  lo, hi = 0, trials // 2
+  while lo < hi:   # P(N <= a - 1) increases with a
+    mid = (lo + hi + 1) // 2
+    if stats.binom.logcdf(mid - 1, trials, 0.5) <= log_half_tail:
+      lo = mid
+    else:
+      hi = mid - 1
+  return lo
+
+
+class _WindowedSum(BQ):
+  """Accounting only: the one-client sum with `m` trials restricted to the
+  level indices [lo, hi] (a sub-stochastic law, see `BQ._conditioned_sum`);
+  never sampled."""
+
+  def __init__(self, clip: float, s: int, m: int, lo: int, hi: int):
+    self.clip, self.s, self.m = float(clip), int(s), int(m)
+    self.lo, self.hi = int(lo), int(hi)
+    self.jit_encode = False
+
+  def params(self):
+    return dict(clip=self.clip, s=self.s, m=self.m, lo=self.lo, hi=self.hi)
+
+  def __repr__(self):
+    return (f'BQ(clip={self.clip!r}, s={self.s}, m={self.m}) on the level '
+            f'window [{self.lo}, {self.hi}]')
+
+  @property
+  def num_levels(self):
+    return self.hi - self.lo + 1
+
+  @property
+  def level_offset(self):
+    return BQ.level_offset.fget(self) + self.lo * self.level_step
+
+  def log_pmf(self, x):
+    return self._log_pmf_on(x, np.arange(self.lo, self.hi + 1))
+
+  def _sum_reduction(self, num_clients):
+    del num_clients
+    return None
+
+  def _conditioned_sum(self, num_clients, tail):
+    del num_clients, tail
+    return None
+
+  def _encode(self, x, seed):
+    raise TypeError('A windowed BQ sum is an accounting bound; it is never sampled.')

@@ -21,6 +21,8 @@ order; W_n is symmetric, so the sign of the shift does not matter.
 import abc
 import math
 
+from typing import Optional
+
 import numpy as np
 from scipy import special
 
@@ -40,6 +42,11 @@ SAMPLER_TAIL = 1e-19
 # Largest n·M for which the exact law of the n-client noise sum is computed by
 # convolution (about 10 s); beyond, the call is refused before it starts.
 MAX_SUM_SUPPORT = 2**23
+# `_wrapped_above`: the integer noise sum is resolved down to FLOOR_MARGIN
+# nats below the smallest residue's Gaussian estimate; unresolved aliases may
+# add at most FLOOR_RELATIVE (relative) to any residue, or all is resolved.
+FLOOR_MARGIN = 80.0
+FLOOR_RELATIVE = 1e-15
 # Largest -log of one client's smallest wrapped noise probability the tilted
 # convolution is asked to resolve (tilts needed grow with it).
 MAX_LOG_SPAN = 3e4
@@ -153,15 +160,48 @@ class ModularNoiseMechanism(base.Mechanism):
           f'client\'s probabilities span e^-{span:.3g} (limit e^-{MAX_LOG_SPAN:.0g}); '
           'raise noise_std or lower num_levels.')
     centred = np.roll(self._wrapped_noise(), self.m // 2)   # index i: z = i - M/2
+    first = -num_clients * (self.m // 2)
     try:
-      total = laws.sum_log_pmf([(centred, num_clients)])
+      # First with the far tails left unresolved (their wrapped share is
+      # below float64's resolution); all of it where that share is not.
+      wrapped = self._wrapped_above(centred, num_clients, first)
+      if wrapped is None:
+        wrapped = wrap(laws.sum_log_pmf([(centred, num_clients)]), first,
+                       self.m)
     except RuntimeError:
       raise UnresolvableError(
           f'The exact law of {num_clients} clients\' noise sum is not resolvable '
           f'at noise_std={self.noise_std:g} with num_levels={self.m} (tails span '
           'too many orders of magnitude): raise noise_std or lower num_levels.'
       ) from None
-    return wrap(total, -num_clients * (self.m // 2), self.m)
+    return wrapped
+
+  def _wrapped_above(self, centred: np.ndarray, num_clients: int, first: int
+                     ) -> Optional[np.ndarray]:
+    """W_n with the integer sum's far tails unresolved, or None where their
+    rigorous upper bounds could move some residue by more than
+    FLOOR_RELATIVE (relative): then the whole sum must be resolved.
+
+    The n-client integer sum spans n·M values, and resolving its far tails
+    (e^-1000 and below) is most of the convolution's tilts; after wrapping
+    they sit beside residues of e^-30 or more. The floor is set
+    FLOOR_MARGIN nats below a Gaussian estimate of the smallest residue;
+    each residue's unresolved aliases are then added as their Chernoff upper
+    bounds (`laws.sum_log_pmf_above`) and must stay below FLOOR_RELATIVE of
+    the resolved part, so the answer equals the fully resolved one to float
+    precision."""
+    sigma = math.sqrt(num_clients * max(self.noise_variance(), 1e-300))
+    smallest = (-(self.m / 2)**2 / (2 * sigma**2) -
+                math.log(math.sqrt(2 * math.pi) * sigma))
+    total, upper = laws.sum_log_pmf_above([(centred, num_clients)],
+                                          smallest - FLOOR_MARGIN)
+    unresolved = np.isnan(total)
+    low = wrap(np.where(unresolved, -np.inf, total), first, self.m)
+    extra = wrap(np.where(unresolved, upper, -np.inf), first, self.m)
+    with np.errstate(invalid='ignore'):
+      if not np.all(extra - low <= math.log(FLOOR_RELATIVE)):
+        return None
+    return low
 
   def _wrapped_noise(self) -> np.ndarray:
     cached = self.__dict__.get('_wrapped')

@@ -39,6 +39,17 @@ def skellam_log_pmf(z: np.ndarray, variance: float) -> np.ndarray:
   return _log_ive0(variance) + log_i[z]
 
 
+def skellam_log_tail(t: int, variance: float) -> float:
+  """log of a Chernoff bound on P(|Z| > t) for symmetric Skellam of variance v.
+
+  E e^(λZ) = e^(v(cosh λ - 1)); at λ = asinh(t/v) (the minimiser),
+  P(Z >= t) <= exp(v(√(1 + (t/v)²) - 1) - t·asinh(t/v)); twice that for |Z|.
+  """
+  r = t / variance
+  return (math.log(2.0) + variance * (math.sqrt(1.0 + r * r) - 1.0) -
+          t * math.asinh(r))
+
+
 # Above this v, log(e^-v I_0(v)) is taken from its asymptotic series: scipy's
 # ive(0, v) returns NaN from v ≈ 2^31 on, and the series' next term is below
 # 1e-16 relative from here on (checked against scipy in the tests).
@@ -63,8 +74,25 @@ class DistributedSkellam(modular.ModularNoiseMechanism):
     return skellam_log_pmf(z, self.noise_std**2)
 
   def noise_sum_log_pmf(self, num_clients):
-    """Skellam with variance nσ², wrapped mod M (closed form)."""
+    """Skellam with variance nσ², wrapped mod M (closed form).
+
+    From |z| <= L, L the least (>= M) whose Chernoff bound on the mass
+    beyond (`skellam_log_tail`) is below modular.FLOOR_RELATIVE of the
+    smallest residue of the |z| <= M law, so no residue moves by more than
+    that; at most the full window |z| <= WINDOW_MODULI·M + 40√v."""
     variance = num_clients * self.noise_std**2
-    half = int(math.ceil(modular.WINDOW_MODULI * self.m + 40 * math.sqrt(variance)))
-    z = np.arange(-half, half + 1)
-    return modular.wrap(skellam_log_pmf(z, variance), -half, self.m)
+    wrapped = lambda half: modular.wrap(
+        skellam_log_pmf(np.arange(-half, half + 1), variance), -half, self.m)
+    near = wrapped(self.m)
+    # Every residue is at least near's smallest (more aliases only add).
+    floor = np.min(near) + math.log(modular.FLOOR_RELATIVE)
+    full = int(math.ceil(modular.WINDOW_MODULI * self.m + 40 * math.sqrt(variance)))
+    if skellam_log_tail(self.m, variance) <= floor:
+      return near
+    if skellam_log_tail(full, variance) > floor:
+      return wrapped(full)
+    lo, hi = self.m, full   # tail(lo) > floor >= tail(hi)
+    while hi - lo > 1:
+      mid = (lo + hi) // 2
+      lo, hi = (lo, mid) if skellam_log_tail(mid, variance) <= floor else (mid, hi)
+    return wrapped(hi)
