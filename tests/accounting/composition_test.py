@@ -238,12 +238,12 @@ def _sum_law(mech, inputs):
   return law
 
 
-def _conditioned_divergences(mech, window, orders):
+def _conditioned_divergences(mech, window, orders, others=_GRID):
   """{order: [target input a, target input b] -> max over the other's input
-  of D_α(P|W ‖ Q|W)} for the two-client sum."""
+  (in `others`) of D_α(P|W ‖ Q|W)} for the two-client sum."""
   lo, hi = window
   out = {a: np.zeros((len(_GRID), len(_GRID))) for a in orders}
-  for x_o in _GRID:
+  for x_o in others:
     laws = [_sum_law(mech, (x, x_o))[lo:hi + 1] for x in _GRID]
     laws = [law / law.sum() for law in laws]
     for (i, p), (j, q) in itertools.product(enumerate(laws), repeat=2):
@@ -292,6 +292,19 @@ def test_conditioned_l2_route_bounds_the_conditioned_vector_divergences(tail):
     assert worst <= acc.rdp[a] * (1 + 1e-9)
 
 
+@pytest.mark.parametrize('tail', TAILS)
+def test_conditioned_attained_end_is_what_named_inputs_attain(tail):
+  """The lower end: the two-client sum with the other at 0, conditioned on
+  the window, at the worst target pair: exactly what those inputs attain."""
+  acc = C.RoundAccountant(_BQ, 2, 2, 1e-5, dim=1, conditioning_tail=tail)
+  orders = (2, 8, 32, math.inf)
+  named = _conditioned_divergences(_BQ, acc.conditioned.window, orders,
+                                   others=[0.0])
+  for a in orders:
+    assert acc.attained[a] == pytest.approx(named[a].max(), rel=1e-9)
+    assert acc.attained[a] <= acc.rdp[a]
+
+
 def test_conditioned_epsilon_pays_the_tail_in_delta_and_epsilon():
   acc = C.RoundAccountant(_BQ, 2, 20, 1e-5, dim=3)
   eta = acc.conditioned.tail
@@ -302,6 +315,7 @@ def test_conditioned_epsilon_pays_the_tail_in_delta_and_epsilon():
   assert acc.epsilon_rdp(rounds)[0] == pytest.approx(
       eps - rounds * 3 * math.log1p(-eta), rel=1e-12)
   assert 'T·d·η is added to δ' in acc.guarantee(rounds).assumptions
+  assert 'others 1 at 0' in acc.guarantee(rounds).attained_inputs
   # T·d·η >= δ: no (ε, δ) by this route.
   assert math.isinf(C.RoundAccountant(_BQ, 2, 20, eta, dim=3).epsilon_rdp(1)[0])
 

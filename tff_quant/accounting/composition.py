@@ -444,7 +444,9 @@ class RoundAccountant:
             dict(self.rdp), {}, self.mech.input_bound)
       else:
         every = sorted(set(range(2, max(self.orders) + 1)))
-        mech, n = self._accounted   # conditioned: the windowed sums attained
+        mech, n = self._accounted
+        if self.conditioned is not None:   # the conditioned sum, named others
+          mech, n = self.conditioned.attained, 1
         self._attained = attained_lib.round_rdp(
             mech, every + [math.inf], n, self.dim,
             self.l2_clip if self.l2_route else None) or False
@@ -538,6 +540,8 @@ class RoundAccountant:
         inputs = self.attained.describe(math.inf)
       else:
         inputs = self.attained.describe(at)
+      if self.conditioned is not None:   # the others were folded into the law
+        inputs = inputs.replace('others none', self.conditioned.attained_others)
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp,
                      self._assumptions_text(), note, low, inputs)
@@ -589,6 +593,11 @@ class RoundAccountant:
     if self.mech.has_exact_divergences:
       others = ('exact for any inputs of the others (closed form or translation '
                 'invariance of the modular sum)')
+    elif self.conditioned is not None:
+      others = (f'RDP routes: {self.conditioned.why}; targets at every vertex '
+                'pair; T·d·η is added to δ and T·d·log(1/(1-η)) to ε (η = '
+                f'{self.conditioned.tail:.3g}); the PLD route, where it '
+                'applies, composes the exact law (infinite losses in δ)')
     else:
       red = self.mech.sum_reduction(self.n)
       if red is not None and (self.l2_route or self.others == 'any' or
@@ -610,9 +619,6 @@ class RoundAccountant:
       else:
         others += ('; ASSUMED: others at ±c (worst mix; the papers\' setting, '
                    'not a worst case: interior inputs can give more)')
-    if self.conditioned is not None:
-      others += (f'; RDP routes: {self.conditioned.why}, so T·d·η is added to '
-                 f'δ and T·d·log(1/(1-η)) to ε (η = {self.conditioned.tail:.3g})')
     text = (
         f'replace-one neighbouring (participant count public); {self.n} of '
         f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '

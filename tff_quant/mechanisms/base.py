@@ -397,12 +397,18 @@ class ConditionedSum:
     why: the argument, in words, for the guarantee's text.
     window: W as (first, last) values of the n-client sum of level indices
       (what the server's secure sum holds), both included.
+    attained: a one-client mechanism whose law is the n-client sum with the
+      others at named inputs, conditioned on W (normalised): its divergences
+      are attained by those inputs, the lower end of ε ∈ [attained, proved].
+    attained_others: those inputs of the others, in words.
   """
   mechanism: 'Mechanism'
   num_clients: int
   tail: float
   why: str
   window: Tuple[int, int]
+  attained: 'Mechanism'
+  attained_others: str
 
   def conditioning_rdp(self, alpha: float) -> float:
     """α/(α-1)·log(1/(1-tail)) (log(1/(1-tail)) at α = inf): the

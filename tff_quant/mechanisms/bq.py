@@ -124,6 +124,11 @@ class BQ(base.Mechanism):
     lo = a - 2 * num_clients * self.s + 2 * self.s
     hi = big_m - a + 2 * num_clients * self.s
     one = _WindowedSum(self.clip, self.s, big_m, lo, hi)
+    # The others at 0 round to 0: the sum is u + (n-1)s + (s + N) in level
+    # indices, so W is [a - (n-1)s, M - a + (n+1)s] of the one-client sum.
+    spread = (num_clients - 1) * self.s
+    named = _WindowedSum(self.clip, self.s, big_m, a - spread,
+                         big_m - a + 2 * self.s + spread, normalized=True)
     missed = float(2 * np.exp(stats.binom.logcdf(a - 1, big_m, 0.5))) if a else 0.0
     return base.ConditionedSum(
         one, 1, max(missed, np.finfo(float).tiny),
@@ -131,7 +136,8 @@ class BQ(base.Mechanism):
         f'{big_m - a + num_clients * self.s}] of Σu + Binomial({big_m}, 1/2), '
         f'missed w.p. <= {missed:.3g} for any inputs; the others\' rounded inputs '
         'dropped (joint convexity, then a shift)',
-        (a, big_m - a + 2 * num_clients * self.s))
+        (a, big_m - a + 2 * num_clients * self.s), named,
+        f'others {num_clients - 1} at 0 (the sum conditioned on its window)')
 
   def critical_inputs(self):
     # Piecewise linear in x with breakpoints on the grid {lC/s}.
@@ -159,19 +165,23 @@ def _largest_lower_cut(trials: int, tail: float) -> int:
 
 class _WindowedSum(BQ):
   """Accounting only: the one-client sum with `m` trials restricted to the
-  level indices [lo, hi] (a sub-stochastic law, see `BQ._conditioned_sum`);
-  never sampled."""
+  level indices [lo, hi] (a sub-stochastic law, see `BQ._conditioned_sum`),
+  or conditioned on them (`normalized`); never sampled."""
 
-  def __init__(self, clip: float, s: int, m: int, lo: int, hi: int):
+  def __init__(self, clip: float, s: int, m: int, lo: int, hi: int,
+               normalized: bool = False):
     self.clip, self.s, self.m = float(clip), int(s), int(m)
     self.lo, self.hi = int(lo), int(hi)
+    self.normalized = bool(normalized)
     self.jit_encode = False
 
   def params(self):
-    return dict(clip=self.clip, s=self.s, m=self.m, lo=self.lo, hi=self.hi)
+    return dict(clip=self.clip, s=self.s, m=self.m, lo=self.lo, hi=self.hi,
+                normalized=self.normalized)
 
   def __repr__(self):
-    return (f'BQ(clip={self.clip!r}, s={self.s}, m={self.m}) on the level '
+    how = 'conditioned on' if self.normalized else 'on'
+    return (f'BQ(clip={self.clip!r}, s={self.s}, m={self.m}) {how} the level '
             f'window [{self.lo}, {self.hi}]')
 
   @property
@@ -183,7 +193,8 @@ class _WindowedSum(BQ):
     return BQ.level_offset.fget(self) + self.lo * self.level_step
 
   def log_pmf(self, x):
-    return self._log_pmf_on(x, np.arange(self.lo, self.hi + 1))
+    out = self._log_pmf_on(x, np.arange(self.lo, self.hi + 1))
+    return out - special.logsumexp(out) if self.normalized else out
 
   def _sum_reduction(self, num_clients):
     del num_clients
