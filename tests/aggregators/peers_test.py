@@ -101,3 +101,13 @@ def test_accountant_from_round_rdp_composes_like_the_registry_route():
   assert g.route == 'RDP' and g.assumptions == 'test' and 'closed form' in g.pld_note
   # The registry route may also take dp-accounting's Gaussian bound: <=.
   assert direct.epsilon_rdp(30)[0] <= g.epsilon * (1 + 1e-12)
+
+
+@pytest.mark.parametrize('name, bits', [('gaussian', None), ('tff_dgauss', 16)])
+def test_calibrated_peers_run_within_a_tenth_of_a_percent_of_the_target(
+    name, bits):
+  """Peers compared at equal ε must be at equal ε: the default bisection
+  leaves the whole run within 0.1% below the target."""
+  peer = peers.calibrate(name, 10.0, 1e-4, 50, 20, 1000, 256, 1.0, bits)
+  eps = peer.accountant(1000, 1e-4).epsilon_rdp(50)[0]
+  assert 10.0 * (1 - 1e-3) <= eps <= 10.0
