@@ -1,9 +1,12 @@
+import functools
 import math
 
 import pytest
 
 from tff_quant import mechanisms
 from tff_quant.accounting import attained, calibration, composition, lower_bound, vector
+from tff_quant.accounting.calibration import oracle
+from tff_quant.accounting.calibration import scan as scan_lib
 
 SCHEDULE = dict(delta=1e-5, rounds=20, clients_per_round=10, total_clients=1000)
 
@@ -80,23 +83,17 @@ def test_calibration_takes_levels_from_bits_and_compares_with_the_gaussian(
 def test_bits_below_what_a_mechanism_needs_is_one_clear_error():
   with pytest.raises(ValueError, match='below what bq needs'):
     calibration.calibrate('bq', 2.0, **SCHEDULE, bits=2)
-  with pytest.raises(ValueError, match='use_pld=True'):
-    calibration.calibrate('bq', 2.0, **SCHEDULE, bits=8)
 
 
-def test_a_scan_toward_less_privacy_ends_at_the_first_point_that_misses(
-    monkeypatch):
-  # BQ's s (more private lower) is scanned upward: once the most private m
-  # misses the target at some s, every larger s misses too. At 12 bits there
-  # are ~2,000 values of s; the scan stops after the first.
-  visited = []
-  visit = calibration._Scan.visit
-  monkeypatch.setattr(calibration._Scan, 'visit',
-                      lambda self, point: visited.append(point) or visit(
-                          self, point))
-  with pytest.raises(ValueError, match='use_pld=True'):
-    calibration.calibrate('bq', 2.0, **SCHEDULE, bits=12)
-  assert visited == [{'s': 1}]
+def test_bq_is_calibrated_on_the_conditioned_rdp_route():
+  """Every Rényi order of BQ's sum is infinite; its RDP route accounts the
+  sum conditioned on a window (docs/privacy.md): m is chosen by ε."""
+  mech = calibration.calibrate('bq', 2.0, **SCHEDULE, bits=8)
+  acc = composition.RoundAccountant(mech, 10, 1000, 1e-5,
+                                    orders=calibration.FAST_ORDERS)
+  assert acc.conditioned is not None
+  assert acc.epsilon_rdp(20)[0] <= 2.0
+  assert mech.bits_per_coordinate <= 8
 
 
 @pytest.mark.parametrize('kwargs, match', [
@@ -168,48 +165,6 @@ def test_pruned_grid_points_cannot_beat_the_answer():
     assert alone.debiased_error >= report.debiased_error * (1 - 1e-3), ratio
 
 
-def test_the_grid_top_is_probed_first_and_points_ruled_out_are_out_of_reach(
-    monkeypatch):
-  """RQM's Δ (more private when higher): the top of the grid is calibrated
-  first, then the grid from the bottom, skipping the points the lower bound
-  at the most private q rules out (bisection); each skipped point,
-  calibrated alone, is indeed out of reach, and the report names them."""
-  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=40,
-                  total_clients=3400, dim=1000, l2_clip=1.0,
-                  coordinate_clip=3 / 1000**0.5)
-  visited = []
-  visit = calibration._Scan.visit
-  monkeypatch.setattr(calibration._Scan, 'visit', lambda self, g: (
-      visited.append(g.get('delta_ratio')), visit(self, g))[1])
-  report = calibration.calibration_report('rqm', 10.0, **schedule, bits=3,
-                                          compare_gaussian=False)
-  grid = mechanisms.RQM.tunable('delta_ratio').grid
-  assert visited[0] == max(grid) and visited[1:] == sorted(visited[1:])
-  skipped = [r for r in grid if r < visited[1]]
-  monkeypatch.setattr(calibration._Scan, 'visit', visit)
-  assert skipped, 'the bound rules out the smallest Δ here'
-  for ratio in skipped:
-    with pytest.raises(ValueError, match='not reachable'):
-      calibration.calibrate('rqm', 10.0, **schedule, bits=3, tune='q',
-                            delta_ratio=ratio)
-  assert report.epsilon <= 10.0
-
-
-def test_a_search_narrowed_from_just_below_the_target_interpolates():
-  """A grid point's answer at the scan's width (ε 9.946) searched again to
-  rtol = 2e-3 (ε(q) near linear, as RQM's at Δ = 512c, n = 1,000): Brent
-  on log ε lands in [9.98, 10] within 3 exact evaluations. Its floor just
-  below 9.946 made the transform a log near 0 and Brent bisected (6)."""
-  spec = mechanisms.get('rqm').tunable('q')
-  eps = lambda q: 9.946 + 85.0 * (q - 0.0993)
-  fake = _FakeEpsilon(eps, 1.15)
-  value, got, _ = calibration._search_last(lambda q: q, spec, 10.0, fake,
-                                           None, 2e-3, 0.0993, eps(0.0993),
-                                           {0.0993: eps(0.0993)})
-  assert 10.0 * (1 - 2e-3) <= got <= 10.0
-  assert len(fake.exact_at) <= 3
-
-
 def test_pruning_skips_itself_where_the_error_is_out_of_reach():
   """ddgauss at 11 bits (the fewest that carry its signal here; 8 were used
   before the debiased error): at the least private end of its noise the exact
@@ -254,27 +209,26 @@ def test_a_modulus_too_small_for_the_summed_noise_is_refused_naming_the_bits(
   assert report.ratio_to_gaussian > 1.0
 
 
-def test_the_bits_are_not_confirmed_where_the_noise_sum_law_is_too_large(
-    monkeypatch):
-  """Past _CONFIRM_SUPPORT points (n = 1,000 at 11 bits took over 20 minutes)
+def test_the_bits_are_not_confirmed_where_the_noise_sum_law_is_too_large():
+  """Past `Limits.confirm_support` points (n = 1,000 at 11 bits took over 20 minutes)
   the search stops: the refusal names the first width it did not calibrate
   (every narrower one was refused) and says why."""
-  monkeypatch.setattr(calibration, '_CONFIRM_SUPPORT', 100 * 2**9)
   with pytest.raises(calibration.CannotCarrySignal,
                      match=r'it needs at least (\d+) bits \(not confirmed by '
                      r'calibrating at \1 bits: .* 100 clients') as err:
-    calibration.calibrate('skellam', 10.0, **ISSUE, bits=4)
+    calibration.calibrate('skellam', 10.0, **ISSUE, bits=4,
+                          limits=calibration.Limits(
+                              confirm_support=100 * 2**9))
   assert err.value.bits_needed == 10   # 9 refused; 10 is the answer
 
 
-def test_the_bits_search_stops_at_tffs_limit_and_keeps_the_lower_bound(
-    monkeypatch):
+def test_the_bits_search_stops_at_tffs_limit_and_keeps_the_lower_bound():
   """Skellam at 6 bits, n = 10 (7 carry it): with the search capped below
   7 the error keeps the proved lower bound and says none up to the cap."""
-  monkeypatch.setattr(calibration, '_MAX_MODULAR_BITS', 6)
   with pytest.raises(calibration.CannotCarrySignal,
                      match=r'it needs at least 7 bits \(none up to 6') as err:
-    calibration.calibrate('skellam', 2.0, **SCHEDULE, bits=6)
+    calibration.calibrate('skellam', 2.0, **SCHEDULE, bits=6,
+                          limits=calibration.Limits(max_modular_bits=6))
   assert err.value.bits_needed == 7
 
 
@@ -301,15 +255,19 @@ def test_a_refusal_by_slope_takes_one_evaluation_and_agrees_with_the_search(
   carries the signal already misses the target, so the refusal takes one ε
   evaluation; the full search (prune off) refuses too, at a slope below."""
   calls = []
-  epsilon_of = calibration._Epsilon.__call__
-  monkeypatch.setattr(calibration._Epsilon, '__call__',
-                      lambda self, m: calls.append(m) or epsilon_of(self, m))
+  epsilon_of = oracle.Epsilon.epsilon
+
+  def screened(self, m, screen=True):   # the screened evaluations, counted
+    if screen:
+      calls.append(m)
+    return epsilon_of(self, m, screen)
+  monkeypatch.setattr(oracle.Epsilon, 'epsilon', screened)
   with pytest.raises(calibration.CannotCarrySignal,
                      match=r'slope 0\.4\d+ < 0\.5 where ε >?= \S+ > 10 already'):
     calibration.calibrate('quantized_gaussian', 10.0, **ISSUE, bits=4,
                           **PAPERS_RANGE)
   assert len(calls) == 1
-  monkeypatch.setattr(calibration._Scan, '_carry_prune', lambda *a: None)
+  monkeypatch.setattr(scan_lib.Scan, '_carry_prune', lambda *a: None)
   with pytest.raises(calibration.CannotCarrySignal,
                      match=r'slope 0\.0\d+ < 0\.5 at best'):
     calibration.calibrate('quantized_gaussian', 10.0, **ISSUE, bits=4,
@@ -334,26 +292,6 @@ def test_the_report_carries_the_debiased_error_it_minimised_and_the_mse():
   assert report.mse_ratio_to_gaussian == pytest.approx(
       report.mse / report.gaussian_mse)
   assert not report.unusable
-
-
-def test_order_cap_follows_the_optimum_and_never_lowers_epsilon():
-  """After an evaluation only orders near α* are used; the ε of fewer orders is
-  an upper bound on the ε of all of them."""
-  schedule = dict(rounds=200, clients_per_round=10, total_clients=1000,
-                  delta=1e-3, dim=400, use_pld=False, l2_clip=1.0)
-  epsilon_of = calibration._Epsilon(schedule)
-  build = lambda q: mechanisms.get('rqm').for_coordinate_bound(
-      3 / 20, num_levels=8, delta_ratio=8.0, q=q)
-  epsilon_of(build(0.05))
-  assert max(epsilon_of.orders) < max(calibration.FAST_ORDERS)
-  for q in (0.02, 0.1, 0.3):
-    capped = epsilon_of(build(q))
-    full = composition.training_guarantee(
-        build(q), orders=calibration.FAST_ORDERS, **schedule).epsilon
-    # (1e-9: which of the others' constructions is completed is priced at
-    # the orders asked, so two order sets may differ at rounding level.)
-    assert capped >= full * (1 - 1e-9)
-    assert capped <= full * 1.05   # the cap follows α*: little is lost
 
 
 def test_report_carries_the_chosen_mechanisms_guarantee_text(monkeypatch):
@@ -403,8 +341,8 @@ def test_screening_by_a_lower_bound_changes_no_answer(monkeypatch):
                   total_clients=3400, dim=1000, l2_clip=1.0,
                   coordinate_clip=3 / 1000**0.5)
   calls = []
-  exact = calibration._Epsilon.exact
-  monkeypatch.setattr(calibration._Epsilon, 'exact',
+  exact = oracle.Epsilon.exact
+  monkeypatch.setattr(oracle.Epsilon, 'exact',
                       lambda self, mech: calls.append(mech) or exact(self, mech))
 
   def run(target, **kwargs):
@@ -502,155 +440,19 @@ def test_no_attained_value_is_an_error_not_the_proved_end(monkeypatch):
   assert proved.epsilon <= 2.0 and proved.epsilon_attained is None
 
 
-def test_a_long_calibration_reports_its_progress(monkeypatch):
-  """Past PROGRESS_AFTER seconds each grid point is reported with an ETA;
+def test_a_long_calibration_reports_its_progress():
+  """Past `Limits.progress_after` seconds each grid point is reported with an ETA;
   a quick calibration says nothing."""
   lines = []
-  monkeypatch.setattr(calibration, 'PROGRESS_AFTER', 1e9)
-  calibration.calibration_report('rqm', 2.0, **SCHEDULE, bits=4,
-                                 progress=lines.append)
+  calibration.calibration_report(
+      'rqm', 2.0, **SCHEDULE, bits=4, progress=lines.append,
+      limits=calibration.Limits(progress_after=1e9))
   assert not lines
-  monkeypatch.setattr(calibration, 'PROGRESS_AFTER', 0.0)
-  calibration.calibration_report('rqm', 2.0, **SCHEDULE, bits=4,
-                                 progress=lines.append)
+  calibration.calibration_report(
+      'rqm', 2.0, **SCHEDULE, bits=4, progress=lines.append,
+      limits=calibration.Limits(progress_after=0.0))
   assert lines and all(l.startswith('calibrating rqm: grid point ') and
                        's left at the pace so far)' in l for l in lines)
-
-
-def _looser_bound_search(looseness):
-  """(bracket, exact evaluations) of `_bracket_from_floor` on ε(x) = e^{2x}
-  (x a log-parameter) with a cheap bound ε(x)/looseness(x)."""
-  calls = []
-
-  def eps_x(x):
-    calls.append(x)
-    return math.exp(2 * x)
-
-  out = calibration._bracket_from_floor(
-      eps_x, lambda x: math.exp(2 * x) / looseness(x), lambda x: x,
-      x_ok=-5.0, x_unsafe=5.0, target=10.0, x_tol=1e-3)
-  return out, calls
-
-
-@pytest.mark.parametrize('looseness', [lambda x: 1.05, lambda x: 1.3 + 0.1 * x,
-                                       lambda x: 2.0 - 0.2 * math.tanh(x)])
-def test_the_cheap_bound_brackets_the_target_in_few_exact_evaluations(looseness):
-  """The bracket straddles the root x* = ln(10)/2 (safe end exact, unsafe end
-  exact or certified by the bound), in at most _PROXY_STEPS exact evaluations."""
-  (ok, bad), calls = _looser_bound_search(looseness)
-  root = math.log(10.0) / 2
-  assert ok < bad and ok <= root + 1e-12 and root - 1e-12 <= bad   # a secant
-  # through two exact points of log ε = 2x can land on the root itself
-  assert len(calls) <= calibration._PROXY_STEPS
-  # from a span of 10: one end within 0.01 of the root, the bracket < 0.5
-  assert min(root - ok, bad - root) < 0.01 and bad - ok < 0.5
-
-
-class _FakeEpsilon:
-  """ε(q) and a cheap bound ε(q)/looseness for `_search_last`; the exact
-  evaluations' q in `exact_at`."""
-  looseness = None
-
-  def __init__(self, eps, looseness):
-    self.eps, self.ratio, self.exact_at = eps, looseness, []
-
-  def __call__(self, q):
-    self.exact_at.append(q)
-    return self.eps(q)
-
-  def floor(self, q):
-    return self.eps(q) / self.ratio
-
-
-def test_the_secant_on_the_shifted_log_lands_where_a_log_secant_overshoots():
-  """ε = 8.3 + 340 q (x = log q; RQM 8 bits, n = 1,000, Δ = 64c) with a
-  looseness drifting 1.46 -> 1.2: the secant through two exact points on
-  log(ε - floor), floor below the least ε known, reaches the window
-  [9.9, 10] at the third evaluation; on log ε it overshoots (a fourth)."""
-  def search(least):
-    calls = []
-    eps = lambda x: 8.3 + 340 * math.exp(x)
-    loose = lambda x: 1.46 - 0.06 * (x - math.log(1e-4))
-    calibration._bracket_from_floor(
-        lambda x: calls.append(eps(x)) or eps(x),
-        lambda x: eps(x) / loose(x), lambda x: x, x_ok=math.log(1e-4),
-        x_unsafe=0.0, target=10.0, x_tol=5e-3, aim=9.95, looseness=1.46,
-        least=least)
-    return calls
-
-  shifted, plain = search(8.334), search(None)
-  assert len(shifted) == 3 and 9.9 <= shifted[-1] <= 10.0
-  assert len(plain) == 4 and plain[2] > 10.0
-
-
-def test_a_secant_through_two_equal_logs_is_skipped_not_divided_by_zero():
-  """Two exact ε a float apart (10 and 10 + 2e-15) have the same log: the
-  secant is skipped, the search goes on."""
-  values = iter([10.0, 10.000000000000002] + [9.0] * 5)
-  seen = {}
-
-  def eps_x(x):
-    if x not in seen:
-      seen[x] = next(values)
-    return seen[x]
-
-  calibration._bracket_from_floor(eps_x, lambda x: 10.0 * x, lambda x: x,
-                                  0.0, 1.0, 5.0, 1e-3, aim=5.0 * (1 - 1e-3))
-  assert len(seen) >= 2
-
-
-def test_the_most_private_end_is_not_evaluated_when_the_bound_defers_it():
-  """RQM's q (more private lower) with ε(q) = 50 q^1.2 and a bound 1.15x
-  looser: the search never evaluates the most private end exactly (the
-  slowest law but one) and stops inside [target (1 - rtol), target]."""
-  spec = mechanisms.get('rqm').tunable('q')
-  fake = _FakeEpsilon(lambda q: 50.0 * q**1.2, 1.15)
-  exact_at = fake.exact_at
-  value, eps, _ = calibration._search_last(lambda q: q, spec, 10.0, fake,
-                                           None, 2e-3)
-  assert min(exact_at) > 0.01   # the safe end is 1e-4
-  assert 10.0 * (1 - 2e-3) <= eps <= 10.0
-  assert value == pytest.approx((10.0 / 50.0)**(1 / 1.2), rel=2e-3)
-  assert len(exact_at) <= 3
-
-
-def test_a_most_private_end_close_to_the_target_is_evaluated_first():
-  """RQM 8 bits, n = 1,000, Δ = 32c in miniature: the bound at the safe end
-  (9.4) is within SAFE_END_FIRST of the target but the exact ε (17) misses
-  it: one exact evaluation ends the search (no bracket is built)."""
-  spec = mechanisms.get('rqm').tunable('q')
-  fake = _FakeEpsilon(lambda q: 17.0 + 50.0 * q**1.2, 1.8)
-  exact_at = fake.exact_at
-  value, eps, least = calibration._search_last(lambda q: q, spec, 10.0, fake,
-                                               None, 2e-3)
-  assert value is None and eps == least > 10.0
-  assert len(exact_at) == 1 and exact_at[0] == pytest.approx(1e-4, rel=1e-3)
-
-
-def test_known_evaluations_that_bracket_the_target_start_the_root_search():
-  """`known` (a grid point's evaluations from the scan) bracketing the root
-  q* = 0.2616 of ε(q) = 50 q^1.2: no stepping, every evaluation inside the
-  bracket, within rtol of the target, and the evaluations added to it."""
-  spec = mechanisms.get('rqm').tunable('q')
-  eps = lambda q: 50.0 * q**1.2
-  fake = _FakeEpsilon(eps, 1.15)
-  exact_at = fake.exact_at
-  known = {0.25: eps(0.25), 0.27: eps(0.27), 0.01: eps(0.01)}
-  value, got, _ = calibration._search_last(lambda q: q, spec, 10.0, fake,
-                                           None, 2e-3, 0.25, eps(0.25), known)
-  assert 10.0 * (1 - 2e-3) <= got <= 10.0
-  assert len(exact_at) <= 2 and all(0.25 < q < 0.27 for q in exact_at)
-  assert set(exact_at) <= set(known)
-
-
-def test_the_cheap_bound_is_not_used_where_it_does_not_apply():
-  assert calibration._bracket_from_floor(
-      lambda x: math.exp(x), lambda x: None, lambda x: x, -5.0, 5.0, 10.0,
-      1e-3) is None
-  # a bound that never exceeds the target certifies nothing
-  assert calibration._bracket_from_floor(
-      lambda x: math.exp(x), lambda x: 1.0, lambda x: x, -5.0, 5.0, 10.0,
-      1e-3) is None
 
 
 _VERTEX_RQM = dict(num_levels=16, delta_ratio=16.0)   # the ends are vertices
@@ -673,79 +475,6 @@ def test_end_mixes_that_lower_epsilon_stay_in_the_search():
   assert again.epsilon == pytest.approx(rep.epsilon, rel=1e-9)
 
 
-def test_end_mixes_that_leave_epsilon_are_computed_once_then_skipped(
-    monkeypatch):
-  """Mixes that never lower a pair's bound (here made so) are computed at
-  the first candidate they apply to only; later candidates skip them, and
-  their ε is the mixture bound's, the same as the whole accountant's."""
-  calls = []
-  real = vector._extreme_mixes
-
-  def useless(*args, **kwargs):
-    calls.append(1)
-    return real(*args, **kwargs) + 50.0
-  monkeypatch.setattr(vector, '_extreme_mixes', useless)
-  schedule = dict(delta=1e-5, rounds=20, clients_per_round=30,
-                  total_clients=1000, dim=100, l2_clip=1.0)
-  epsilon_of = calibration._Epsilon(dict(schedule, use_pld=False,
-                                         others='any'), 4.0)
-  build = lambda q: mechanisms.get('rqm').for_coordinate_bound(
-      0.3, q=q, **_VERTEX_RQM)
-  epsilon_of.exact(build(0.3))
-  assert epsilon_of.mixes_matter is False and len(calls) == 1
-  second = epsilon_of.exact(build(0.4))
-  assert len(calls) == 1
-  whole = composition.training_guarantee(build(0.4), orders=epsilon_of.orders,
-                                         attained=False, **schedule)
-  assert len(calls) == 2 and whole.epsilon == pytest.approx(second, rel=1e-12)
-
-
-def test_exact_points_that_bracket_the_target_are_interpolated_on_the_value():
-  """RQM 8 bits, n = 1,000, Δ = 128c in miniature: ε near linear in q from
-  9.28 at the hint, a bound 1.17-1.23x looser. From the hint's exact ε, the
-  bound aims one exact evaluation past the target, then regula falsi on q
-  lands mid-window [9.9, 10] without a bound taken there (on log q the
-  search's own landed at 9.875, under it)."""
-  eps = lambda q: 9.28 + 241.7 * (q - 0.018811) + 4000 * (q - 0.018811)**2
-  loose = lambda q: 1.169 + 12.8 * (q - 0.018811)   # 1.23 at q = 0.0237
-  axis = calibration._Axis.of(mechanisms.get('rqm').tunable('q'))
-  screened, unscreened, bounds = [], [], []
-
-  def bound(x):
-    bounds.append(x)
-    return eps(math.exp(x)) / loose(math.exp(x))
-
-  calibration._bracket_from_floor(
-      lambda x: screened.append(eps(math.exp(x))) or screened[-1], bound,
-      lambda x: x, math.log(0.018811), 0.0, 10.0, 5e-3, aim=9.95,
-      looseness=1.17, least=9.28, ok_eps=9.28,
-      exact_x=lambda x: unscreened.append(eps(math.exp(x))) or unscreened[-1],
-      axis=axis)
-  assert len(screened) == 1 and screened[0] > 10.0   # aimed past it
-  # 9.932 (on log q: 9.903, the window's edge)
-  assert len(unscreened) == 1 and abs(unscreened[0] - 9.95) < 0.03
-  assert len(bounds) <= 5
-
-
-def test_bounds_taken_while_stepping_narrow_the_search_on_the_bound():
-  """RQM 8 bits, n = 1,000, Δ = 64c in miniature (ε = 8.3 + 340 q, the
-  bound 1.46 -> 1.2x looser), from the most private end's exact ε: the
-  stepping's bounds bracket where the scaled bound meets the aim, so the
-  regula falsi on the bound starts there, and stops within _AIM_SLACK of
-  the aim: 7 bounds in all (15 from the whole stepped span to 1%), the
-  window reached at the third exact evaluation."""
-  eps = lambda x: 8.3 + 340 * math.exp(x)
-  loose = lambda x: 1.46 - 0.06 * (x - math.log(1e-4))
-  bounds, exact = [], []
-  calibration._bracket_from_floor(
-      lambda x, *_: exact.append(eps(x)) or exact[-1],
-      lambda x: bounds.append(x) or eps(x) / loose(x), lambda x: x,
-      x_ok=math.log(1e-4), x_unsafe=0.0, target=10.0, x_tol=5e-3, aim=9.95,
-      looseness=1.46, least=8.334, ok_eps=8.334)
-  assert len(bounds) <= 7
-  assert len(exact) == 3 and 9.9 <= exact[-1] <= 10.0
-
-
 def test_an_answer_whose_skipped_mixes_matter_is_searched_again(monkeypatch):
   """RQM 16 levels, Δ = 32c, n = 200: the mixes lower ε (the full accountant
   gives 2.885 where the mixture alone gives 3.196). A search told they do
@@ -753,12 +482,8 @@ def test_an_answer_whose_skipped_mixes_matter_is_searched_again(monkeypatch):
   they do not) ends with its answer evaluated in full, out of the window,
   and searched again with them: tight, and the accountant's ε at the
   report's orders."""
-  real = calibration._Epsilon.__init__
-
-  def told_they_do_not_matter(self, *args, **kwargs):
-    real(self, *args, **kwargs)
-    self.mixes_matter = False
-  monkeypatch.setattr(calibration._Epsilon, '__init__', told_they_do_not_matter)
+  monkeypatch.setattr(oracle, 'Epsilon', functools.partial(
+      oracle.Epsilon, mixes_matter=False))   # told they do not matter
   schedule = dict(delta=1e-5, rounds=20, clients_per_round=200,
                   total_clients=1000, dim=100, l2_clip=1.0)
   rep = calibration.calibration_report(
@@ -771,50 +496,21 @@ def test_an_answer_whose_skipped_mixes_matter_is_searched_again(monkeypatch):
   assert whole.epsilon == pytest.approx(rep.epsilon, rel=1e-9)
 
 
-def test_a_near_tie_at_the_scans_width_is_searched_to_rtol_before_a_rise(
-    monkeypatch):
-  """A grid point that can beat the incumbent (ε at the tying value meets
-  the target) but whose answer at the scan's width (1%) does not is
-  searched again to rtol; its better answer becomes the incumbent instead
-  of counting as a rise (RQM, 16 levels; the searches stubbed)."""
-  scan = calibration._Scan('rqm', 10.0, 0.1, None, 4, 2e-3, {},
-                           lambda mech: 9.95, 0.1, 100)
-  build = lambda q: mechanisms.RQM.for_coordinate_bound(
-      0.1, num_levels=16, delta_ratio=8.0, q=q)
-  tie, better = 0.30, 0.31
-  incumbent = build(tie).signal_utility(100, 0.1)
-  scan.best = (incumbent.error, build(0.2), {'q': 0.2}, 9.99, incumbent)
-  monkeypatch.setattr(calibration, '_least_private_to_beat',
-                      lambda *args, **kwargs: tie)
-  widths = []
-
-  def search(build_, spec, target, epsilon_of, bits, rtol, hint, hint_eps,
-             known=None):
-    widths.append(rtol)
-    return (tie, 9.946, 9.946) if len(widths) == 1 else (better, 9.99, 9.946)
-  monkeypatch.setattr(calibration, '_search_last', search)
-  assert scan.visit({'delta_ratio': 8.0}) is None
-  assert widths == [calibration.SCAN_RTOL, 2e-3]
-  assert scan.best[2]['q'] == better and scan.rising == 0
-
-
 # The served registry mechanisms at a small ℓ2-route setting (bits each needs
-# there), and the one refused there (BQ: every Rényi order is infinite on
-# the RDP route): a calibration must report exactly what
-# `Calibration.guarantee` (= training_guarantee at its orders and routes)
-# recomputes, and a refusal must stay a ValueError.
+# there): a calibration must report exactly what `Calibration.guarantee`
+# (= training_guarantee at its orders and routes) recomputes.
 ROUND_TRIP = dict(epsilon=10.0, delta=1e-5, rounds=2, clients_per_round=3,
                   total_clients=20, dim=64, l2_clip=1.0, coordinate_clip=3 / 8,
                   compare_gaussian=False)
 SERVED_BITS = {'rqm': 4, 'pbm': 4, 'quantized_gaussian': 4, 'ddgauss': 8,
-               'skellam': 8, 'qmgeo': 4, 'randomized_projection': 4}
-REFUSED_HERE = ('bq',)
+               'skellam': 8, 'qmgeo': 4, 'randomized_projection': 4,
+               'bq': 8}
 
 
 def test_round_trip_covers_the_registry():
   ours = {name for name, cls in mechanisms.registry().items()
           if cls.__module__.startswith('tff_quant.')}   # not tests' toys
-  assert set(SERVED_BITS) | set(REFUSED_HERE) == ours
+  assert set(SERVED_BITS) == ours
 
 
 @pytest.mark.parametrize('name', sorted(SERVED_BITS))
@@ -838,10 +534,6 @@ def test_reported_epsilon_is_the_guarantees(name):
       s.coordinate_clip, **cal.tunables).params() == cal.mechanism.params()
 
 
-@pytest.mark.parametrize('name', REFUSED_HERE)
-def test_refused_here_stay_refused_with_a_reason(name):
-  with pytest.raises(ValueError, match=name):
-    calibration.calibration_report(name, bits=8, **ROUND_TRIP)
 
 
 def test_guarantee_at_fewer_rounds_is_smaller_and_needs_a_setting():

@@ -130,8 +130,8 @@ def test_two_vertex_laws_are_bounded_by_the_end_mixes():
   """One PBM trial: affine on the whole range, so the ±c mixes bound any
   others (convexity); the 'any' curve equals the 'extremes' one."""
   mech = _mech('pbm', num_levels=2, theta=0.2)
-  assert others.two_vertices(vector._critical(mech), 1.0)
-  assert not others.two_vertices(vector._critical(_mech('rqm')), 1.0)
+  assert others.two_vertices(vector.mirrored_critical_inputs(mech), 1.0)
+  assert not others.two_vertices(vector.mirrored_critical_inputs(_mech('rqm')), 1.0)
   grid = vector.distance_grid(1.0, 8)
   any_ = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
   ext = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid,

@@ -488,10 +488,10 @@ def test_critical_inputs_are_mirrored_without_rounding_twins():
   """QMGeo's 256 levels mirrored: 256 critical inputs (not 512 whose halves
   differ by ~1e-16), symmetric, equally spaced."""
   mech = mechanisms.QMGeo(0.0121, 256, 2e-4, full_support=True)
-  crit = vector._critical(mech)
+  crit = vector.mirrored_critical_inputs(mech)
   assert crit.size == 256 and np.array_equal(crit, -crit[::-1])
   assert vector._on_lattice(crit)
-  assert not vector._on_lattice(vector._critical(mechanisms.RQM(1.0, 1.0, 16, 0.42)))
+  assert not vector._on_lattice(vector.mirrored_critical_inputs(mechanisms.RQM(1.0, 1.0, 16, 0.42)))
 
 
 def test_lattice_grid_keeps_every_target_on_a_critical_input():
@@ -562,7 +562,7 @@ def test_breakpoints_of_many_lattice_inputs_take_linear_memory(monkeypatch):
   16 bits has 52,430) the distances come from the lattice in O(K), and equal
   the pairwise ones; off a lattice it is a ValueError, not 20 GB."""
   mech = _mech('rqm', num_levels=64, delta_ratio=0.25)
-  crit = vector._critical(mech)
+  crit = vector.mirrored_critical_inputs(mech)
   pairwise = vector._breakpoints(crit, 1.0)
   monkeypatch.setattr(vector, '_PAIRWISE_INPUTS', 8)
   np.testing.assert_allclose(vector._breakpoints(crit, 1.0), pairwise,
@@ -716,7 +716,7 @@ def test_mixture_alone_skips_the_end_mixes_and_only_loosens():
   30 the mixes are the tighter, so the values rise."""
   mech = mechanisms.get('rqm').for_coordinate_bound(
       1.0, num_levels=16, delta_ratio=16.0, q=0.3)
-  assert others_lib.two_vertices(vector._critical(mech), 1.0)
+  assert others_lib.two_vertices(vector.mirrored_critical_inputs(mech), 1.0)
   grid = vector.distance_grid(1.0, 8)
   full = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
   with vector.mixture_alone() as skipped:

@@ -189,7 +189,7 @@ def _coordinate_route(mech, laws, dim, orders):
   """Every coordinate at the same pair of `PAIR_INPUTS` critical inputs (and
   ±c): (values [orders + 1], configurations)."""
   c = mech.input_bound
-  crit = vector._critical(mech)
+  crit = vector.mirrored_critical_inputs(mech)
   pick = np.unique(np.round(np.linspace(0, len(crit) - 1, PAIR_INPUTS))
                    ).astype(int)
   points = np.union1d(crit[pick], [-c, c])
@@ -251,7 +251,7 @@ def _l2_route(mech, laws, dim, t_star, orders, box):
 def others_inputs(mech, bound: float) -> List[float]:
   """Values for the others, each in every coordinate, |v| <= `bound`: the
   bound, the critical input next below it, and the one nearest 0."""
-  crit = vector._critical(mech)
+  crit = vector.mirrored_critical_inputs(mech)
   inside = crit[(crit < bound * (1 - 1e-12)) & (crit >= 0)]
   out = [bound]
   if inside.size:

@@ -465,12 +465,14 @@ class RoundAccountant:
   def from_round_rdp(cls, rdp: Dict[float, float], clients_per_round: int,
                      total_clients: int, delta: float, dim: int,
                      assumptions: str,
-                     orders: Sequence[int] = DEFAULT_ORDERS) -> 'RoundAccountant':
+                     orders: Sequence[int] = DEFAULT_ORDERS,
+                     conditioned=None) -> 'RoundAccountant':
     """An accountant for a mechanism outside the registry (TFF's own
     aggregators) from its per-round RDP {order: ε} (every integer order up to
     max(orders), and math.inf): subsampled (WBK19 Thm 9; docs/references.md)
     and composed as for the registry's; `assumptions` is reported with each
-    guarantee."""
+    guarantee. `conditioned` (a `base.ConditionedSum`): `rdp` is of that
+    conditioned sum, and ε is composed as for it (δ - T·d·η, + T·d·λ)."""
     _check_schedule(clients_per_round, total_clients, delta, dim)
     self = cls.__new__(cls)
     self.mech, self.n, self.population = None, clients_per_round, total_clients
@@ -478,7 +480,7 @@ class RoundAccountant:
     self.gamma = clients_per_round / total_clients
     self.l2_clip, self.l2_route, self.rdp = None, True, dict(rdp)
     self._assumptions, self._attained = assumptions, None
-    self.conditioned = None
+    self.conditioned = conditioned
     return self
 
   @property

@@ -63,9 +63,22 @@ def round_rdp_at_least(mech, orders: Sequence[int], clients_per_round: int,
   largest value, the target at pairs of critical inputs or splitting the ℓ2
   budget); by default in the box [-c, c]^d the accountant's bound covers
   (with (c, c - t) targets on the ℓ2 route), with `attainable` at inputs a
-  clipped update can have."""
+  clipped update can have. For a conditioned sum (BQ: the accountant's RDP
+  is the conditioned sum's, `composition.CONDITIONING_TAIL`), the
+  configuration's conditioned law, without the normalisation's share."""
+  conditioned = _conditioned(mech, clients_per_round)
+  if conditioned is not None:
+    mech, clients_per_round = conditioned.attained, 1
   return dict(attained.round_rdp(mech, orders, clients_per_round, dim,
                                  l2_clip, box=not attainable, search=False))
+
+
+def _conditioned(mech, clients_per_round: int):
+  """The conditioned sum the accountant composes for `mech`, or None (also
+  for a bad `clients_per_round`, which the configuration's check names)."""
+  if not isinstance(clients_per_round, int) or clients_per_round < 1:
+    return None
+  return mech.conditioned_sum(clients_per_round, composition.CONDITIONING_TAIL)
 
 
 def epsilon_at_least(mech, rounds: int, clients_per_round: int,
@@ -82,7 +95,10 @@ def epsilon_at_least(mech, rounds: int, clients_per_round: int,
   every = list(range(2, max(orders) + 1))   # WBK19 needs every j <= α
   rdp = round_rdp_at_least(mech, every, clients_per_round, dim, l2_clip,
                            attainable)
+  # A conditioned sum (BQ) is composed as the accountant composes it
+  # (δ - T·d·η, plus T·d·λ).
   accountant = composition.RoundAccountant.from_round_rdp(
       rdp, clients_per_round, total_clients, delta, dim,
-      'lower bound: one input configuration', orders)
+      'lower bound: one input configuration', orders,
+      _conditioned(mech, clients_per_round))
   return accountant.epsilon_rdp(rounds)[0]

@@ -194,10 +194,17 @@ def _mirrored(mech, xs: np.ndarray, rows: np.ndarray) -> bool:
   return np.array_equal(np.sort(-xs), xs) and _reversal_invariant(rows)
 
 
-def _critical(mech) -> np.ndarray:
+def mirrored_critical_inputs(mech) -> np.ndarray:
   """The mechanism's critical inputs in [-c, c], mirrored (extra breakpoints are
   harmless; symmetry halves the others' mixes), rounding twins (an input and
-  its mirror's mirror, ~1e-16 apart) merged within _TIE·2c: one target row each."""
+  its mirror's mirror, ~1e-16 apart) merged within _TIE·2c: one target row each.
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism` (its `critical_inputs`).
+
+  Returns:
+    The sorted inputs, symmetric about 0, ±c included where critical.
+  """
   c = mech.input_bound
   half = np.unique(np.abs(np.clip(mech.critical_inputs(), -c, c)))
   half = half[np.concatenate([[True], np.diff(half) > _TIE * 2 * c])]
@@ -214,7 +221,7 @@ def _breakpoints(crit: np.ndarray, c: float) -> np.ndarray:
 
   Over _PAIRWISE_INPUTS inputs (RQM at 16 bits: 52,430, whose K² distances
   would take 20 GB) the inputs must be a lattice with its two ends apart
-  (`_critical` of a levels grid and ±c): then the distances are the
+  (`mirrored_critical_inputs` of a levels grid and ±c): then the distances are the
   lattice's multiples and each end's distance to every input, in O(K);
   otherwise ValueError before anything is allocated."""
   if crit.size > _PAIRWISE_INPUTS:
@@ -247,14 +254,14 @@ def _on_lattice(crit: np.ndarray) -> bool:
   """The critical inputs are equally spaced (to _TIE): then b ± (a distance
   between two of them) is one of them or outside [-c, c], so a grid of those
   distances makes every target pair a pair of critical inputs (`l2_grid`)."""
-  gaps = np.diff(crit)   # `_critical`'s: sorted, rounding twins merged
+  gaps = np.diff(crit)   # `mirrored_critical_inputs`: sorted, rounding twins merged
   return bool(gaps.size and np.all(np.abs(gaps - gaps[0]) <= _TIE * gaps[0]))
 
 
 def target_pairs(mech, t_grid: np.ndarray, cells: int = DEFAULT_CELLS) -> TargetPairs:
   """The finite set of target pairs whose sup bounds f_α at every grid distance."""
   c = mech.input_bound
-  crit = _critical(mech)
+  crit = mirrored_critical_inputs(mech)
   if getattr(mech, 'piecewise_affine', False):
     k = len(crit)
     # Targets (b, b ± t) for every critical input b and grid distance t.
@@ -506,7 +513,7 @@ def _ends_are_vertices(mech, targets: TargetPairs) -> bool:
   (`_extreme_mixes`) are then the sup over any inputs of the others
   (`others.two_vertices`)."""
   return targets.method == 'vertices' and others_lib.two_vertices(
-      _critical(mech), mech.input_bound)
+      mirrored_critical_inputs(mech), mech.input_bound)
 
 
 def _extreme_mixes(mech, targets: TargetPairs, num_clients: int,
@@ -541,7 +548,7 @@ def common_part(mech) -> Tuple[float, np.ndarray]:
   (`others.common_part` of the critical inputs' laws, where each level's
   probability attains its minimum over the range)."""
   c = mech.input_bound
-  xs = np.union1d(_critical(mech), [-c, c])
+  xs = np.union1d(mirrored_critical_inputs(mech), [-c, c])
   part = others_lib.common_part(np.stack([mech.log_pmf(x) for x in xs]))
   return part.log_beta, part.log_r
 
@@ -836,7 +843,7 @@ def _search_operations(mech, num_clients: int, num_orders: int, t_points: int,
   `t_points`: the grid distances whose targets are not all critical inputs
   (`off_lattice`)."""
   levels = mech.num_levels
-  crit = _critical(mech).size
+  crit = mirrored_critical_inputs(mech).size
   if getattr(mech, 'piecewise_affine', False):
     basis, core, extra = crit, crit, 4 * crit * t_points
   else:
@@ -862,7 +869,7 @@ def off_lattice(mech, t_grid) -> int:
   breakpoints do not, so `l2_grid`'s lattice grid has none."""
   if not getattr(mech, 'piecewise_affine', False):
     return int(np.size(t_grid)) if np.ndim(t_grid) else int(t_grid)
-  crit = _critical(mech)
+  crit = mirrored_critical_inputs(mech)
   gaps = _breakpoints(crit, mech.input_bound)
   if np.ndim(t_grid) == 0:
     return 0 if _lattice_grid(mech, t_grid) is not None else int(t_grid)
@@ -1176,7 +1183,7 @@ def _vertex_breakpoints(one) -> Optional[np.ndarray]:
   (`target_pairs`), else None (envelopes or exact divergences: no chords)."""
   if not getattr(one, 'piecewise_affine', False) or one.has_exact_divergences:
     return None
-  return _breakpoints(_critical(one), one.input_bound)
+  return _breakpoints(mirrored_critical_inputs(one), one.input_bound)
 
 
 def _merged(t_grid: np.ndarray, gaps: Optional[np.ndarray], limit: int
@@ -1213,7 +1220,7 @@ def _lattice_grid(one, t_points: int) -> Optional[np.ndarray]:
   (`l2_grid`), else None."""
   gaps = _vertex_breakpoints(one)
   if (gaps is None or not t_points <= gaps.size <= LATTICE_POINTS
-      or not _on_lattice(_critical(one))):
+      or not _on_lattice(mirrored_critical_inputs(one))):
     return None
   grid = gaps.copy()
   grid[-1] = 2 * one.input_bound

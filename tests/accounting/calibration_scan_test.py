@@ -1,0 +1,97 @@
+"""calibration.scan: the grid scan, its steering and its incumbent."""
+
+import pytest
+
+from tff_quant import mechanisms
+from tff_quant.accounting import calibration
+from tff_quant.accounting.calibration import scan as scan_lib
+from tff_quant.accounting.calibration import search
+
+SCHEDULE = dict(delta=1e-5, rounds=20, clients_per_round=10, total_clients=1000)
+
+
+class _ConstantOracle:
+  """Every candidate's ε is `eps` (the searches are stubbed)."""
+
+  def __init__(self, eps):
+    self.eps = eps
+
+  def epsilon(self, mech, screen=True):
+    return calibration.EpsilonEstimate(self.eps)
+
+  def lower_bound(self, mech):
+    return None
+
+  def looseness(self):
+    return None
+
+
+def test_a_near_tie_at_the_scans_width_is_searched_to_rtol_before_a_rise(
+    monkeypatch):
+  """A grid point that can beat the incumbent (ε at the tying value meets
+  the target) but whose answer at the scan's width (1%) does not is
+  searched again to rtol; its better answer becomes the incumbent instead
+  of counting as a rise (RQM, 16 levels; the searches stubbed)."""
+  scan = scan_lib.Scan('rqm', 10.0, 0.1, None, 4, 2e-3, {},
+                       _ConstantOracle(9.95), 0.1, 100)
+  build = lambda q: mechanisms.RQM.for_coordinate_bound(
+      0.1, num_levels=16, delta_ratio=8.0, q=q)
+  tie, better = 0.30, 0.31
+  incumbent = build(tie).signal_utility(100, 0.1)
+  scan.best = scan_lib.Incumbent(incumbent.error, build(0.2), {'q': 0.2},
+                                 9.99, incumbent)
+  monkeypatch.setattr(search, 'least_private_to_beat',
+                      lambda *args, **kwargs: tie)
+  widths = []
+
+  def stub(build_, spec, target, epsilon_of, bits, rtol, hint, hint_eps,
+           known=None, limits=None):
+    widths.append(rtol)
+    return (search.SearchResult(tie, 9.946, 9.946) if len(widths) == 1
+            else search.SearchResult(better, 9.99, 9.946))
+  monkeypatch.setattr(search, 'search_last', stub)
+  assert scan.visit({'delta_ratio': 8.0}) is scan_lib.Steer.CONTINUE
+  assert widths == [calibration.SCAN_RTOL, 2e-3]
+  assert scan.best.params['q'] == better and scan.rising == 0
+
+
+def test_a_scan_toward_less_privacy_ends_at_the_first_point_that_misses(
+    monkeypatch):
+  # BQ's s (more private lower) is scanned upward: once the most private m
+  # misses the target at some s, every larger s misses too. At 12 bits there
+  # are ~2,000 values of s; the scan stops after the first.
+  visited = []
+  visit = scan_lib.Scan.visit
+  monkeypatch.setattr(scan_lib.Scan, 'visit',
+                      lambda self, point: visited.append(point) or visit(
+                          self, point))
+  with pytest.raises(ValueError, match='not reachable for bq within 12 bits'):
+    calibration.calibrate('bq', 0.05, **SCHEDULE, bits=12)
+  assert visited == [{'s': 1}]
+
+
+def test_the_grid_top_is_probed_first_and_points_ruled_out_are_out_of_reach(
+    monkeypatch):
+  """RQM's Δ (more private when higher): the top of the grid is calibrated
+  first, then the grid from the bottom, skipping the points the lower bound
+  at the most private q rules out (bisection); each skipped point,
+  calibrated alone, is indeed out of reach, and the report names them."""
+  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=40,
+                  total_clients=3400, dim=1000, l2_clip=1.0,
+                  coordinate_clip=3 / 1000**0.5)
+  visited = []
+  visit = scan_lib.Scan.visit
+  monkeypatch.setattr(scan_lib.Scan, 'visit', lambda self, g: (
+      visited.append(g.get('delta_ratio')), visit(self, g))[1])
+  report = calibration.calibration_report('rqm', 10.0, **schedule, bits=3,
+                                          compare_gaussian=False)
+  grid = mechanisms.RQM.tunable('delta_ratio').grid
+  assert visited[0] == max(grid) and visited[1:] == sorted(visited[1:])
+  skipped = [r for r in grid if r < visited[1]]
+  monkeypatch.setattr(scan_lib.Scan, 'visit', visit)
+  assert skipped, 'the bound rules out the smallest Δ here'
+  for ratio in skipped:
+    with pytest.raises(ValueError, match='not reachable'):
+      calibration.calibrate('rqm', 10.0, **schedule, bits=3, tune='q',
+                            delta_ratio=ratio)
+  assert report.epsilon <= 10.0

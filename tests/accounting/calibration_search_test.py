@@ -1,0 +1,219 @@
+"""calibration.search against fake oracles with a closed-form ε (no accountant),
+as dp_accounting's mechanism_calibration_test tests its search."""
+
+import math
+import types
+
+import pytest
+
+from tff_quant.accounting.calibration import interface
+from tff_quant.accounting.calibration import search
+from tff_quant.mechanisms import base
+
+RTOL = 2e-3
+# A scale parameter more private when higher (a noise multiplier), the
+# probability of RQM's q (more private when lower) and an integer one.
+SIGMA = base.Tunable('sigma', 1.0, low=0.0, low_open=True, more_private='higher')
+Q = base.Tunable('q', 0.5, low=0.0, high=1.0, low_open=True, high_open=True,
+                 more_private='lower')
+LEVELS = base.Tunable('m', 4, low=1, high=10**6, kind=int,
+                      more_private='higher')
+
+
+class FakeOracle:
+  """ε(value) in closed form; with `looseness`, a cheap lower bound
+  ε/looseness (which answers a screened evaluation where it exceeds
+  `target`); the exact evaluations' values in `exact_at`."""
+
+  def __init__(self, eps, looseness=None, target=None):
+    self.eps, self.ratio, self.target = eps, looseness, target
+    self.exact_at = []
+
+  def epsilon(self, value, screen=True):
+    low = self.lower_bound(value)
+    if screen and self.target is not None and low is not None and (
+        low > self.target):
+      return interface.EpsilonEstimate(low, lower_bound=True)
+    self.exact_at.append(value)
+    return interface.EpsilonEstimate(self.eps(value))
+
+  def lower_bound(self, value):
+    return None if self.ratio is None else self.eps(value) / self.ratio
+
+  def looseness(self):
+    return None
+
+
+def _identity(value):
+  return value
+
+
+def _within(eps, target=10.0, rtol=RTOL):
+  return target * (1 - rtol) <= eps <= target
+
+
+@pytest.mark.parametrize('a', [0.3, 7.0, 2e3])
+def test_a_over_sigma_is_solved_to_rtol(a):
+  """ε(σ) = a/σ (a Gaussian's shape): σ* = a/target, searched on log σ."""
+  fake = FakeOracle(lambda s: a / s)
+  found = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL)
+  assert _within(found.epsilon)
+  assert found.value == pytest.approx(a / 10.0, rel=RTOL)
+  assert found.value >= a / 10.0   # safe: at least as much noise
+  assert found.least <= found.epsilon and found.bounded is None
+  assert len(fake.exact_at) <= 25
+
+
+def test_a_plateau_then_a_steep_rise_is_solved():
+  """ε flat at 5 up to q = 0.5, then 5 + 100 (q - 0.5): the root 0.55."""
+  eps = lambda q: 5.0 + 100.0 * max(q - 0.5, 0.0)
+  found = search.search_last(_identity, Q, 10.0, FakeOracle(eps), None, RTOL)
+  assert _within(found.epsilon)
+  assert found.value == pytest.approx(0.55, rel=RTOL)
+
+
+def test_a_target_no_value_meets_names_the_most_private_epsilon():
+  fake = FakeOracle(lambda q: 20.0 + q)
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL)
+  assert found.value is None
+  assert found.epsilon == found.least == pytest.approx(20.0, abs=1e-3)
+  assert found.bounded is None   # computed, not bounded
+
+
+def test_a_lower_bound_over_the_target_answers_and_is_reported():
+  """The screen's bound already misses at the most private end: the answer
+  names the candidate whose ε is only bounded, and no exact ε is taken."""
+  fake = FakeOracle(lambda q: 50.0 + q, looseness=1.5, target=10.0)
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL)
+  assert found.value is None and found.bounded == pytest.approx(1e-4)
+  assert found.epsilon == pytest.approx(50.0 / 1.5, rel=1e-3)
+  assert fake.exact_at == []
+
+
+def test_a_target_every_value_meets_returns_the_least_private_end():
+  found = search.search_last(_identity, Q, 10.0, FakeOracle(lambda q: q),
+                             None, RTOL)
+  assert found.value == interface.Axis.of(Q).unsafe and found.epsilon < 1
+
+
+@pytest.mark.parametrize('target, expected', [(3.0, 34), (100.0, 1),
+                                              (0.5, 200)])
+def test_an_integer_is_bisected_within_the_bits(target, expected):
+  """ε(m) = 100/m, m within 8 bits (m <= 255): the least m meeting it."""
+  build = lambda m: types.SimpleNamespace(
+      m=m, bits_per_coordinate=math.ceil(math.log2(m + 1)))
+  fake = FakeOracle(lambda c: 100.0 / c.m)
+  found = search.search_last(build, LEVELS, target, fake, 8, RTOL)
+  assert found.value == expected and found.epsilon <= target
+  assert len(fake.exact_at) <= 2 + math.ceil(math.log2(255))
+  assert search.largest_int_within_bits(build, LEVELS, 8) == 255
+  missing = search.search_last(build, LEVELS, 0.1, fake, 8, RTOL)
+  assert missing.value is None and missing.epsilon == 100.0 / 255
+
+
+def test_no_integer_within_the_bits_is_nan():
+  build = lambda m: types.SimpleNamespace(m=m, bits_per_coordinate=64)
+  found = search.search_last(build, LEVELS, 3.0, FakeOracle(lambda c: 1.0),
+                             8, RTOL)
+  assert found.value is None and math.isnan(found.least)
+
+
+def test_a_non_monotone_epsilon_still_returns_a_value_meeting_the_target():
+  """ε(q) oscillating: the search makes no claim of the boundary, but what
+  it returns was evaluated and meets the target."""
+  eps = lambda q: 12.0 * q + 3.0 * math.sin(40.0 * q) + 5.0
+  fake = FakeOracle(eps)
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL)
+  assert found.value in fake.exact_at and eps(found.value) <= 10.0
+
+
+def test_an_error_that_falls_along_the_privacy_direction_is_not_pruned_on():
+  with pytest.raises(search.NotMonotone):
+    search.least_private_to_beat(_identity, Q, 0.5,
+                                 lambda q: math.sin(10.0 * q))
+
+
+def test_the_least_private_value_to_beat_an_error():
+  """error(q) = 1 - q (rising toward the more private low q): q > 0.7 beats
+  0.3; none beats 0; every value beats 2."""
+  error = lambda q: 1.0 - q
+  at = search.least_private_to_beat(_identity, Q, 0.3, error)
+  assert at == pytest.approx(0.7, abs=1e-9) and at <= 0.7
+  assert search.least_private_to_beat(_identity, Q, 0.0, error) is None
+  assert search.least_private_to_beat(_identity, Q, 2.0, error) == (
+      interface.Axis.of(Q).safe)
+
+
+def test_a_search_narrowed_from_just_below_the_target_interpolates():
+  """A grid point's answer at the scan's width (ε 9.946) searched again to
+  rtol = 2e-3 (ε(q) near linear, as RQM's at Δ = 512c, n = 1,000): Brent
+  on log ε lands in [9.98, 10] within 3 exact evaluations. Its floor just
+  below 9.946 made the transform a log near 0 and Brent bisected (6)."""
+  eps = lambda q: 9.946 + 85.0 * (q - 0.0993)
+  fake = FakeOracle(eps, 1.15)
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL, 0.0993,
+                             eps(0.0993), {0.0993: eps(0.0993)})
+  assert _within(found.epsilon)
+  assert len(fake.exact_at) <= 3
+
+
+def test_the_most_private_end_is_not_evaluated_when_the_bound_defers_it():
+  """ε(q) = 50 q^1.2 and a bound 1.15x looser: the search never evaluates
+  the most private end exactly (the slowest law but one) and stops inside
+  [target (1 - rtol), target]."""
+  fake = FakeOracle(lambda q: 50.0 * q**1.2, 1.15)
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL)
+  assert min(fake.exact_at) > 0.01   # the safe end is 1e-4
+  assert _within(found.epsilon)
+  assert found.value == pytest.approx((10.0 / 50.0)**(1 / 1.2), rel=RTOL)
+  assert len(fake.exact_at) <= 3
+
+
+def test_a_most_private_end_close_to_the_target_is_evaluated_first():
+  """The bound at the safe end (9.4) is within SAFE_END_FIRST of the target
+  but the exact ε (17) misses it: one exact evaluation ends the search."""
+  fake = FakeOracle(lambda q: 17.0 + 50.0 * q**1.2, 1.8)
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL)
+  assert found.value is None and found.epsilon == found.least > 10.0
+  assert len(fake.exact_at) == 1
+  assert fake.exact_at[0] == pytest.approx(1e-4, rel=1e-3)
+  # Told to trust a bound within 1.8x of the target, it defers the end.
+  deferred = FakeOracle(fake.eps, 1.8)
+  found = search.search_last(
+      _identity, Q, 10.0, deferred, None, RTOL,
+      limits=interface.SearchLimits(safe_end_first=1.01))
+  assert found.value is None and deferred.exact_at[0] > 1e-3
+
+
+def test_known_evaluations_that_bracket_the_target_start_the_root_search():
+  """`known` bracketing the root q* = 0.2616 of ε(q) = 50 q^1.2: no
+  stepping, every evaluation inside the bracket, and the evaluations added
+  to it."""
+  eps = lambda q: 50.0 * q**1.2
+  fake = FakeOracle(eps, 1.15)
+  known = {0.25: eps(0.25), 0.27: eps(0.27), 0.01: eps(0.01)}
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL, 0.25,
+                             eps(0.25), known)
+  assert _within(found.epsilon)
+  assert len(fake.exact_at) <= 2 and all(0.25 < q < 0.27 for q in fake.exact_at)
+  assert set(fake.exact_at) <= set(known)
+
+
+def test_the_axis_is_geometric_for_a_scale_and_exact_at_its_ends():
+  sigma, q = interface.Axis.of(SIGMA), interface.Axis.of(Q)
+  assert sigma.geometric and (sigma.safe, sigma.unsafe) == (1e6, 1e-6)
+  assert sigma.value(sigma.x(sigma.safe)) == sigma.safe
+  assert q.geometric and q.safe == 1e-4 and q.unsafe == 1.0 - 1e-4
+  assert q.value(100.0) == q.hi   # clamped
+  linear = interface.Axis.of(base.Tunable('t', 0.25, low=0.0, high=0.5,
+                                          more_private='lower'))
+  assert not linear.geometric and linear.value(0.3) == 0.3
+
+
+def test_an_integer_valued_epsilon_stops_on_the_first_step_at_the_target():
+  """ε(q) = ⌈20 q⌉ (plateaus): every q in (0.45, 0.5] has ε = 10, within
+  rtol below the target, so the search may stop at any of them; none past
+  0.5 is returned."""
+  fake = FakeOracle(lambda q: float(math.ceil(20.0 * q)))
+  found = search.search_last(_identity, Q, 10.0, fake, None, RTOL)
+  assert found.epsilon == 10.0 and 0.45 < found.value <= 0.5

@@ -1,0 +1,276 @@
+"""The one place that decides a calibration candidate's ε.
+
+`Epsilon` implements `interface.Oracle` over the accountant
+(`composition.training_guarantee`, RDP route: Rényi orders composed and
+converted, Mironov 2017; subsampled by WBK19, Thm 9) and its cheap lower
+bound (`lower_bound.epsilon_at_least`); with bound='attained', over the
+per-round divergences named inputs attain (`RoundAccountant.epsilon_attained`).
+"""
+
+import dataclasses
+import math
+from typing import Dict, Optional, Tuple
+
+from tff_quant.accounting import attained as attained_lib
+from tff_quant.accounting import composition
+from tff_quant.accounting import divergence
+from tff_quant.accounting import lower_bound
+from tff_quant.accounting import vector
+from tff_quant.accounting.calibration import interface
+from tff_quant.mechanisms import modular
+
+FAST_ORDERS = tuple(range(2, 33)) + (48, 64)   # orders calibration evaluates
+#: What `bound` may name: the ε that must meet the target (package docstring).
+BOUNDS = ('proved', 'attained')
+#: A bound='attained' calibration's `assumptions`.
+ATTAINED_NOTE = (
+    'NOT a privacy guarantee: calibrated on the attained ε (bound=\'attained\': '
+    'the same route\'s ε from the divergences that named inputs attain), the '
+    'optimistic end of what a perfect bound over the other clients\' inputs '
+    'could allow; the proved ε of this mechanism may exceed the target.')
+
+
+class AttainedUnavailable(ValueError):
+  """bound='attained' asked of a mechanism whose attained ε cannot be computed
+  (the attained search does not apply: its others' law costs over
+  `attained.MAX_OPERATIONS`): the optimistic end is unknown there."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluated:
+  """How a candidate's ε was computed.
+
+  Attributes:
+    assumptions: its guarantee's text (`Guarantee.assumptions`), or
+      `ATTAINED_NOTE`.
+    orders: the Rényi orders its ε came from.
+  """
+  assumptions: str
+  orders: Tuple[int, ...]
+
+
+class Epsilon:
+  """ε of the run for a candidate mechanism; inf where its exact law is out of
+  reach (never chosen). Implements `interface.Oracle`.
+
+  After an evaluation, the next uses the orders up to max(8, 2α* + 2), α* the
+  order that attained the last ε. The ε of fewer orders is an upper bound, so
+  the cap never overstates privacy; along a search α* moves slowly, and the
+  cap saves the power sums of orders that cannot attain the minimum (RQM at
+  256 levels: 16 ladder rungs -> 7 at α* = 3). When α* is the largest order
+  allowed, the minimum may lie above the cap: that candidate is evaluated
+  again over every order (without this, a jump from a low-noise candidate
+  overstated the next one's ε, 0.79 instead of 0.42 for the Gaussian).
+
+  With a `target`, a candidate whose accountant costs >= 10x the bound
+  (`lower_bound.worthwhile`) is first bounded below from one input
+  configuration: when that already exceeds the target, the bound answers
+  (`EpsilonEstimate.lower_bound`), so a search sees the same side of the
+  target either way (RQM 8 bits, n = 100: its most private ends at Δ <= 8c,
+  9-20 s each, are certified in ~0.1 s). Not with the PLD route (the bound
+  is the RDP route's) nor bound='attained'.
+
+  On the ℓ2 route the accountant bounds each target pair by the smaller of
+  the mixture bound and the ±c mixes (`vector`). At the first candidate
+  they apply to, ε is computed with and without them; where they lower it
+  (RQM 16 levels, n = 30: 14%) every candidate keeps them (`mixes_matter`),
+  else every later one skips them (`vector.mixture_alone`: RQM 8 bits, n =
+  1,000: the same ε, 11 s -> 4 s an evaluation): a proved ε, at or above
+  the whole accountant's. The answer is evaluated by the whole accountant
+  (`full`).
+
+  With bound='attained' a candidate's ε is its attained ε at the same
+  orders, capped the same way; a candidate without one raises
+  `AttainedUnavailable`.
+
+  Args:
+    schedule: training_guarantee's keyword arguments but the mechanism and
+      orders (rounds, clients_per_round, total_clients, delta, dim, use_pld,
+      l2_clip, others).
+    target: the ε to meet (None: no screening).
+    bound: 'proved' or 'attained' (`BOUNDS`).
+    mixes_matter: whether the ±c mixes lower ε (None: measured at the
+      first candidate they apply to).
+  """
+
+  def __init__(self, schedule, target=None, bound='proved', mixes_matter=None):
+    self.schedule, self.orders = dict(schedule), FAST_ORDERS
+    self.bound = bound
+    self.target = (None if schedule.get('use_pld') or bound == 'attained'
+                   else target)
+    # repr(mechanism) -> (its RoundAccountant, the order of its attained ε):
+    # bound='attained' only (the report names the inputs from it).
+    self.accountants = {}
+    self.unresolved = ''   # why the last out-of-reach law was (for the error)
+    self.seen: Dict[str, Evaluated] = {}   # repr(mechanism) -> how
+    self.mixes_matter = mixes_matter
+    self.partial = set()   # repr(mechanism) of evaluations without the mixes
+    self._floors = {}      # repr(mechanism) -> its cheap bound (or None)
+    self._looseness = None   # ε / bound at the last exact evaluation
+    self._bound_schedule = {k: v for k, v in self.schedule.items()
+                            if k not in ('use_pld', 'others')}
+
+  def epsilon(self, mech, screen: bool = True) -> interface.EpsilonEstimate:
+    """`mech`'s ε, or with `screen` its lower bound where that exceeds the
+    target (`interface.Oracle.epsilon`).
+
+    Args:
+      mech: the candidate mechanism.
+      screen: whether the cheap lower bound may answer.
+
+    Returns:
+      An `interface.EpsilonEstimate`.
+
+    Raises:
+      AttainedUnavailable: bound='attained' and `mech` has no attained ε.
+      vector.CostError: the accountant's search is over its cost limit.
+    """
+    if not screen:
+      return interface.EpsilonEstimate(self.exact(mech))
+    low = self.lower_bound(mech)
+    if low is not None and low > self.target:
+      return interface.EpsilonEstimate(low, lower_bound=True)
+    eps = self.exact(mech)
+    if low is not None and 0 < low and math.isfinite(eps):
+      self._looseness = eps / low
+    return interface.EpsilonEstimate(eps)
+
+  def looseness(self) -> Optional[float]:
+    """ε / bound at the last exact evaluation that had both.
+
+    Returns:
+      The ratio, or None before any such evaluation.
+    """
+    return self._looseness
+
+  def lower_bound(self, mech) -> Optional[float]:
+    """The cheap lower bound on `mech`'s ε (class docstring).
+
+    Args:
+      mech: the candidate mechanism.
+
+    Returns:
+      `lower_bound.epsilon_at_least`'s bound (cached), or None where the
+      screening does not apply (no target, or not worth its cost).
+    """
+    key = repr(mech)
+    if key not in self._floors:
+      self._floors[key] = (
+          None if self.target is None or not lower_bound.worthwhile(
+              mech, self.schedule['clients_per_round'], len(self.orders))
+          else lower_bound.epsilon_at_least(mech, orders=FAST_ORDERS,
+                                            **self._bound_schedule))
+    return self._floors[key]
+
+  def exact(self, mech) -> float:
+    """The accountant's ε (no screening); with bound='attained', the
+    attained ε.
+
+    Args:
+      mech: the candidate mechanism.
+
+    Returns:
+      Its ε at the capped orders (inf where its exact law is out of reach;
+      why in `unresolved`).
+
+    Raises:
+      AttainedUnavailable: bound='attained' and `mech` has no attained ε.
+      vector.CostError: the accountant's search is over its cost limit.
+    """
+    if self.bound == 'attained':
+      return self._attained(mech)
+    try:
+      g = self._guarantee(mech)
+      if self.orders != FAST_ORDERS and not g.rdp_order < max(self.orders):
+        self.orders = FAST_ORDERS
+        g = self._guarantee(mech)
+    except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
+      self.unresolved = str(err)
+      return math.inf
+    self.seen[repr(mech)] = Evaluated(g.assumptions, tuple(self.orders))
+    self._cap(g.rdp_order)
+    return g.epsilon
+
+  def _guarantee(self, mech):
+    """The proved guarantee at the current orders, of the mixture bound
+    alone where the ±c mixes do not lower ε (class docstring)."""
+    run = lambda: self._proved(mech, self.orders)
+    if self.mixes_matter:
+      return run()
+    with vector.mixture_alone() as skipped:
+      g = run()
+    if skipped and self.mixes_matter is None and math.isfinite(g.epsilon):
+      full = run()   # the first candidate they apply to
+      self.mixes_matter = full.epsilon < g.epsilon * (1 - 1e-9)
+      return full
+    if skipped:
+      self.partial.add(repr(mech))
+    return g
+
+  def _proved(self, mech, orders):
+    return composition.training_guarantee(mech, orders=orders, attained=False,
+                                          **self.schedule)
+
+  def full(self, mech) -> Optional[float]:
+    """The whole accountant's ε for `mech` at the orders its search used.
+
+    Args:
+      mech: an evaluated candidate.
+
+    Returns:
+      That ε where its evaluation skipped the ±c mixes (the answer's ε),
+      else None.
+    """
+    key = repr(mech)
+    if key not in self.partial:
+      return None
+    orders = self.seen[key].orders
+    g = self._proved(mech, orders)
+    self.seen[key] = Evaluated(g.assumptions, orders)
+    self.partial.discard(key)
+    return g.epsilon
+
+  def _cap(self, order):
+    """The orders of the next evaluation, from the order `order` that
+    attained the last ε (class docstring)."""
+    if math.isfinite(order) and order < max(self.orders):
+      cap = max(8, 2 * order + 2)
+      self.orders = tuple(a for a in FAST_ORDERS if a <= cap)
+    else:
+      self.orders = FAST_ORDERS
+
+  def _attained(self, mech) -> float:
+    """The attained ε of `mech` (bound='attained'; class docstring)."""
+    s = self.schedule
+
+    def run():
+      acc = composition.RoundAccountant(
+          mech, s['clients_per_round'], s['total_clients'], s['delta'],
+          s['dim'], self.orders, s['l2_clip'], s['others'])
+      return (acc,) + acc.epsilon_attained(s['rounds'])
+
+    try:
+      acc, eps, order = run()
+      if eps is not None and (self.orders != FAST_ORDERS and
+                              not order < max(self.orders)):
+        self.orders = FAST_ORDERS
+        acc, eps, order = run()
+    except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
+      self.unresolved = str(err)
+      return math.inf
+    if eps is None:
+      raise self._unavailable(mech)
+    self.seen[repr(mech)] = Evaluated(ATTAINED_NOTE, tuple(self.orders))
+    self.accountants[repr(mech)] = (acc, order)
+    self._cap(order)
+    return eps
+
+  def _unavailable(self, mech) -> AttainedUnavailable:
+    n = self.schedule['clients_per_round']
+    ops = attained_lib.operations(mech, n)
+    return AttainedUnavailable(
+        f'bound=\'attained\': no attained ε for {mech}: the attained search '
+        f'does not apply (the others\' law of {n - 1} '
+        f'clients at {mech.num_levels} levels costs {ops:.2g} multiply-adds '
+        f'> attained.MAX_OPERATIONS={attained_lib.MAX_OPERATIONS:.2g}), so the '
+        'optimistic end is unknown here.')

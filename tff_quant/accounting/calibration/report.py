@@ -1,0 +1,496 @@
+"""The answer of a calibration: `calibrate`, `calibration_report`, `Calibration`.
+
+`calibration_report` validates its arguments, runs the grid scan
+(`scan.Scan`) against the ε oracle (`oracle.Epsilon`), and returns the
+winner with its ε, errors, the ε its named inputs attain, and the
+continuous Gaussian calibrated to the same target. A modular sum refused
+for its modulus is calibrated again at more bits (`_fewest_bits`), so the
+error names the fewest that carry the signal.
+"""
+
+import dataclasses
+import math
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+
+from tff_quant import mechanisms
+from tff_quant.accounting import composition
+from tff_quant.accounting import vector
+from tff_quant.accounting.calibration import interface
+from tff_quant.accounting.calibration import oracle
+from tff_quant.accounting.calibration import refusals
+from tff_quant.accounting.calibration import scan as scan_lib
+from tff_quant.accounting.calibration.oracle import FAST_ORDERS
+from tff_quant.common import validation
+
+_RTOL = 2e-3              # the root search stops at this relative width
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  """The limits a calibration runs under (passed in, never patched).
+
+  Attributes:
+    search: the root search's `interface.SearchLimits`.
+    progress_after: seconds a calibration runs before `progress` is called.
+    max_modular_bits: the widest modulus tried (TFF's
+      DistributedDpSumFactory allows bits <= 22).
+    confirm_support: `_fewest_bits` confirms a bit width by calibrating
+      there only while the exact law of the clients' noise sum has at most
+      this many points (n·2^bits; n = 100 at 11 bits: 2e5, ~10 s for the
+      whole confirmation; n = 1,000 at 11 bits ran over 20 minutes).
+  """
+  search: interface.SearchLimits = interface.SearchLimits()
+  progress_after: float = scan_lib.PROGRESS_AFTER
+  max_modular_bits: int = 22
+  confirm_support: int = 2**20
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibratedSetting:
+  """Every assumption a calibration's ε rests on: what a factory must match.
+
+  The accountant's ε is a function of the mechanism (name, tunables and the
+  coordinate clip c∞), the ℓ2 clip S, the coordinates d each client sends, the
+  schedule (rounds, n of N clients a round, δ) and how it was computed
+  (Rényi orders, PLD, the others' inputs). A factory built with
+  `calibrated_for=setting` (`aggregators.mechanism_factory`) runs exactly
+  this mechanism and refuses a setting that would change its ε
+  (docs/privacy.md, "From calibration to run").
+
+  Args:
+    mechanism: the registry name.
+    tunables: the mechanism's tunables, as sorted (name, value) pairs.
+    coordinate_clip: c∞, the per-coordinate range the mechanism was built for.
+    l2_clip: S, the ℓ2 clip of a client's update (None: the coordinate route,
+      each coordinate moving end to end).
+    dim: d, the coordinates each client sends (after any padding).
+    rounds, clients_per_round, total_clients, delta: the schedule and δ.
+    target_epsilon: the ε asked for.
+    epsilon: the ε calibration reported (<= target_epsilon when bound is
+      'proved').
+    orders: the Rényi orders `epsilon` was computed from.
+    use_pld: whether the PLD route was used too.
+    others: the other clients' inputs covered ('any' or 'extremes').
+    bound: 'proved' (a guarantee) or 'attained' (not a guarantee).
+  """
+  mechanism: str
+  tunables: Tuple[Tuple[str, object], ...]
+  coordinate_clip: float
+  l2_clip: Optional[float]
+  dim: int
+  rounds: int
+  clients_per_round: int
+  total_clients: int
+  delta: float
+  target_epsilon: float
+  epsilon: float
+  orders: Tuple[int, ...]
+  use_pld: bool
+  others: str
+  bound: str
+
+  def params(self) -> Dict[str, object]:
+    """The mechanism's tunables as a dict."""
+    return dict(self.tunables)
+
+  def describe(self) -> str:
+    """One line: the mechanism, c∞, S, d and the schedule it was calibrated for."""
+    l2 = 'none (coordinate route)' if self.l2_clip is None else f'{self.l2_clip:g}'
+    return (f'{self.mechanism} {self.params()} at c∞ = {self.coordinate_clip:.6g}, '
+            f'ℓ2 clip {l2}, d = {self.dim}, {self.rounds} rounds of '
+            f'{self.clients_per_round} of {self.total_clients} clients, '
+            f'δ = {self.delta:.3g}: ε = {self.epsilon:.6g} ({self.bound}) for a '
+            f'target of {self.target_epsilon:g}')
+
+
+#: The key of `Calibration.params` that carries its `CalibratedSetting`.
+CALIBRATED_FOR = 'calibrated_for'
+
+
+@dataclasses.dataclass
+class Calibration:
+  """A calibrated mechanism and what it costs in accuracy next to the Gaussian.
+
+  Args:
+    mechanism: the registry mechanism meeting the target and carrying the
+      signal with the smallest debiased error among the candidates searched.
+    params: the keyword arguments of the mechanism's factory that rebuild it
+      and nothing else: its tunables plus `calibrated_for` (the
+      `CalibratedSetting`), so `aggregators.rqm_factory(clip, **cal.params)`
+      runs this mechanism or refuses (`aggregators.mechanism_factory`).
+      `tunables` holds the tunables alone.
+    epsilon: its whole-run ε (RDP route) at `delta`; <= target_epsilon. With
+      bound='attained', its attained ε: NOT a guarantee (`bound`).
+    target_epsilon, delta: the target.
+    mse: plain worst-case mean squared error per coordinate of the decoded
+      mean of clients_per_round clients sharing any input in the range.
+    gaussian: the continuous Gaussian calibrated to the same target and
+      schedule (None when not asked for); gaussian_mse its MSE, which is
+      also its debiased error (slope 1).
+    ratio_to_gaussian: debiased_error / gaussian_mse.
+    candidates: grid points searched.
+    refused: grid points not evaluated because one evaluation's estimated cost
+      exceeds `vector.MAX_OPERATIONS` (the optimum may lie among them).
+    pruned: grid points skipped after one ε evaluation: at the least private
+      value whose error beats the incumbent's, ε already missed the target.
+    assumptions: the chosen mechanism's guarantee text (`Guarantee.assumptions`).
+    epsilon_attained: the lower end of ε ∈ [attained, proved]: the same
+      route's ε from the divergences named inputs attain (`accounting.attained`).
+      Not a lower bound on the true ε (WBK19 and the RDP conversion are
+      upper bounds both share). None with the PLD route.
+    attained_inputs: the inputs attaining it (at the order of its ε).
+    orders: the Rényi orders `epsilon` was computed from: an accountant given
+      these reproduces it (with all orders it may go over
+      `vector.MAX_OPERATIONS` and fall back to a looser sub-sum).
+    debiased_error: what calibration minimises: the worst Var/slope² per
+      coordinate of the decoded mean of n clients sharing an input |x| <=
+      signal_bound (`Mechanism.signal_utility(n, a).error`).
+    slope: the least slope d E[decoded mean]/dx over that range (1: unbiased).
+    signal_bound: a: ℓ2 clip/√d on the ℓ2 route, else the coordinate clip.
+    mse_ratio_to_gaussian: mse / gaussian_mse.
+    unusable: grid points that met the target but were refused for not
+      carrying the signal (each with `why`).
+    bound: which ε met the target: 'proved' or 'attained' (NOT a guarantee;
+      `epsilon` and `epsilon_attained` are then both the attained ε, and
+      `assumptions` is `ATTAINED_NOTE`).
+    setting: every assumption `epsilon` rests on (`CalibratedSetting`); None
+      only for a Calibration built by hand.
+  """
+  mechanism: object
+  params: Dict[str, object]
+  epsilon: float
+  target_epsilon: float
+  delta: float
+  mse: float
+  gaussian: Optional[object] = None
+  gaussian_mse: Optional[float] = None
+  ratio_to_gaussian: Optional[float] = None
+  candidates: int = 0
+  refused: Sequence[Dict[str, object]] = ()
+  pruned: int = 0
+  assumptions: str = ''
+  epsilon_attained: Optional[float] = None
+  attained_inputs: str = ''
+  orders: Sequence[int] = FAST_ORDERS
+  debiased_error: float = math.nan
+  slope: float = math.nan
+  signal_bound: float = math.nan
+  mse_ratio_to_gaussian: Optional[float] = None
+  unusable: Sequence[Dict[str, object]] = ()
+  bound: str = 'proved'
+  setting: Optional[CalibratedSetting] = None
+
+  @property
+  def tunables(self) -> Dict[str, object]:
+    """The mechanism's tunables (`params` without `calibrated_for`)."""
+    return {k: v for k, v in self.params.items() if k != CALIBRATED_FOR}
+
+  def guarantee(self, rounds: Optional[int] = None,
+                attained: bool = True) -> composition.Guarantee:
+    """The run's guarantee, computed as calibration computed `epsilon`.
+
+    The same accountant (`training_guarantee`) at the same Rényi orders,
+    routes (PLD only if calibration used it), ℓ2 clip, d, schedule and
+    others' inputs: at the calibrated rounds its `epsilon` equals this
+    calibration's (bound='proved').
+
+    Args:
+      rounds: rounds run so far (default: the calibrated number).
+      attained: also the lower end ε_attained.
+
+    Returns:
+      The `composition.Guarantee`.
+
+    Raises:
+      ValueError: a Calibration without a `setting`, or rounds < 1.
+    """
+    s = self.setting
+    if s is None:
+      raise ValueError('This Calibration has no `setting` (not made by '
+                       '`calibration_report`): call training_guarantee.')
+    return composition.training_guarantee(
+        self.mechanism, s.rounds if rounds is None else rounds,
+        s.clients_per_round, s.total_clients, s.delta, s.dim,
+        orders=s.orders, use_pld=s.use_pld, l2_clip=s.l2_clip,
+        others=s.others, attained=attained)
+
+
+def mechanism_for_bits(mechanism: str, clip: float, bits: Optional[int],
+                       **params):
+  """The registry mechanism at its default parameters, the starting point
+  calibration searches from.
+
+  Args:
+    mechanism: the registry name.
+    clip: c∞.
+    bits: bits per coordinate (num_levels = 2^bits unless given; None: the
+      defaults).
+    **params: parameters given.
+
+  Returns:
+    The mechanism.
+  """
+  cls = mechanisms.get(mechanism)
+  return cls.for_coordinate_bound(
+      clip, **cls.complete_params(scan_lib.levels_from_bits(cls, params, (),
+                                                            bits)))
+
+
+def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
+              clients_per_round: int, total_clients: int, dim: int = 1,
+              clip: Optional[float] = None,
+              tune: Union[None, str, Sequence[str]] = None,
+              bits: Optional[int] = None, use_pld: bool = False,
+              rtol: float = _RTOL, l2_clip: Optional[float] = None,
+              coordinate_clip: Optional[float] = None, others: str = 'any',
+              bound: str = 'proved',
+              progress: Optional[Callable[[str], None]] = None,
+              limits: Limits = Limits(), **params):
+  """The mechanism `mechanism` calibrated to (ε, δ) for a training run.
+
+  Among the candidates meeting the target that carry the signal, the one
+  with the smallest debiased error (package docstring; the search: `scan.py`).
+
+  Args:
+    mechanism: a name in `tff_quant.mechanisms.registry(include_central=True)`.
+    epsilon: target ε of the whole run, > 0.
+    delta: target δ in (0, 1).
+    rounds: training rounds.
+    clients_per_round: clients sampled (without replacement) per round.
+    total_clients: population size.
+    dim: coordinates each client sends (the accountant's d).
+    clip: the coordinate bound c∞ (alias of `coordinate_clip`; default 1, or
+      l2_clip/√dim when `l2_clip` is given).
+    tune: the parameter(s) to search; default the class's `CALIBRATED`. The
+      last is searched along its `more_private` direction; earlier ones are
+      scanned over their `grid` (or the integers within `bits`).
+    bits: bits per coordinate: 2^bits levels (unless `num_levels` is given),
+      and scanned integers stay within.
+    use_pld: also use the PLD route (slower, tighter).
+    rtol: relative width at which the root search stops (the grid is scanned
+      at `scan.SCAN_RTOL` where wider, the winner searched again to rtol).
+    l2_clip: the ℓ2 bound of each update (the ℓ2 route, `vector_rdp`).
+    coordinate_clip: c∞ (see `clip`).
+    others: 'any' (proved) or 'extremes' (±c); `RoundAccountant`.
+    bound: 'proved' (default; a guarantee) or 'attained' (the optimistic
+      end, NOT a privacy guarantee; package docstring). RDP route only.
+    progress: None, or a callable given a line per grid point once the
+      calibration has run `limits.progress_after` seconds.
+    limits: the `Limits` it runs under.
+    **params: the other parameters, fixed (defaults for the omitted ones).
+
+  Returns:
+    The calibrated `tff_quant.mechanisms.Mechanism`.
+
+  Raises:
+    ValueError: unknown mechanism or parameter, bad numbers, a `bound` not
+      in `BOUNDS` (or 'attained' with use_pld), or a target no candidate
+      reaches (the message names the smallest ε reached and where).
+    CannotCarrySignal: candidates reach the target but none carries the
+      signal (for a modular sum, the message names the bits it needs).
+    AttainedUnavailable: bound='attained' where a candidate's attained ε
+      cannot be computed.
+  """
+  return calibration_report(
+      mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
+      dim, clip, tune, bits, use_pld, rtol, l2_clip, coordinate_clip,
+      compare_gaussian=False, others=others, bound=bound, progress=progress,
+      limits=limits, **params).mechanism
+
+
+def calibration_report(mechanism: str, epsilon: float, delta: float,
+                       rounds: int, clients_per_round: int, total_clients: int,
+                       dim: int = 1, clip: Optional[float] = None,
+                       tune: Union[None, str, Sequence[str]] = None,
+                       bits: Optional[int] = None, use_pld: bool = False,
+                       rtol: float = _RTOL, l2_clip: Optional[float] = None,
+                       coordinate_clip: Optional[float] = None,
+                       compare_gaussian: bool = True, others: str = 'any',
+                       bound: str = 'proved',
+                       progress: Optional[Callable[[str], None]] = None,
+                       limits: Limits = Limits(), **params) -> Calibration:
+  """`calibrate`, returning a `Calibration`.
+
+  The mechanism, its ε, debiased error, slope and plain MSE, and (with
+  `compare_gaussian`) the continuous Gaussian calibrated to the same target
+  and both ratios. A modular sum refused at `bits` (`CannotCarrySignal`) is
+  calibrated again at more bits, from the lower bound its refusal proves up
+  to `limits.max_modular_bits`, and the error names the fewest bits that
+  carry the signal and what they give.
+
+  Args:
+    mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
+      dim, clip, tune, bits, use_pld, rtol, l2_clip, coordinate_clip,
+      others, bound, progress, limits, **params: as for `calibrate`.
+    compare_gaussian: also calibrate the continuous Gaussian.
+
+  Returns:
+    The `Calibration`.
+
+  Raises:
+    ValueError, CannotCarrySignal, AttainedUnavailable: as `calibrate`.
+  """
+  args = dict(mechanism=mechanism, epsilon=epsilon, delta=delta, rounds=rounds,
+              clients_per_round=clients_per_round, total_clients=total_clients,
+              dim=dim, clip=clip, tune=tune, bits=bits, use_pld=use_pld,
+              rtol=rtol, l2_clip=l2_clip, coordinate_clip=coordinate_clip,
+              compare_gaussian=compare_gaussian, others=others, bound=bound,
+              progress=progress, limits=limits, **params)
+  try:
+    return _calibration_report(**args)
+  except refusals.CannotCarrySignal as err:
+    if err.bits_needed is None or bits is None or 'num_levels' in params:
+      raise
+    raise _fewest_bits(err, args) from None
+
+
+def _fewest_bits(err, args):
+  """`err` (a modular sum refused at args['bits']) with the fewest bits that
+  carry the signal, found by calibrating at each from its lower bound on;
+  past `confirm_support` points the refusal names the first width it did
+  not calibrate, every narrower one having been refused."""
+  limits = args['limits']
+  lower, b = err.bits_needed, err.bits_needed
+  why = ''
+  while b <= limits.max_modular_bits:
+    support = args['clients_per_round'] * 2**b
+    if support > limits.confirm_support:
+      why = (f' (not confirmed by calibrating at {b} bits: the exact law of '
+             f'{args["clients_per_round"]} clients\' noise sum there has '
+             f'{support:.3g} points, over {limits.confirm_support:.3g}, '
+             'minutes per evaluation)')
+      lower = b   # every width below was calibrated and refused
+      break
+    try:
+      rep = _calibration_report(**dict(args, bits=b, compare_gaussian=False))
+    except refusals.CannotCarrySignal as again:
+      b = max(b + 1, again.bits_needed or b + 1)
+      continue
+    except ValueError as other:   # out of reach there (cost, exact law)
+      why = f' (at {b} bits: {str(other)[:300]})'
+      break
+    found = (f'it needs {b} bits: calibrated at bits={b}, {rep.mechanism} '
+             f'meets ε <= {rep.epsilon:.4g} with debiased error '
+             f'{rep.debiased_error:.4g} per coordinate (slope {rep.slope:.4g})')
+    return refusals.CannotCarrySignal(
+        str(err).replace(refusals.needs(lower), found, 1), bits_needed=b)
+  else:
+    why = (f' (none up to {limits.max_modular_bits}, TFF\'s limit, carries '
+           'it)')
+  return refusals.CannotCarrySignal(
+      str(err).replace(refusals.needs(err.bits_needed),
+                       refusals.needs(lower) + why, 1),
+      bits_needed=lower)
+
+
+def _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
+                  coordinate_clip, dim, bits):
+  """The arguments validated; c∞ from `clip`, `coordinate_clip` or S/√d."""
+  validation.check_positive('epsilon', epsilon)
+  validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
+  validation.check_number('rtol', rtol, 0, 0.5, low_open=True)
+  vector.check_others(others)
+  validation.check_one_of('bound', bound, oracle.BOUNDS)
+  if bound == 'attained' and use_pld:
+    raise ValueError("`bound`='attained' is the RDP route's attained ε; it "
+                     'does not combine with use_pld=True.')
+  if clip is not None and coordinate_clip is not None and clip != coordinate_clip:
+    raise ValueError(f'`clip` ({clip}) and `coordinate_clip` ({coordinate_clip}) '
+                     'name the same bound; pass one.')
+  clip = coordinate_clip if coordinate_clip is not None else clip
+  if clip is None:
+    clip = 1.0 if l2_clip is None else l2_clip / math.sqrt(dim)
+  validation.check_positive('coordinate_clip', clip)
+  validation.check_optional(validation.check_integer, 'bits', bits, 1, 64)
+  return clip
+
+
+def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
+                        total_clients, dim=1, clip=None, tune=None, bits=None,
+                        use_pld=False, rtol=_RTOL, l2_clip=None,
+                        coordinate_clip=None, compare_gaussian=True,
+                        others='any', bound='proved', progress=None,
+                        limits=Limits(), **params) -> Calibration:
+  """`calibration_report` without the search for the bits a refused modular
+  sum needs."""
+  clip = _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
+                       coordinate_clip, dim, bits)
+  schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
+                  total_clients=total_clients, delta=delta, dim=dim,
+                  use_pld=use_pld, l2_clip=l2_clip, others=others)
+  scan = scan_lib.Scan(
+      mechanism, epsilon, clip, tune, bits, rtol, params,
+      oracle.Epsilon(schedule, epsilon, bound),
+      # The signal the debiased error is judged on (package docstring).
+      clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim)),
+      clients_per_round, limits.search)
+  scan.run(progress, limits.progress_after)
+  if scan.best is None:
+    raise refusals.no_answer(scan, bound, use_pld)
+  report = _report(scan, schedule, mechanism, epsilon, bound)
+  _attach_attained(report, scan, schedule, bound)
+  if compare_gaussian:
+    gauss = calibration_report('gaussian', epsilon, delta, rounds,
+                               clients_per_round, total_clients, dim, clip,
+                               use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
+                               compare_gaussian=False, limits=limits)
+    report.gaussian = gauss.mechanism
+    report.gaussian_mse = gauss.mse
+    report.ratio_to_gaussian = report.debiased_error / gauss.debiased_error
+    report.mse_ratio_to_gaussian = report.mse / gauss.mse
+  return report
+
+
+def _report(scan, schedule, mechanism, epsilon, bound) -> Calibration:
+  """The `Calibration` of a scan's incumbent (its attained end not yet)."""
+  best, s = scan.best, schedule
+  mech = best.mechanism
+  evaluated = scan.epsilon_of.seen.get(repr(mech),
+                                       oracle.Evaluated('', FAST_ORDERS))
+  l2_clip = s['l2_clip']
+  setting = CalibratedSetting(
+      mechanism=mechanism, tunables=tuple(sorted(
+          mechanisms.get(mechanism).complete_params(best.params).items())),
+      coordinate_clip=float(mech.input_bound),
+      l2_clip=None if l2_clip is None else float(l2_clip), dim=int(s['dim']),
+      rounds=int(s['rounds']), clients_per_round=int(s['clients_per_round']),
+      total_clients=int(s['total_clients']), delta=float(s['delta']),
+      target_epsilon=float(epsilon), epsilon=float(best.epsilon),
+      orders=tuple(evaluated.orders), use_pld=bool(s['use_pld']),
+      others=s['others'], bound=bound)
+  return Calibration(
+      mech, dict(best.params, **{CALIBRATED_FOR: setting}), best.epsilon,
+      epsilon, s['delta'], mech.decoded_mean_mse(s['clients_per_round']),
+      candidates=scan.evaluated,
+      refused=[r.grid_point for r in scan.refused], pruned=scan.pruned,
+      assumptions=evaluated.assumptions, orders=evaluated.orders,
+      debiased_error=best.utility.error, slope=best.utility.slope,
+      signal_bound=scan.signal,
+      unusable=[dict(u.grid_point, why=u.why) for u in scan.unusable],
+      bound=bound, setting=setting)
+
+
+def _attach_attained(report, scan, schedule, bound) -> None:
+  """`report`'s attained end: the ε that met the target with
+  bound='attained', else (RDP route) the attained ε at its orders."""
+  if bound == 'attained':   # the ε that met the target is the attained one
+    low, at = scan.epsilon_of.accountants[repr(report.mechanism)]
+    report.epsilon_attained = report.epsilon
+    report.attained_inputs = _attained_inputs(low, at)
+  elif not schedule['use_pld']:
+    s = schedule
+    low = composition.RoundAccountant(
+        report.mechanism, s['clients_per_round'], s['total_clients'],
+        s['delta'], s['dim'], report.orders, s['l2_clip'], s['others'])
+    report.epsilon_attained, at = low.epsilon_attained(s['rounds'])
+    report.attained_inputs = _attained_inputs(low, at)
+
+
+def _attained_inputs(accountant, order) -> str:
+  """The inputs attaining an accountant's attained ε at `order` ('' where
+  none is attained)."""
+  if accountant.attained is None:
+    return ''
+  if accountant.attained.configurations and math.isfinite(order):
+    return accountant.attained.describe(order)
+  return 'exact (closed form)'

@@ -1,0 +1,371 @@
+"""The least private value of one parameter whose ε meets a target.
+
+Accountant-free root finding against an `interface.Oracle`, the design of
+dp_accounting's `mechanism_calibration` (bracket, then a root search on a
+monotone ε; https://github.com/google/differential-privacy/blob/main/python/dp_accounting/dp_accounting/mechanism_calibration.py),
+with what calibrating a quantized mechanism adds: an integer parameter is
+bisected within a bit budget; a real one is bracketed from a hint and a
+cheap lower bound (`bracket.py`), then searched by Brent's method on a
+transform of ε that makes it near linear. `least_private_to_beat` finds
+where an error crosses a level (no ε at all), which the scan prunes with.
+"""
+
+import dataclasses
+import math
+from typing import Callable, Dict, Optional
+
+import numpy as np
+from scipy import optimize
+
+from tff_quant.accounting.calibration import bracket
+from tff_quant.accounting.calibration import interface
+
+
+class NotMonotone(Exception):
+  """The error does not rise along the privacy direction: pruning does not apply."""
+
+
+class _CloseEnough(Exception):
+  """A value whose ε is within rtol below the target: the root search ends."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+  """What `search_last` found.
+
+  Attributes:
+    value: the least private value with ε <= target; None when even the
+      most private one misses.
+    epsilon: its ε (when `value` is None: the ε of the most private value
+      evaluated, or nan when no value fits the bits).
+    least: the smallest ε seen (nan when no value fits the bits).
+    bounded: when `value` is None, the candidate whose ε is known only by
+      the oracle's lower bound (`EpsilonEstimate.lower_bound`), else None.
+  """
+  value: Optional[float]
+  epsilon: float
+  least: float
+  bounded: object = None
+
+
+class _Evaluations:
+  """A search's evaluations by x, cached; which one was last a lower bound."""
+
+  def __init__(self, oracle, build, to_value):
+    self.oracle, self.build, self.to_value = oracle, build, to_value
+    self.seen: Dict[float, float] = {}   # x -> ε, every evaluation
+    self.bounded = None   # the last evaluated candidate, if only bounded
+
+  def __call__(self, x, screen=True):
+    if x not in self.seen:
+      self.evaluate(x, screen)
+    return self.seen[x]
+
+  def evaluate(self, x, screen=True):
+    """ε at x from the oracle, even where seen already."""
+    candidate = self.build(self.to_value(x))
+    estimate = self.oracle.epsilon(candidate, screen)
+    self.bounded = candidate if estimate.lower_bound else None
+    self.seen[x] = estimate.epsilon
+    return estimate.epsilon
+
+  def result(self, value, x):
+    """`SearchResult` of `value` at ε seen[x] (None: missed, at x)."""
+    return SearchResult(value, self.seen[x], min(self.seen.values()),
+                        self.bounded if value is None else None)
+
+
+def largest_int_within_bits(build, spec, bits: int) -> int:
+  """Largest integer value of `spec` whose candidate needs <= `bits` bits.
+
+  Args:
+    build: value -> candidate with `bits_per_coordinate` (monotone in it).
+    spec: the integer `mechanisms.Tunable`.
+    bits: the bit budget.
+
+  Returns:
+    The value (spec.low - 1 when even spec.low needs more).
+  """
+  lo, hi = int(spec.low), int(spec.high)
+  if build(lo).bits_per_coordinate > bits:
+    return lo - 1
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    if build(mid).bits_per_coordinate <= bits:
+      lo = mid
+    else:
+      hi = mid - 1
+  return lo
+
+
+def _bisect_integer(build, spec, target, oracle, bits):
+  """`search_last` for an integer parameter: plain bisection between the
+  most private value and the least private one within `bits`."""
+  lo, hi = int(spec.low), largest_int_within_bits(build, spec, bits)
+  if hi < lo:
+    return SearchResult(None, math.nan, math.nan)   # nothing fits the bits
+  ev = _Evaluations(oracle, build, lambda v: v)
+  eps_at = ev.evaluate   # uncached: one value is both ends when lo == hi
+  safe, unsafe = (hi, lo) if spec.more_private == 'higher' else (lo, hi)
+  best = eps_at(safe)
+  if best > target:
+    return SearchResult(None, best, best, ev.bounded)
+  e = eps_at(unsafe)
+  if e <= target:
+    return SearchResult(unsafe, e, best)
+  e = best
+  while abs(safe - unsafe) > 1:
+    mid = (safe + unsafe) // 2
+    e_mid = eps_at(mid)
+    if e_mid <= target:
+      safe, e = mid, e_mid
+    else:
+      unsafe = mid
+  return SearchResult(safe, e, best)
+
+
+def least_private_to_beat(build, spec, error_to_beat: float,
+                          error_of: Callable[[object], float], samples=33,
+                          iterations=60) -> Optional[float]:
+  """A value of a real `spec` at or just past (more private than) the most
+  private one whose error is below `error_to_beat`.
+
+  Every value that beats it is at most as private, so a grid point whose ε
+  misses the target there cannot beat it. Bisection on the error (cheap: no
+  accounting), which is taken to rise along the privacy direction, checked
+  on `samples` points (plain MSE broke it: a wrapping modular sum's fell
+  with more noise).
+
+  Args:
+    build: value -> candidate.
+    spec: the real `mechanisms.Tunable` searched.
+    error_to_beat: the level.
+    error_of: candidate -> its error.
+    samples: points the monotonicity is checked on.
+    iterations: halvings after the samples.
+
+  Returns:
+    The value; None when no value in its range beats it; the most private
+    end when all do.
+
+  Raises:
+    NotMonotone: the error falls somewhere along the privacy direction.
+  """
+  axis = interface.Axis.of(spec)
+  error = lambda x: error_of(build(axis.value(x)))
+  x_ok, x_bad = axis.x(axis.unsafe), axis.x(axis.safe)   # beats / does not beat
+  sampled = [error(x) for x in np.linspace(x_ok, x_bad, samples)]
+  if any(b < a * (1 - 1e-9) for a, b in zip(sampled, sampled[1:])):
+    raise NotMonotone()
+  if not sampled[0] < error_to_beat:
+    return None
+  if sampled[-1] < error_to_beat:
+    return axis.safe
+  step = (x_bad - x_ok) / (samples - 1)
+  first_bad = next(i for i, e in enumerate(sampled) if not e < error_to_beat)
+  x_ok, x_bad = x_ok + (first_bad - 1) * step, x_ok + first_bad * step
+  for _ in range(iterations):
+    mid = 0.5 * (x_ok + x_bad)
+    if error(mid) < error_to_beat:
+      x_ok = mid
+    else:
+      x_bad = mid
+  return axis.value(x_bad)
+
+
+@dataclasses.dataclass
+class _Real:
+  """One real parameter's search: its axis, evaluations and tolerances."""
+  axis: interface.Axis
+  ev: _Evaluations
+  oracle: interface.Oracle
+  build: Callable[[float], object]
+  target: float
+  rtol: float
+  x_tol: float
+  limits: interface.SearchLimits
+
+  @property
+  def span(self):
+    return self.axis.x(self.axis.unsafe) - self.axis.x(self.axis.safe)
+
+  def known_bracket(self):
+    """(x_ok, x_bad) from earlier evaluations that straddle the target."""
+    toward = lambda x: math.copysign(1.0, self.span) * x   # grows toward unsafe
+    seen, target = self.ev.seen, self.target
+    ok = [x for x, e in seen.items() if e <= target]
+    beyond = [x for x, e in seen.items() if e > target and ok and
+              toward(x) > max(map(toward, ok))]
+    if not beyond:
+      return None
+    return max(ok, key=toward), min(beyond, key=toward)
+
+
+def search_last(build, spec, target: float, oracle: interface.Oracle,
+                bits: Optional[int], rtol: float, hint=None, hint_eps=None,
+                known: Optional[Dict[float, float]] = None,
+                limits: interface.SearchLimits = interface.SearchLimits()
+                ) -> SearchResult:
+  """The least private value of `spec` whose ε meets `target`.
+
+  Bisection for an integer; for a real, a bracket (`_bracket`), then
+  Brent's method (in log space for a scale parameter) to relative width
+  `rtol` (`_root`).
+
+  Args:
+    build: value -> candidate (what `oracle` accounts).
+    spec: the `mechanisms.Tunable` searched, with a privacy direction.
+    target: the ε to meet.
+    oracle: the `interface.Oracle`.
+    bits: the bit budget candidates must fit (None: any).
+    rtol: the relative width the root search stops at; a value whose ε is
+      within rtol below the target ends it too.
+    hint: where to start (the previous grid point's answer, or the scan's
+      pruning floor); `hint_eps` its ε if known.
+    hint_eps: see `hint`.
+    known: {value: ε} of earlier evaluations at the same grid point,
+      updated with this search's: where they bracket the target the search
+      goes straight to Brent's method.
+    limits: the search's limits.
+
+  Returns:
+    A `SearchResult`.
+  """
+  if spec.kind is int:
+    return _bisect_integer(build, spec, target, oracle, bits)
+  axis = interface.Axis.of(spec)
+  if bits is not None and build(axis.safe).bits_per_coordinate > bits:
+    return SearchResult(None, math.nan, math.nan)
+  x_tol = 0.5 * (rtol if axis.geometric else
+                 rtol * max(abs(axis.safe), abs(axis.unsafe)))
+  real = _Real(axis, _Evaluations(oracle, build, axis.value), oracle, build,
+               target, rtol, x_tol, limits)
+  if known:   # this grid point's earlier evaluations (`scan.Scan.refine`)
+    real.ev.seen.update({axis.x(v): e for v, e in known.items()
+                         if axis.lo < v < axis.hi})
+  ends = real.known_bracket()
+  if ends is None:
+    ends = _bracket(real, hint, hint_eps)
+    if isinstance(ends, SearchResult):
+      return ends
+  x_ok, x_bad = ends
+  _root(real, x_ok, x_bad)
+  seen = real.ev.seen
+  sign = -1 if spec.more_private == 'higher' else 1
+  x_best = max((x for x, e in seen.items() if e <= target),
+               key=lambda x: sign * axis.value(x))
+  if known is not None:
+    known.update({axis.value(x): e for x, e in seen.items()})
+  return real.ev.result(axis.value(x_best), x_best)
+
+
+def _bracket(real, hint, hint_eps):
+  """(x_ok, x_bad) straddling the target, stepping from `hint` or the most
+  private end toward the least private one (the least private end, q -> 1
+  for RQM: ~10^8 ε and the slowest law to resolve, 173 s at 256 levels, is
+  evaluated only if reached); or the `SearchResult` where a safe value is
+  missing or the least private end is safe."""
+  axis, ev, target = real.axis, real.ev, real.target
+  x_safe, x_unsafe = axis.x(axis.safe), axis.x(axis.unsafe)
+  start = x_safe
+  inside = hint is not None and axis.lo < hint < axis.hi
+  if inside and hint_eps is not None:
+    ev.seen[axis.x(hint)] = hint_eps
+  if inside and ev(axis.x(hint)) <= target:
+    start = axis.x(hint)
+  else:
+    # The most private end's exact ε (its law the slowest but one) is needed
+    # only if no safe value turns up: a cheap bound well within the target
+    # defers it. A bound within `safe_end_first` of the target does not: the
+    # exact ε there may miss it (RQM 8 bits, n = 1,000, Δ = 32c: bound 9.40,
+    # ε 17.1 at the target 10), and where it meets it, it is the looseness
+    # the next steps aim with.
+    low = real.oracle.lower_bound(real.build(axis.safe))
+    if (low is None or low > target / real.limits.safe_end_first) and ev(
+        x_safe) > target:
+      return SearchResult(None, ev.seen[x_safe], ev.seen[x_safe], ev.bounded)
+  # The cheap bound steers the first exact evaluations to the window the
+  # root search stops in (RQM 8 bits, n = 100: 8 exact evaluations at the
+  # first grid point -> 6; after a hint 6 -> 3).
+  near = bracket.bracket_from_bound(
+      bracket.OnAxis(ev, lambda x: real.oracle.lower_bound(
+          real.build(axis.value(x))), lambda x: ev(x, False), axis),
+      start, x_unsafe, target, real.x_tol, aim=target * (1 - real.rtol / 2),
+      known=bracket.Known(real.oracle.looseness(),
+                          min(ev.seen.values(), default=None),
+                          ev.seen.get(start)),
+      limits=real.limits)
+  x_ok, x_bad = (start, None) if near is None else near
+  if x_ok not in ev.seen and ev(x_ok) > target:   # the deferred check
+    return ev.result(None, x_ok)
+  if x_bad is not None:
+    return x_ok, x_bad
+  return _step_out(real, x_ok)
+
+
+def _step_out(real, x_ok):
+  """Steps from the safe `x_ok` toward the unsafe end (a secant on log ε,
+  doubling at least; at most half the way left, so the unsafe end is
+  evaluated only once within 1/64 of the span of it) to the first unsafe
+  x: (x_ok, x_bad), or the `SearchResult` where the unsafe end is safe."""
+  ev, target, span = real.ev, real.target, real.span
+  x_unsafe = real.axis.x(real.axis.unsafe)
+  x_prev, step = None, span / 16
+  while True:
+    e_ok = ev.seen[x_ok]
+    if x_prev is not None and 0 < ev.seen[x_prev] < e_ok < math.inf:
+      slope = math.log(e_ok / ev.seen[x_prev]) / (x_ok - x_prev)
+      step = math.copysign(min(max(abs(1.5 * math.log(target / e_ok) / slope),
+                                   abs(2 * step)), abs(4 * step)), span)
+    else:
+      step *= 2
+    left = x_unsafe - x_ok
+    x = x_unsafe if abs(left) <= abs(span) / 64 else x_ok + math.copysign(
+        min(abs(step), abs(left) / 2), span)
+    if not ev(x) <= target:
+      return x_ok, x
+    if x == x_unsafe:
+      return ev.result(real.axis.unsafe, x)
+    x_prev, x_ok = x_ok, x
+
+
+def _root(real, x_ok, x_bad):
+  """Brent's method between `x_ok` and `x_bad` until a value's ε is within
+  `rtol` below the target or the bracket is `x_tol` wide.
+
+  On log((ε - floor)/(middle - floor)), floor just below the least ε seen:
+  ε is smooth and monotone in the value, flat near the private end and then
+  steep (RQM: ε - floor ~ q^1.3), which this makes nearly linear (RQM 8
+  bits, Δ = 32c: 6 evaluations -> 4); any increasing transform keeps the
+  bracket and the root. Where every ε seen is within `no_plateau` of the
+  target (a search narrowed from an answer at the scan's width) there is
+  no plateau to flatten: plain log ε (a floor just below it made the
+  transform a log near 0, and Brent bisected: 6 evaluations). The root
+  sought is the window's middle, not its edge: a root at the target lands
+  on either side of it (RQM refined at n = 1,000: 10.0043, then 10.0001,
+  both over, before 9.9968).
+  """
+  ev, target, rtol = real.ev, real.target, real.rtol
+  least = min(ev.seen.values())
+  floor = (least - 1e-2 * (target - least)
+           if least < target * (1 - real.limits.no_plateau) else 0.0)
+  close = lambda e: target * (1 - rtol) <= e <= target
+  middle = target * (1 - rtol / 2)
+  screen = not ev.seen.get(x_bad, math.inf) < (
+      real.limits.unscreened_within * target)
+
+  def excess(x):
+    e = ev(x, screen)
+    if close(e):
+      raise _CloseEnough()
+    if not e < math.inf:
+      return 50.0
+    return math.log(max(e - floor, 1e-300) / (middle - floor))
+
+  if close(ev.seen[x_ok]):
+    return
+  try:
+    optimize.brentq(excess, x_ok, x_bad, xtol=real.x_tol,
+                    maxiter=real.limits.max_iterations)
+  except (RuntimeError, _CloseEnough):   # the best safe value seen holds
+    pass
