@@ -93,6 +93,14 @@ flags.DEFINE_integer('clients_per_round', _D.clients_per_round, 'Clients per rou
 flags.DEFINE_integer('total_clients', _D.total_clients, 'Population sampled from.')
 flags.DEFINE_float('client_lr', _D.client_lr, 'Client SGD learning rate.')
 flags.DEFINE_float('server_lr', _D.server_lr, 'Server SGD learning rate.')
+flags.DEFINE_float('server_momentum', _D.server_momentum, 'Server SGD '
+                   'heavy-ball momentum in [0, 1) (tff.learning.optimizers.'
+                   'build_sgdm); 0: plain server SGD.')
+flags.DEFINE_float('validation_fraction', _D.validation_fraction, 'In [0, 1): '
+                   'hold out this fraction of each simulated client\'s '
+                   'examples (seeded by --split_seed) as a validation split; '
+                   'training uses the rest and evaluation the validation '
+                   'split, never the test set. 0: no split, evaluate on test.')
 flags.DEFINE_integer('batch_size', _D.batch_size, 'Client batch size.')
 flags.DEFINE_integer('local_epochs', _D.local_epochs, 'Client epochs per round.')
 flags.DEFINE_enum('model', _D.model, ft.models.MODELS, 'Keras model.')
@@ -209,7 +217,8 @@ def main(argv):
                          alpha=FLAGS.dirichlet_alpha, seed=split_seed,
                          data_dir=FLAGS.data_dir,
                          emnist_cache_dir=FLAGS.emnist_cache_dir,
-                         max_test_examples=FLAGS.max_test_examples)
+                         max_test_examples=FLAGS.max_test_examples,
+                         validation_fraction=config.validation_fraction)
     run_dir = os.path.join(FLAGS.root_output_dir,
                            FLAGS.experiment_name or config.mechanism)
     summary = ft.run(config, data, run_dir, fresh=FLAGS.fresh, workers=FLAGS.workers,
@@ -217,8 +226,12 @@ def main(argv):
   print('=' * 78)
   print(f'Data: {summary["data"]}')
   print(f'Mechanism: {summary["mechanism"]}')
-  print(f'Final test accuracy: {summary["test_accuracy"]:.4f} '
-        f'(loss {summary["test_loss"]:.4f}) after {summary["rounds_completed"]} rounds')
+  split = config.evaluation_split
+  print(f'Final {split} accuracy: {summary[f"{split}_accuracy"]:.4f} '
+        f'(loss {summary[f"{split}_loss"]:.4f}) after '
+        f'{summary["rounds_completed"]} rounds' +
+        (' (the validation split; the test set was not used)'
+         if split != 'test' else ''))
   print(f'Bits per client per round: {summary["bits_per_client_per_round"]} '
         f'({summary["dim"]} coordinates)')
   if summary['epsilon'] != float('inf'):

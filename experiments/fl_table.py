@@ -60,6 +60,15 @@ flags.DEFINE_string('model', 'small_cnn', 'Keras model (tff_quant.models).')
 flags.DEFINE_float('clip_norm', 1.0, 'ℓ2 clip of each update.')
 flags.DEFINE_float('coordinate_clip_multiple', 3.0, 'c∞ = k·clip_norm/√d.')
 flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
+flags.DEFINE_float('server_momentum', 0.0, 'Server SGD momentum (0: plain '
+                   'server SGD, as before).')
+flags.DEFINE_string('tuned', None, 'choice.json of experiments.fl_tune: per '
+                    'ε, the client lr, server momentum, server lr and ℓ2 clip '
+                    'chosen on the validation split, used for every '
+                    'mechanism at that ε in place of --client_lr, '
+                    '--server_momentum and --clip_norm (the noise-free cell '
+                    'keeps those flags). Training uses the whole train set '
+                    'and evaluation the test set, as without it.')
 flags.DEFINE_integer('eval_every', 5, 'Evaluate every k rounds: the endpoint '
                      '(fl_table.PRESPECIFIED) needs 5 evaluations in the last '
                      '10% of rounds, so k <= rounds/50.')
@@ -75,14 +84,49 @@ INPUT_SHAPE, NUM_CLASSES = (28, 28, 1), 10
 
 
 def settings():
-  """The table's fixed settings (config.json): a folder holds one setting."""
-  return dict(dataset=DATASET, rounds=FLAGS.rounds,
-              clients_per_round=FLAGS.clients_per_round,
-              total_clients=FLAGS.total_clients, model=FLAGS.model,
-              clip_norm=FLAGS.clip_norm,
-              coordinate_clip_multiple=FLAGS.coordinate_clip_multiple,
-              client_lr=FLAGS.client_lr, split_seed=FLAGS.split_seed,
-              delta=1 / FLAGS.total_clients, rotate=True)
+  """The table's fixed settings (config.json): a folder holds one setting.
+  server_momentum and tuned appear only when set (earlier folders resume)."""
+  out = dict(dataset=DATASET, rounds=FLAGS.rounds,
+             clients_per_round=FLAGS.clients_per_round,
+             total_clients=FLAGS.total_clients, model=FLAGS.model,
+             clip_norm=FLAGS.clip_norm,
+             coordinate_clip_multiple=FLAGS.coordinate_clip_multiple,
+             client_lr=FLAGS.client_lr, split_seed=FLAGS.split_seed,
+             delta=1 / FLAGS.total_clients, rotate=True)
+  if FLAGS.server_momentum:
+    out['server_momentum'] = FLAGS.server_momentum
+  if FLAGS.tuned:
+    out['tuned'] = tuned_settings()
+  return out
+
+
+TUNED_KEYS = ('client_lr', 'server_momentum', 'server_lr', 'clip_norm')
+
+
+def tuned_settings():
+  """{'ε': {client_lr, server_momentum, server_lr, clip_norm}} of every
+  --epsilons value, from --tuned (ValueError naming a missing ε)."""
+  with open(FLAGS.tuned) as f:
+    choice = json.load(f)
+  out = {}
+  for eps in FLAGS.epsilons:
+    key = f'{float(eps):g}'
+    if key not in choice:
+      raise ValueError(f'--tuned={FLAGS.tuned} holds no setting for ε = '
+                       f'{key} (it has {sorted(choice)}).')
+    out[key] = {k: float(choice[key][k]) for k in TUNED_KEYS}
+  return out
+
+
+def training(s, eps):
+  """The training of the cells at `eps` (None: the noise-free cell):
+  client_lr, server_momentum, server_lr and clip_norm of settings `s`."""
+  out = dict(client_lr=s['client_lr'],
+             server_momentum=s.get('server_momentum', 0.0), server_lr=1.0,
+             clip_norm=s['clip_norm'])
+  if eps is not None and 'tuned' in s:
+    out.update(s['tuned'][f'{eps:g}'])
+  return out
 
 
 def cells():
@@ -130,7 +174,8 @@ def calibrate(cell, dim):
   context = multiprocessing.get_context('spawn')
   queue = context.Queue()
   child = context.Process(target=_calibrate_child,
-                          args=(cell, dim, settings(), queue))
+                          args=(cell, dim, dict(settings(), **training(
+                              settings(), cell[1])), queue))
   t0 = time.time()
   child.start()
   try:
@@ -198,6 +243,7 @@ def train(cell, seed, calibration) -> float:
   TFF's workers end with it); returns its wall seconds."""
   name, _, _ = cell
   s = settings()
+  t = training(s, cell[1])
   params = ','.join(f'{k}={v}' for k, v in sorted(
       calibration.get('params', {}).items()))
   args = [sys.executable, '-m', 'experiments.fl_emnist',
@@ -205,7 +251,7 @@ def train(cell, seed, calibration) -> float:
           f'--mechanism_params={params}', f'--rounds={s["rounds"]}',
           f'--clients_per_round={s["clients_per_round"]}',
           f'--total_clients={s["total_clients"]}', f'--model={s["model"]}',
-          f'--clip_norm={s["clip_norm"]}', f'--client_lr={s["client_lr"]}',
+          f'--clip_norm={t["clip_norm"]}', f'--client_lr={t["client_lr"]}',
           f'--coordinate_clip_multiple={s["coordinate_clip_multiple"]}',
           '--rotate', f'--seed={seed}', f'--split_seed={s["split_seed"]}',
           f'--noise_seed={1000 + seed}', f'--eval_every={FLAGS.eval_every}',
@@ -213,6 +259,10 @@ def train(cell, seed, calibration) -> float:
           f'--experiment_name={os.path.basename(run_dir(cell, seed))}']
   if FLAGS.data_dir:
     args.append(f'--data_dir={FLAGS.data_dir}')
+  if t['server_momentum']:
+    args.append(f'--server_momentum={t["server_momentum"]}')
+  if t['server_lr'] != 1.0:
+    args.append(f'--server_lr={t["server_lr"]}')
   t0 = time.time()
   child = subprocess.Popen(args)
   try:
@@ -262,6 +312,22 @@ def collect(all_cells, calibrations):
   return out, endpoint
 
 
+def tuned_line(s) -> str:
+  """The training the header states beyond the clip and client lr."""
+  parts = []
+  if 'tuned' in s:
+    parts.append('Training tuned per ε on a validation split (--tuned, '
+                 'experiments.fl_tune), then trained on all train examples: ' +
+                 '; '.join(f'ε = {e}: client lr {t["client_lr"]:g}, server '
+                           f'momentum {t["server_momentum"]:g}, server lr '
+                           f'{t["server_lr"]:g}, ℓ2 clip {t["clip_norm"]:g}'
+                           for e, t in s['tuned'].items()) +
+                 ' (the noise-free cell: the flags above).')
+  elif s.get('server_momentum'):
+    parts.append(f'Server momentum {s["server_momentum"]:g}.')
+  return ''.join(' ' + p for p in parts)
+
+
 def report(all_cells, calibrations, seconds):
   cells_, endpoint = collect(all_cells, calibrations)
   s = settings()
@@ -277,7 +343,8 @@ def report(all_cells, calibrations, seconds):
             f'every cell\'s run s has --seed s and --noise_seed {1000}+s '
             f'(what they fix: docs/fl_table.md). {done} runs, '
             f'{seconds / 3600:.1f} h of training (sum of run wall times on '
-            'this 2-core machine). How to read it: docs/fl_table.md.')
+            'this 2-core machine). How to read it: docs/fl_table.md.' +
+            tuned_line(s))
   text = fl_table.write_report(cells_, FLAGS.output_dir,
                                [int(b) for b in FLAGS.bits], header, endpoint,
                                rounds=FLAGS.rounds)

@@ -124,3 +124,67 @@ def test_sklearn_sets():
   assert x.shape == (569, 30) and set(np.unique(y)) == {0, 1}
   with pytest.raises(ValueError, match='Unknown dataset'):
     datasets.load_sklearn('iris')
+
+
+def _unique_fashion(tmp_path, n_train=400, n_test=50):
+  """IDX files whose every image is unique (its index in its pixels)."""
+  images = np.zeros((n_train + n_test, 28, 28), np.uint8)
+  for i in range(n_train + n_test):
+    images[i, 0, 0], images[i, 0, 1] = i % 256, i // 256
+  for split, lo, hi in [('train', 0, n_train), ('t10k', n_train,
+                                                n_train + n_test)]:
+    write_idx(str(tmp_path / f'{split}-images-idx3-ubyte.gz'), images[lo:hi])
+    write_idx(str(tmp_path / f'{split}-labels-idx1-ubyte.gz'),
+              np.arange(hi - lo) % 10)
+
+
+def _ids(x):
+  """The image index each example carries."""
+  pixels = np.rint(np.asarray(x)[:, 0, :2, 0] * 255).astype(int)
+  return set((pixels[:, 0] + 256 * pixels[:, 1]).tolist())
+
+
+def test_validation_split_is_disjoint_complete_and_seeded(tmp_path):
+  _unique_fashion(tmp_path)
+  plain = datasets.load('fashion_mnist', num_clients=20, data_dir=str(tmp_path))
+  assert plain.validation_fraction == 0 and plain.validation_x is None
+  assert 'VALIDATION' not in plain.description
+  data = datasets.load('fashion_mnist', num_clients=20, data_dir=str(tmp_path),
+                       validation_fraction=0.1)
+  train = set()
+  for c in data.train.client_ids:
+    x, y = data.client_examples(c)
+    assert len(y) >= 1   # every client keeps a training example
+    ds = list(data.train.create_tf_dataset_for_client(c))
+    assert len(ds) == len(y)   # the ClientData holds the same examples
+    train |= _ids(x)
+  val, test = _ids(data.validation_x), _ids(data.test_x)
+  assert not train & val and not (train | val) & test
+  assert train | val == set(range(400)) and test == set(range(400, 450))
+  assert 25 <= len(val) <= 55   # ~10% of 400
+  np.testing.assert_array_equal(data.test_x, plain.test_x)
+  assert data.train.client_ids == plain.train.client_ids
+  assert 'VALIDATION split' in data.description and 'seed 0' in data.description
+  # Deterministic by seed; another seed holds out other examples.
+  again = datasets.load('fashion_mnist', num_clients=20, data_dir=str(tmp_path),
+                        validation_fraction=0.1)
+  np.testing.assert_array_equal(again.validation_x, data.validation_x)
+  other = datasets.load('fashion_mnist', num_clients=20, data_dir=str(tmp_path),
+                        validation_fraction=0.1, seed=1)
+  assert _ids(other.validation_x) != val
+
+
+def test_validation_indices():
+  sizes = [1, 2, 9, 10, 37, 200] * 50
+  held = datasets.validation_indices(sizes, 0.1, 0)
+  assert all(len(h) <= n - 1 for h, n in zip(held, sizes))
+  assert all(len(np.unique(h)) == len(h) and (h < n).all()
+             for h, n in zip(held, sizes))
+  assert sum(map(len, held)) == pytest.approx(0.1 * sum(sizes), rel=0.05)
+  again = datasets.validation_indices(sizes, 0.1, 0)
+  assert all((a == b).all() for a, b in zip(held, again))
+  assert sum(map(len, datasets.validation_indices(sizes, 0.0, 0))) == 0
+  with pytest.raises(ValueError, match='validation_fraction'):
+    datasets.validation_indices(sizes, 1.0, 0)
+  with pytest.raises(ValueError, match='emnist'):
+    datasets.load('emnist', validation_fraction=0.1)

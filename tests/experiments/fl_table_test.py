@@ -82,3 +82,22 @@ def test_sigterm_stops_the_table_and_its_calibration_child(tmp_path):
       except ProcessLookupError:
         pass
 
+
+
+def test_tuned_settings_enter_the_folder_and_a_missing_epsilon_is_refused(
+    tmp_path):
+  choice = tmp_path / 'choice.json'
+  choice.write_text(json.dumps({
+      '10': dict(client_lr=0.2, server_momentum=0.9, server_lr=0.1,
+                 clip_norm=0.5, clip_multiple=1.0)}))
+  out = str(tmp_path / 'table')
+  plan = _table(out, '--mechanisms=gaussian', f'--tuned={choice}', '--plan')
+  assert plan.returncode == 0, plan.stderr[-3000:]
+  with open(os.path.join(out, 'config.json')) as f:
+    config = json.load(f)
+  assert config['tuned'] == {'10': dict(client_lr=0.2, server_momentum=0.9,
+                                        server_lr=0.1, clip_norm=0.5)}
+  assert 'server_momentum' not in config   # only when set
+  missing = _table(str(tmp_path / 'other'), '--mechanisms=gaussian',
+                   f'--tuned={choice}', '--epsilons=3', '--plan')
+  assert missing.returncode != 0 and 'no setting for ε = 3' in missing.stderr

@@ -15,6 +15,7 @@ examples are in the tf.data graph), so memory does not grow with rounds.
 import collections
 import dataclasses
 import gzip
+import math
 import os
 from typing import Dict, Optional, Tuple
 
@@ -43,6 +44,11 @@ class FederatedData:
   num_classes: int
   # client id -> (x, y) arrays, for the splits this module holds in memory.
   arrays: Optional[Dict[str, Tuple[np.ndarray, np.ndarray]]] = None
+  # A validation split held out of the train clients (`hold_out_validation`):
+  # the fraction asked for (0: none), and its pooled examples.
+  validation_fraction: float = 0.0
+  validation_x: Optional[np.ndarray] = None
+  validation_y: Optional[np.ndarray] = None
 
   @property
   def input_shape(self) -> Tuple[int, ...]:
@@ -173,20 +179,118 @@ def load_emnist(cache_dir: Optional[str] = None, only_digits: bool = False,
 
 def load(name: str, num_clients: int = 100, alpha: float = 0.5, seed: int = 0,
          data_dir: Optional[str] = None, emnist_cache_dir: Optional[str] = None,
-         max_test_examples: Optional[int] = None) -> FederatedData:
-  """Loads `name` (one of DATASETS) as federated data; see the module docstring."""
+         max_test_examples: Optional[int] = None,
+         validation_fraction: float = 0.0) -> FederatedData:
+  """Loads `name` (one of DATASETS) as federated data; see the module docstring.
+
+  `validation_fraction` > 0 (simulated splits only) holds that fraction of
+  every client's examples out as a validation split (`hold_out_validation`,
+  seeded by `seed`); 0 (default) holds nothing out.
+  """
   if name not in DATASETS:
     raise ValueError(f'Unknown dataset {name!r}; choose one of {DATASETS}.')
+  _check_fraction(validation_fraction)
   if name == 'emnist':
+    if validation_fraction:
+      raise ValueError('`validation_fraction` applies to the simulated splits '
+                       '(fashion_mnist, mnist), not to emnist.')
     return load_emnist(emnist_cache_dir, max_test_examples=max_test_examples)
   (x, y), (tx, ty), source = load_image_arrays(name, data_dir)
   train, arrays = _client_data_from_arrays(x, y, num_clients, alpha, seed)
   if max_test_examples:
     tx, ty = tx[:max_test_examples], ty[:max_test_examples]
-  return FederatedData(
+  data = FederatedData(
       name, f'{source}; SIMULATED federated split: {num_clients} clients, '
       f'Dirichlet(alpha={alpha}) over labels, seed {seed} (not split by writer)',
       train, tx, ty, 10, arrays)
+  if validation_fraction:
+    data = hold_out_validation(data, validation_fraction, seed)
+  return data
+
+
+def _check_fraction(fraction: float) -> float:
+  return float(validation.check_number('validation_fraction', fraction, 0, 1,
+                                      high_open=True))
+
+
+def validation_indices(sizes, fraction: float, seed: int):
+  """Per client, the sorted indices (into its examples) held out for
+  validation: k_i = floor(f·n_i) plus one with probability frac(f·n_i)
+  (so E[k_i] = f·n_i even for small clients), at most n_i - 1 (every client
+  keeps a training example), chosen uniformly without replacement. One
+  generator seeded by (seed, 'validation') drawn in client order: the same
+  seed and sizes give the same split.
+
+  Args:
+    sizes: each client's number of examples (>= 1).
+    fraction: f in [0, 1).
+    seed: an int >= 0.
+
+  Returns:
+    [np.ndarray of int64] per client.
+  """
+  fraction = _check_fraction(fraction)
+  validation.check_integer('seed', seed, 0)
+  rng = np.random.default_rng([seed, 0x5A11D])   # its own stream
+  out = []
+  for n in sizes:
+    n = int(n)
+    want = fraction * n
+    k = int(math.floor(want)) + int(rng.random() < want - math.floor(want))
+    k = min(k, n - 1)
+    out.append(np.sort(rng.choice(n, k, replace=False)).astype(np.int64)
+               if k > 0 else np.zeros(0, np.int64))
+  return out
+
+
+def hold_out_validation(data: FederatedData, fraction: float, seed: int
+                        ) -> FederatedData:
+  """`data` with a validation split held out of every train client.
+
+  Each client keeps its other examples (in their order) for training; the
+  held-out ones, pooled over all clients, are the validation split
+  (`validation_indices`). The clients, their number and the test set are
+  unchanged, so a run's sampling rate and δ are the ones it would have
+  without the split. Simulated (in-memory) splits only.
+
+  Args:
+    data: a FederatedData with `arrays` (fashion_mnist, mnist).
+    fraction: f in (0, 1).
+    seed: the split's seed.
+
+  Returns:
+    A new FederatedData (validation_fraction, validation_x/y set, the
+    description saying what is held out).
+  """
+  fraction = _check_fraction(fraction)
+  if data.arrays is None:
+    raise ValueError(f'{data.name}: a validation split needs a simulated '
+                     '(in-memory) federated split.')
+  if data.validation_fraction:
+    raise ValueError(f'{data.name} already holds out a validation split.')
+  ids = list(data.train.client_ids)
+  held = validation_indices([len(data.arrays[c][1]) for c in ids], fraction,
+                            seed)
+  slices, arrays, vx, vy = collections.OrderedDict(), {}, [], []
+  for cid, idx in zip(ids, held):
+    x, y = data.arrays[cid]
+    keep = np.ones(len(y), bool)
+    keep[idx] = False
+    arrays[cid] = (x[keep], y[keep])
+    slices[cid] = collections.OrderedDict(x=x[keep], y=y[keep])
+    vx.append(x[idx])
+    vy.append(y[idx])
+  vx, vy = np.concatenate(vx), np.concatenate(vy)
+  train_n = sum(len(a[1]) for a in arrays.values())
+  description = (
+      f'{data.description}; VALIDATION split: {len(vy)} examples '
+      f'({len(vy) / (len(vy) + train_n):.1%}) held out of the train clients, '
+      f'fraction {fraction:g} of each client\'s examples, seed {seed}; '
+      f'training uses the other {train_n}')
+  return dataclasses.replace(
+      data, description=description,
+      train=tff.simulation.datasets.TestClientData(slices), arrays=arrays,
+      validation_fraction=fraction, validation_x=vx, validation_y=vy)
 
 
 def load_sklearn(name: str):

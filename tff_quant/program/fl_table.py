@@ -148,11 +148,12 @@ def _number(text) -> float:
     return math.nan
 
 
-def read_run(run_dir: str) -> Run:
-  """The Run of `run_dir`/metrics.csv (columns round, test_accuracy and,
-  where recorded, clipped_clients_fraction)."""
+def read_run(run_dir: str, column: str = 'test_accuracy') -> Run:
+  """The Run of `run_dir`/metrics.csv (columns round, `column` (the
+  evaluations: test_accuracy, or validation_accuracy for a run evaluated on
+  a validation split) and, where recorded, clipped_clients_fraction)."""
   rows = results_io.read_csv(os.path.join(run_dir, 'metrics.csv'))
-  evaluations = [(int(row['round']), _number(row.get('test_accuracy')))
+  evaluations = [(int(row['round']), _number(row.get(column)))
                  for row in rows]
   evaluations = [(r, a) for r, a in evaluations if math.isfinite(a)]
   clipped = None

@@ -69,6 +69,13 @@ class TrainingConfig:
   noise_seed: Optional[int] = None   # None: client-side unpredictable noise
   delta: Optional[float] = None      # None: 1 / total_clients
   eval_every: int = 10
+  # Added for tuning (issue 51); at their defaults they are left out of
+  # config.json (`config_record`), so earlier runs resume unchanged.
+  server_momentum: float = 0.0   # 0: plain server SGD (tff build_sgdm)
+  # > 0: the data holds out this fraction of each client's examples as a
+  # validation split (`data.hold_out_validation`); the run trains on the
+  # rest and evaluates on the validation split, never on the test set.
+  validation_fraction: float = 0.0
 
   def validate(self):
     """TypeError for a wrong type, ValueError naming the parameter and its range."""
@@ -101,6 +108,15 @@ class TrainingConfig:
     validation.check_at_most('clients_per_round', self.clients_per_round,
                              'total_clients', self.total_clients)
     validation.check_optional(validation.check_probability, 'delta', self.delta)
+    validation.check_number('server_momentum', self.server_momentum, 0, 1,
+                            high_open=True)
+    validation.check_number('validation_fraction', self.validation_fraction, 0,
+                            1, high_open=True)
+
+  @property
+  def evaluation_split(self) -> str:
+    """'validation' when the run holds a validation split out, else 'test'."""
+    return 'validation' if self.validation_fraction else 'test'
 
   @property
   def is_peer(self) -> bool:
@@ -162,10 +178,10 @@ def build_peer(config: TrainingConfig, dim: int, log=print) -> peers.Peer:
   bits = config.mechanism_params.get('bits')
   if config.target_epsilon is not None:
     t0 = time.time()
-    peer = peers.calibrate(config.mechanism, config.target_epsilon,
-                           config.target_delta, config.rounds,
-                           config.clients_per_round, config.total_clients, dim,
-                           config.clip_norm, bits)
+    peer = _calibrated_peer(config.mechanism, config.target_epsilon,
+                            config.target_delta, config.rounds,
+                            config.clients_per_round, config.total_clients,
+                            dim, config.clip_norm, bits)
     config.mechanism_params['noise_multiplier'] = peer.noise_multiplier
     log(f'Calibrated {peer} to whole-model ε <= {config.target_epsilon:g} '
         f'(δ={config.target_delta:.3g}, {config.rounds} rounds; '
@@ -173,6 +189,18 @@ def build_peer(config: TrainingConfig, dim: int, log=print) -> peers.Peer:
     return peer
   return peers.Peer(config.mechanism, config.mechanism_params['noise_multiplier'],
                     config.clip_norm, config.clients_per_round, dim, bits)
+
+
+_PEER_CALIBRATIONS = {}
+
+
+def _calibrated_peer(*args) -> peers.Peer:
+  """peers.calibrate(*args), computed once per process for the same
+  arguments (a tuning's runs share them; a bisection takes ~5-10 s), a
+  fresh copy each time."""
+  if args not in _PEER_CALIBRATIONS:
+    _PEER_CALIBRATIONS[args] = peers.calibrate(*args)
+  return dataclasses.replace(_PEER_CALIBRATIONS[args])
 
 
 def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
@@ -193,7 +221,7 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   private = config.mechanism != NO_PRIVACY and peer is None
   model_fn = models.tff_model_fn(keras_fn, input_spec)
   client_opt = tff.learning.optimizers.build_sgdm(config.client_lr)
-  server_opt = tff.learning.optimizers.build_sgdm(config.server_lr)
+  server_opt = server_optimizer(config)
   with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
     if clients_per_slot > 1:
       aggregator = (build_aggregator(config, clients_per_slot, calibrated_for)
@@ -216,6 +244,37 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
           metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
                               if private else None))
   return process, used
+
+
+def server_optimizer(config: TrainingConfig):
+  """The server's optimizer: SGD at config.server_lr, with heavy-ball
+  momentum config.server_momentum when > 0 (`build_sgdm(lr, momentum)`);
+  at 0 exactly the plain SGD of earlier runs."""
+  if config.server_momentum:
+    return tff.learning.optimizers.build_sgdm(config.server_lr,
+                                              momentum=config.server_momentum)
+  return tff.learning.optimizers.build_sgdm(config.server_lr)
+
+
+def config_record(config: TrainingConfig) -> Dict[str, object]:
+  """What defines a run (config.json, summary.json): the config's fields,
+  without those added later (server_momentum, validation_fraction) where
+  they hold their defaults, so a run of before they existed resumes."""
+  record = dataclasses.asdict(config)
+  for name in ('server_momentum', 'validation_fraction'):
+    if not record[name]:
+      del record[name]
+  return record
+
+
+def sampled_clients(config: TrainingConfig, population: Sequence[str],
+                    rnd: int) -> list:
+  """The ids of round `rnd`'s clients: config.clients_per_round of
+  `population` without replacement, drawn from (config.seed, rnd)."""
+  rng = np.random.default_rng([config.seed, rnd])
+  chosen = rng.choice(len(population), config.clients_per_round,
+                      replace=False)
+  return [population[i] for i in chosen]
 
 
 def build_aggregator(config: TrainingConfig, clients_per_value: int = 1,
@@ -384,7 +443,7 @@ CorruptCheckpointError = round_loop.CorruptCheckpointError
 
 def prepare_run_dir(run_dir: str, config: TrainingConfig, fresh: bool):
   """Creates run_dir or checks that an existing run used the same config."""
-  round_loop.prepare_run_dir(run_dir, dataclasses.asdict(config), fresh)
+  round_loop.prepare_run_dir(run_dir, config_record(config), fresh)
 
 
 def _next_round(process, state, datasets, remote, rnd):
@@ -410,7 +469,9 @@ def _next_round(process, state, datasets, remote, rnd):
 def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
         log: Callable[[str], None] = print, max_test_examples: Optional[int] = None,
         workers: Optional[Sequence[str]] = None,
-        clients_per_slot: Optional[int] = None) -> Dict[str, object]:
+        clients_per_slot: Optional[int] = None,
+        observe: Optional[Callable[[int, object], None]] = None
+        ) -> Dict[str, object]:
   """Trains (or resumes) and returns the summary dict (also in summary.json).
 
   `workers`: None (one machine, TFF's local C++ test context) or 'host:port'
@@ -419,10 +480,19 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   (`packed_clients`: the server sees the same law, several times faster);
   None or 0 chooses K (`choose_packing`; the log says what it chose), 1 runs
   every client in its own slot. Neither is part of the run's config: a run
-  may resume on other workers or packed otherwise.
+  may resume on other workers or packed otherwise. `observe(round, weights)`,
+  if given, is called after each round trained here with the round's
+  global `tff.learning.models.ModelWeights` (e.g. to measure client updates
+  from it; not called for rounds a resumed run skips).
   """
   config.validate()
   check_packing(config, clients_per_slot)
+  held_out = getattr(data, 'validation_fraction', 0.0)
+  if config.validation_fraction != held_out:
+    raise ValueError(
+        f'config.validation_fraction ({config.validation_fraction:g}) differs '
+        f'from the data\'s ({held_out:g}): load the data with the same '
+        '`validation_fraction`.')
   if config.total_clients > len(data.train.client_ids):
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
                      f'{len(data.train.client_ids)} clients of {data.name}.')
@@ -430,8 +500,14 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
                    max_test_examples)
   prepare_run_dir(run_dir, config, fresh)
   rounds.start(run_dir)
+  step = rounds.step
+  if observe is not None:
+    def step(state, rnd):
+      state, row = rounds.step(state, rnd)
+      observe(rnd, rounds.weights(state))
+      return state, row
   done = round_loop.run_rounds(rounds.initial_state(), config.rounds,
-                               run_dir, rounds.step, log=log)
+                               run_dir, step, log=log)
   rounds_done = max(done.start, config.rounds)
   if done.start >= config.rounds:
     log(f'{run_dir} already finished {done.start} rounds.')
@@ -570,23 +646,38 @@ class _Rounds:
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
     self.test_x, self.test_y = data.test_x, data.test_y
-    if self.max_test_examples:
+    # The evaluation split: the test set, or the validation split held out
+    # of the train clients (then the test set is never evaluated).
+    self.split = config.evaluation_split
+    if self.split == 'validation':
+      self.test_x, self.test_y = data.validation_x, data.validation_y
+    elif self.max_test_examples:
       self.test_x = self.test_x[:self.max_test_examples]
       self.test_y = self.test_y[:self.max_test_examples]
     self.tensorboard = tff.program.TensorBoardReleaseManager(
         os.path.join(run_dir, 'tensorboard'))
     self.log(f'Data: {data.description}')
+    self.log(f'Evaluation: the {self.split} split ({len(self.test_y)} '
+             'examples)' + ('; the test set is not used'
+                            if self.split == 'validation' else ''))
+    if config.server_momentum:
+      self.log(f'Server optimizer: SGD lr {config.server_lr:g}, momentum '
+               f'{config.server_momentum:g}')
     shown = self.mech or self.peer
     self.log(f'Model: {config.model} ({self.dim} coordinates sent per client); '
              f'aggregator: {config.mechanism}' + (f' = {shown}' if shown else ''))
     for line in self.packing.lines:
       self.log(line)
 
-  def evaluate(self, state):
+  def weights(self, state) -> tff.learning.models.ModelWeights:
+    """The global model of `state`."""
     weights = self.process.get_model_weights(state)
     if isinstance(weights, collections.abc.Mapping):  # mergeable context
       weights = tff.learning.models.ModelWeights(**weights)
-    weights.assign_weights_to(self.eval_model)
+    return weights
+
+  def evaluate(self, state):
+    self.weights(state).assign_weights_to(self.eval_model)
     loss, acc = self.eval_model.evaluate(self.test_x, self.test_y,
                                          batch_size=1000, verbose=0)
     return float(loss), float(acc)
@@ -594,10 +685,7 @@ class _Rounds:
   def _datasets(self, rnd):
     """This round's clients (sampled from (seed, round)), packed or one each."""
     config, packing = self.config, self.packing
-    rng = np.random.default_rng([config.seed, rnd])
-    chosen = rng.choice(len(self.population), config.clients_per_round,
-                        replace=False)
-    ids = [self.population[i] for i in chosen]
+    ids = sampled_clients(config, self.population, rnd)
     if packing.clients_per_slot > 1:
       return packed_clients.pack_datasets(
           self.data.client_examples, ids, packing.clients_per_slot,
@@ -613,23 +701,25 @@ class _Rounds:
     state, metrics = _next_round(self.process, state, self._datasets(rnd),
                                  self.remote, rnd)
     train = metrics['client_work']['train']
+    loss_key, acc_key = f'{self.split}_loss', f'{self.split}_accuracy'
     row = collections.OrderedDict(
         train_loss=float(train['loss']),
-        train_accuracy=float(train['sparse_categorical_accuracy']),
-        test_loss=math.nan, test_accuracy=math.nan)
+        train_accuracy=float(train['sparse_categorical_accuracy']))
+    row[loss_key] = row[acc_key] = math.nan
     if rnd % config.eval_every == 0 or rnd == config.rounds:
-      row['test_loss'], row['test_accuracy'] = self.evaluate(state)
+      row[loss_key], row[acc_key] = self.evaluate(state)
     row.update(self._privacy_row(metrics['aggregator'], rnd))
     asyncio.run(self.tensorboard.release(
         {k: float(v) for k, v in row.items() if math.isfinite(v)}, key=rnd))
     self.times.append(time.time() - t0)
     eta = np.mean(self.times[-10:]) * (config.rounds - rnd)
-    test = (f' test_acc={row["test_accuracy"]:.4f}'
-            if not math.isnan(row['test_accuracy']) else '')
+    short = 'test' if self.split == 'test' else 'val'
+    test = (f' {short}_acc={row[acc_key]:.4f}'
+            if not math.isnan(row[acc_key]) else '')
     self.log(f'round {rnd}/{config.rounds} loss={row["train_loss"]:.4f} '
              f'train_acc={row["train_accuracy"]:.4f}{test} '
              f'eps={row["epsilon"]:.4g} bits/client={row["bits_per_client"]} '
-             f'clipped={row.get("clipped_fraction", 0):.3f} '
+             f'clipped={row.get("clipped_fraction", row.get("clipped_clients_fraction", 0)):.3f} '
              f'({self.times[-1]:.1f}s, ETA {eta:.0f}s)')
     return state, row
 
@@ -653,6 +743,13 @@ class _Rounds:
     else:
       row['bits_per_client'] = 32 * self.dim
       row['epsilon'] = row['epsilon_per_coordinate'] = math.inf
+    if quant is None:
+      # The packed central Gaussian and noise-free mean count the clients
+      # they clip (packed_clients.StackedClippedMeanFactory): recorded too.
+      clipped = aggregators.find_measurements(measurements, 'clipped_count')
+      if clipped is not None:
+        row['clipped_clients_fraction'] = (float(clipped) /
+                                           self.config.clients_per_round)
     row['delta'] = self.config.target_delta
     return row
 
@@ -661,10 +758,15 @@ class _Rounds:
     config, mech, peer = self.config, self.mech, self.peer
     test_loss, test_acc = self.evaluate(state)
     summary = collections.OrderedDict(
-        data=self.data.description, config=dataclasses.asdict(config),
-        dim=self.dim, rounds_completed=rounds_done, test_loss=test_loss,
-        test_accuracy=test_acc, delta=config.target_delta,
-        bits_per_client_per_round=32 * self.dim)
+        data=self.data.description, config=config_record(config),
+        dim=self.dim, rounds_completed=rounds_done)
+    summary[f'{self.split}_loss'] = test_loss
+    summary[f'{self.split}_accuracy'] = test_acc
+    if self.split != 'test':
+      summary['evaluated_on'] = (f'the {self.split} split ({len(self.test_y)} '
+                                 'examples); the test set was not used')
+    summary.update(delta=config.target_delta,
+                   bits_per_client_per_round=32 * self.dim)
     if mech is None and peer is None:
       summary.update(mechanism='none (clipped mean, no privacy)',
                      epsilon=math.inf)

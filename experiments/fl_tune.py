@@ -1,0 +1,132 @@
+"""Tunes the FL table's training per ε on a validation split (issue 51, item 1).
+
+The FL table's setting (experiments/fl_table.py: small_cnn, federated
+Fashion-MNIST, 100 of 3,400 clients a round, 300 rounds, δ = 1/3,400,
+rotation, c∞ multiple 3), with a validation split of --validation_fraction of
+every client's examples held out (the clients train on the rest; every
+evaluation is on the validation split, never on the test set):
+
+1. **Update norms.** Per candidate client learning rate, a noise-free,
+   unclipped run (--norm_rounds) measures the ℓ2 norms of the client updates
+   (the clients of the next round, from the global model after rounds 1, 10,
+   25 and every 50th); their median sets the clip grid (--clip_multiples ×
+   median). These runs are also the noise-free accuracy curves.
+2. **The grid.** Per ε, the calibrated central Gaussian ('gaussian',
+   target ε) at every (client lr, server momentum, clip multiple, server lr);
+   one run per point at seed 0, then per ε the chosen point and the best
+   others (--rerun_top in all) at seeds 1 .. --seeds_top - 1. The endpoint: fl_table.PRESPECIFIED on validation
+   accuracy. The choice: tuning.choose (argmax; ties within --tie_tolerance
+   go to the simpler setting).
+3. **Noise-free at the choice.** The chosen training without noise (clipped
+   at the chosen clip).
+
+Every run lives in --output_dir (runs/, noise_free/) and resumes from its
+checkpoint; a finished run (summary.json) is skipped. --deadline HH:MM (UTC)
+starts no run after that time. The report (tuning.md, results.csv,
+choice.json, norms.json) is rewritten after every run
+(tff_quant.training.tuning does the work).
+
+  nice -n 15 python -m experiments.fl_tune --output_dir=results/fl_tune
+  python -m experiments.fl_tune --report_only
+"""
+
+# TensorFlow first and without its CUDA start-up noise (no GPU here).
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+quiet.import_tensorflow()
+
+from absl import app  # pylint: disable=g-import-not-at-top,g-bad-import-order
+from absl import flags
+from absl import logging
+
+from tff_quant.program import cli, results_io, runtime
+from tff_quant.training import tuning
+
+FLAGS = flags.FLAGS
+_D = tuning.Settings('')
+flags.DEFINE_string('output_dir', 'results/fl_tune', 'Results folder.')
+flags.DEFINE_list('epsilons', [f'{v:g}' for v in _D.epsilons],
+                  'Whole-model ε targets.')
+flags.DEFINE_list('client_lrs', [f'{v:g}' for v in _D.client_lrs],
+                  'Client learning rates.')
+flags.DEFINE_list('server_momenta', [f'{v:g}' for v in _D.server_momenta],
+                  'Server SGD momenta.')
+flags.DEFINE_list('clip_multiples', [f'{v:g}' for v in _D.clip_multiples],
+                  'ℓ2 clips as multiples of the median update norm at the '
+                  'client lr.')
+flags.DEFINE_list('server_lrs', [f'{v:g}' for v in _D.server_lrs],
+                  'Server learning rates.')
+flags.DEFINE_integer('rerun_top', _D.rerun_top, 'Per ε, this many points '
+                     '(the chosen one, then the best others) run again at '
+                     'seeds 1 .. --seeds_top - 1.')
+flags.DEFINE_integer('seeds_top', _D.seeds_top, 'Seeds of the re-run points.')
+flags.DEFINE_integer('rounds', _D.rounds, 'Rounds per run.')
+flags.DEFINE_integer('norm_rounds', _D.norm_rounds, 'Rounds of the noise-free '
+                     'runs that measure the update norms.')
+flags.DEFINE_integer('clients_per_round', _D.clients_per_round,
+                     'Clients per round.')
+flags.DEFINE_integer('total_clients', _D.total_clients, 'Population.')
+flags.DEFINE_string('model', _D.model, 'Keras model (tff_quant.models).')
+flags.DEFINE_float('coordinate_clip_multiple', _D.coordinate_clip_multiple,
+                   'c∞ = k·clip/√d (with rotation; the Gaussian itself is an '
+                   'ℓ2 mechanism).')
+flags.DEFINE_float('validation_fraction', _D.validation_fraction, 'Fraction '
+                   'of each client\'s examples held out as the validation '
+                   'split.')
+flags.DEFINE_integer('eval_every', _D.eval_every, 'Evaluate every k rounds '
+                     '(the endpoint needs 5 evaluations in the last 10%).')
+flags.DEFINE_integer('split_seed', _D.split_seed, 'Seed of the federated '
+                     'split and of its validation split (fixed).')
+flags.DEFINE_integer('clients_per_slot', None, 'K clients per TFF slot '
+                     '(default: automatic).')
+flags.DEFINE_float('tie_tolerance', _D.tie_tolerance, 'Points within this of '
+                   'the best validation endpoint are tied (fixed before the '
+                   'runs).')
+flags.DEFINE_bool('noise_free_at_choice', _D.noise_free_at_choice, 'After the '
+                  'grid, run the chosen setting of each ε without noise.')
+flags.DEFINE_string('deadline', None, 'HH:MM (UTC): no run starts after it.')
+flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
+flags.DEFINE_integer('tf_threads', 0, 'TensorFlow intra/inter-op threads '
+                     '(0: TensorFlow\'s default).')
+flags.DEFINE_bool('report_only', False, 'Write the report from finished runs.')
+
+
+def settings() -> tuning.Settings:
+  floats = lambda name: tuple(float(v) for v in FLAGS[name].value)
+  return tuning.Settings(
+      output_dir=FLAGS.output_dir, epsilons=floats('epsilons'),
+      client_lrs=floats('client_lrs'), server_momenta=floats('server_momenta'),
+      clip_multiples=floats('clip_multiples'), server_lrs=floats('server_lrs'),
+      rerun_top=FLAGS.rerun_top, seeds_top=FLAGS.seeds_top,
+      rounds=FLAGS.rounds, norm_rounds=FLAGS.norm_rounds,
+      clients_per_round=FLAGS.clients_per_round,
+      total_clients=FLAGS.total_clients, model=FLAGS.model,
+      coordinate_clip_multiple=FLAGS.coordinate_clip_multiple,
+      validation_fraction=FLAGS.validation_fraction,
+      eval_every=FLAGS.eval_every, split_seed=FLAGS.split_seed,
+      clients_per_slot=FLAGS.clients_per_slot,
+      tie_tolerance=FLAGS.tie_tolerance,
+      noise_free_at_choice=FLAGS.noise_free_at_choice,
+      deadline=FLAGS.deadline, data_dir=FLAGS.data_dir)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)
+  runtime.exit_on_sigterm()
+  with cli.user_errors_exit():
+    if FLAGS.tf_threads:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      tf.config.threading.set_intra_op_parallelism_threads(FLAGS.tf_threads)
+      tf.config.threading.set_inter_op_parallelism_threads(FLAGS.tf_threads)
+    tuner = tuning.Tuning(settings(), log=lambda line: print(line, flush=True))
+    if FLAGS.report_only:   # reads the runs; may run beside a tuning
+      tuner.check_folder()
+      print(tuner.report()[0])
+      return
+    with results_io.exclusive(FLAGS.output_dir, 'FL tuning'):
+      print(tuner.run_all())
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,89 @@
+"""Tests for experiments/fl_tune.py and the driver behind it
+(tff_quant.training.tuning.Tuning): a tiny tuning (2 grid points, 2 rounds,
+4 of 20 clients) writes its norms, runs, results and choice; the choice is
+the stated rule's; a second start skips every finished
+run; a folder of other settings is refused, by the binary too."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tff_quant.training import tuning
+
+pytestmark = pytest.mark.usefixtures('tff_context')
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = dict(epsilons=(10.0,), client_lrs=(0.1,), server_momenta=(0.0, 0.9),
+            clip_multiples=(1.0,), rounds=2, norm_rounds=1,
+            clients_per_round=4, total_clients=20, eval_every=1, rerun_top=1,
+            seeds_top=1, noise_free_at_choice=False, model='logreg')
+FLAGS = ['--epsilons=10', '--client_lrs=0.1', '--server_momenta=0,0.9',
+         '--clip_multiples=1', '--rounds=2', '--norm_rounds=1',
+         '--clients_per_round=4', '--total_clients=20', '--eval_every=1',
+         '--rerun_top=1', '--seeds_top=1', '--nonoise_free_at_choice',
+         '--model=logreg']
+
+
+@pytest.fixture(scope='module')
+def tuned(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('tune'))
+  lines = []
+  text = tuning.Tuning(tuning.Settings(out, **TINY), log=lines.append).run_all()
+  return out, text, lines
+
+
+def test_a_tiny_tuning_writes_its_results_and_chooses_by_the_rule(tuned):
+  out, text, lines = tuned
+  with open(os.path.join(out, 'norms.json')) as f:
+    norms = json.load(f)['noise_free_lr0.1']
+  assert norms['round 1']['n'] == 4 and norms['pooled']['q50'] > 0
+  with open(os.path.join(out, 'results.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == 2
+  for row in rows:   # the clip is the median update norm (multiple 1)
+    assert float(row['clip_norm']) == pytest.approx(norms['pooled']['q50'],
+                                                    rel=2e-3)
+    assert float(row['epsilon_reported']) <= 10.0 + 1e-9
+  endpoints = {float(r['server_momentum']): float(r['endpoint']) for r in rows}
+  with open(os.path.join(out, 'choice.json')) as f:
+    choice = json.load(f)['10']
+  # The rule: the argmax, unless within the tolerance of the simpler point.
+  if endpoints[0.9] > endpoints[0.0] + tuning.TIE_TOLERANCE:
+    assert choice['server_momentum'] == 0.9
+  else:
+    assert choice['server_momentum'] == 0.0
+  assert choice['points_run'] == 2 and choice['seeds'] == 1
+  # Every output says which data it used; the test set is never evaluated.
+  assert 'VALIDATION split' in text and 'test set is not used' in text
+  for name in os.listdir(os.path.join(out, 'runs')):
+    with open(os.path.join(out, 'runs', name, 'summary.json')) as f:
+      summary = json.load(f)
+    assert 'test_accuracy' not in summary and 'VALIDATION' in summary['data']
+  assert sum('[fl_tune] run ' in l for l in lines) == 2
+
+
+def test_a_second_start_skips_every_finished_run(tuned):
+  out = tuned[0]
+  lines = []
+  text = tuning.Tuning(tuning.Settings(out, **TINY),
+                       log=lines.append).run_all()
+  assert not any('[fl_tune] run ' in l or 'update norms (pooled)' in l
+                 for l in lines)
+  assert text == tuned[1]
+  other = tuning.Tuning(tuning.Settings(out, **dict(TINY, rounds=3)))
+  with pytest.raises(ValueError, match='other settings'):
+    other.run_all()
+
+
+def test_the_binary_reads_its_flags_and_refuses_other_settings(tuned):
+  out = tuned[0]
+  other = subprocess.run(
+      [sys.executable, '-m', 'experiments.fl_tune', f'--output_dir={out}',
+       *FLAGS, '--rounds=3', '--report_only'],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert other.returncode == 2 and 'other settings' in other.stderr
+  assert "'rounds': 2" in other.stderr   # the folder's, from the same flags
