@@ -1,4 +1,4 @@
-"""Tunes the FL table's training per ε on a validation split (issue 51, item 1).
+"""Tunes the FL table's training per ε on a validation split.
 
 The FL table's setting (experiments/fl_table.py: small_cnn, federated
 Fashion-MNIST, 100 of 3,400 clients a round, 300 rounds, δ = 1/3,400,

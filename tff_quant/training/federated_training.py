@@ -69,7 +69,7 @@ class TrainingConfig:
   noise_seed: Optional[int] = None   # None: client-side unpredictable noise
   delta: Optional[float] = None      # None: 1 / total_clients
   eval_every: int = 10
-  # Added for tuning (issue 51); at their defaults they are left out of
+  # The tuning options; at their defaults they are left out of
   # config.json (`config_record`), so earlier runs resume unchanged.
   server_momentum: float = 0.0   # 0: plain server SGD (tff build_sgdm)
   # > 0: the data holds out this fraction of each client's examples as a

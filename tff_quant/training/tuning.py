@@ -664,7 +664,7 @@ class Tuning:
     loaded = _load_json(os.path.join(self.out, 'data.json'))
     if loaded:
       data_line += f' Loaded: {loaded["description"]}.'
-    md = ['# FL tuning on the validation split (issue 51, item 1)', '',
+    md = ['# FL tuning on the validation split', '',
           f'Data: {data_line}', '',
           f'Setting: {s.model}, {s.clients_per_round} of {s.total_clients} '
           f'clients a round, {s.rounds} rounds, batch 32, 1 local epoch, '
