@@ -504,7 +504,7 @@ class RoundAccountant:
     if delta <= 0:
       return math.inf, math.nan
     eps, order = epsilon_from_rdp(self.orders, sub, rounds, delta)
-    return eps + steps * -math.log1p(-self.conditioned.tail), order
+    return eps + steps * self.conditioned.log_ratio, order
 
   def guarantee(self, rounds: int, use_pld: bool = True,
                 pld_interval: float = 1e-3,

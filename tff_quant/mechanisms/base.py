@@ -410,10 +410,16 @@ class ConditionedSum:
   attained: 'Mechanism'
   attained_others: str
 
+  @property
+  def log_ratio(self) -> float:
+    """λ = log(1/(1-tail)): the most conditioning multiplies a probability by,
+    in nats (per coordinate and round)."""
+    return -math.log1p(-self.tail)
+
   def conditioning_rdp(self, alpha: float) -> float:
-    """α/(α-1)·log(1/(1-tail)) (log(1/(1-tail)) at α = inf): the
-    normalisation's share of one coordinate's D_α."""
-    lam = -math.log1p(-self.tail)
+    """α/(α-1)·λ (λ at α = inf): the normalisation's share of one
+    coordinate's D_α."""
+    lam = self.log_ratio
     return lam if math.isinf(alpha) else alpha / (alpha - 1) * lam
 
 
