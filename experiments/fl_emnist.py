@@ -96,6 +96,10 @@ flags.DEFINE_float('server_lr', _D.server_lr, 'Server SGD learning rate.')
 flags.DEFINE_float('server_momentum', _D.server_momentum, 'Server SGD '
                    'heavy-ball momentum in [0, 1) (tff.learning.optimizers.'
                    'build_sgdm); 0: plain server SGD.')
+flags.DEFINE_enum('server_lr_schedule', _D.server_lr_schedule,
+                  list(ft.SERVER_LR_SCHEDULES), 'Server learning-rate '
+                  'schedule: constant, or cosine (server_lr·(1 + cos(π·t/'
+                  'rounds))/2 at round t from 0).')
 flags.DEFINE_float('validation_fraction', _D.validation_fraction, 'In [0, 1): '
                    'hold out this fraction of each simulated client\'s '
                    'examples (seeded by --split_seed) as a validation split; '

@@ -104,8 +104,10 @@ TUNED_KEYS = ('client_lr', 'server_momentum', 'server_lr', 'clip_norm')
 
 
 def tuned_settings():
-  """{'ε': {client_lr, server_momentum, server_lr, clip_norm}} of every
-  --epsilons value, from --tuned (ValueError naming a missing ε)."""
+  """{'ε': {client_lr, server_momentum, server_lr, clip_norm[,
+  server_lr_schedule]}} of every --epsilons value, from --tuned (ValueError
+  naming a missing ε, or a choice tuned at another number of rounds than
+  --rounds: a schedule and the noise per round depend on it)."""
   with open(FLAGS.tuned) as f:
     choice = json.load(f)
   out = {}
@@ -114,7 +116,15 @@ def tuned_settings():
     if key not in choice:
       raise ValueError(f'--tuned={FLAGS.tuned} holds no setting for ε = '
                        f'{key} (it has {sorted(choice)}).')
+    tuned_rounds = choice[key].get('rounds', FLAGS.rounds)
+    if tuned_rounds != FLAGS.rounds:
+      raise ValueError(f'--tuned={FLAGS.tuned} was tuned at {tuned_rounds} '
+                       f'rounds (ε = {key}); pass --rounds={tuned_rounds} '
+                       f'(got --rounds={FLAGS.rounds}).')
     out[key] = {k: float(choice[key][k]) for k in TUNED_KEYS}
+    schedule = choice[key].get('server_lr_schedule', 'constant')
+    if schedule != 'constant':   # absent when constant: earlier folders resume
+      out[key]['server_lr_schedule'] = schedule
   return out
 
 
@@ -263,6 +273,8 @@ def train(cell, seed, calibration) -> float:
     args.append(f'--server_momentum={t["server_momentum"]}')
   if t['server_lr'] != 1.0:
     args.append(f'--server_lr={t["server_lr"]}')
+  if t.get('server_lr_schedule', 'constant') != 'constant':
+    args.append(f'--server_lr_schedule={t["server_lr_schedule"]}')
   t0 = time.time()
   child = subprocess.Popen(args)
   try:
@@ -320,7 +332,9 @@ def tuned_line(s) -> str:
                  'experiments.fl_tune), then trained on all train examples: ' +
                  '; '.join(f'ε = {e}: client lr {t["client_lr"]:g}, server '
                            f'momentum {t["server_momentum"]:g}, server lr '
-                           f'{t["server_lr"]:g}, ℓ2 clip {t["clip_norm"]:g}'
+                           f'{t["server_lr"]:g} '
+                           f'({t.get("server_lr_schedule", "constant")}), '
+                           f'ℓ2 clip {t["clip_norm"]:g}'
                            for e, t in s['tuned'].items()) +
                  ' (the noise-free cell: the flags above).')
   elif s.get('server_momentum'):

@@ -55,6 +55,8 @@ flags.DEFINE_list('clip_multiples', [f'{v:g}' for v in _D.clip_multiples],
                   'client lr.')
 flags.DEFINE_list('server_lrs', [f'{v:g}' for v in _D.server_lrs],
                   'Server learning rates.')
+flags.DEFINE_list('server_lr_schedules', list(_D.server_lr_schedules),
+                  'Server learning-rate schedules (constant, cosine).')
 flags.DEFINE_integer('rerun_top', _D.rerun_top, 'Per ε, this many points '
                      '(the chosen one, then the best others) run again at '
                      'seeds 1 .. --seeds_top - 1.')
@@ -96,6 +98,7 @@ def settings() -> tuning.Settings:
       output_dir=FLAGS.output_dir, epsilons=floats('epsilons'),
       client_lrs=floats('client_lrs'), server_momenta=floats('server_momenta'),
       clip_multiples=floats('clip_multiples'), server_lrs=floats('server_lrs'),
+      server_lr_schedules=tuple(FLAGS.server_lr_schedules),
       rerun_top=FLAGS.rerun_top, seeds_top=FLAGS.seeds_top,
       rounds=FLAGS.rounds, norm_rounds=FLAGS.norm_rounds,
       clients_per_round=FLAGS.clients_per_round,

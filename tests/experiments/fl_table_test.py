@@ -101,3 +101,21 @@ def test_tuned_settings_enter_the_folder_and_a_missing_epsilon_is_refused(
   missing = _table(str(tmp_path / 'other'), '--mechanisms=gaussian',
                    f'--tuned={choice}', '--epsilons=3', '--plan')
   assert missing.returncode != 0 and 'no setting for ε = 3' in missing.stderr
+
+
+def test_a_tuned_schedule_is_kept_and_its_rounds_must_match(tmp_path):
+  choice = tmp_path / 'choice.json'
+  choice.write_text(json.dumps({
+      '10': dict(client_lr=0.2, server_momentum=0.0, server_lr=1.0,
+                 clip_norm=0.5, clip_multiple=1.0, rounds=500,
+                 server_lr_schedule='cosine')}))
+  out = str(tmp_path / 'table')
+  plan = _table(out, '--mechanisms=gaussian', f'--tuned={choice}',
+                '--rounds=500', '--eval_every=10', '--plan')
+  assert plan.returncode == 0, plan.stderr[-3000:]
+  with open(os.path.join(out, 'config.json')) as f:
+    tuned = json.load(f)['tuned']['10']
+  assert tuned['server_lr_schedule'] == 'cosine'
+  other = _table(str(tmp_path / 'other'), '--mechanisms=gaussian',
+                 f'--tuned={choice}', '--rounds=300', '--plan')
+  assert other.returncode != 0 and '--rounds=500' in other.stderr

@@ -47,11 +47,41 @@ def test_server_momentum_reaches_the_optimizer():
     config(server_momentum=1.0).validate()
 
 
+def test_cosine_schedule_steps_the_server_lr_each_round():
+  import math  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  rounds = 8
+  cfg = config(server_lr=0.5, rounds=rounds, server_lr_schedule='cosine')
+  cfg.validate()
+  expected = [0.5 * 0.5 * (1 + math.cos(math.pi * t / rounds))
+              for t in range(rounds)]
+  assert float(ft.server_lr_at(cfg, 0)) == pytest.approx(0.5)
+  # float32: one ulp of a value <= 0.5 is <= 2^-24 ≈ 6e-8.
+  assert [float(ft.server_lr_at(cfg, t)) for t in range(rounds)] == (
+      pytest.approx(expected, abs=1e-7))
+  # Plain SGD with a unit gradient: after k rounds the weights moved by
+  # -(lr_0 + ... + lr_{k-1}), the schedule's steps in order.
+  opt = ft.server_optimizer(cfg)
+  weights = (tf.zeros([2]),)
+  state = opt.initialize(tf.nest.map_structure(
+      lambda w: tf.TensorSpec(w.shape, w.dtype), weights))
+  for k in range(1, 4):
+    state, weights = opt.next(state, weights, (tf.ones([2]),))
+    np.testing.assert_allclose(weights[0].numpy(), -sum(expected[:k]),
+                               atol=1e-6)   # k float32 roundings
+  # The constant default is the plain optimizer, recorded as before.
+  assert 'server_lr_schedule' not in ft.config_record(config())
+  assert ft.config_record(cfg)['server_lr_schedule'] == 'cosine'
+  with pytest.raises(ValueError, match='server_lr_schedule'):
+    config(server_lr_schedule='linear').validate()
+
+
 def test_defaults_keep_todays_records(mnist, tmp_path):
   cfg = config()
   record = ft.config_record(cfg)
   old = {f.name for f in dataclasses.fields(ft.TrainingConfig)} - {
-      'server_momentum', 'validation_fraction'}
+      'server_momentum', 'validation_fraction', 'server_lr_schedule'}
   assert set(record) == old   # earlier runs' config.json resume unchanged
   assert ft.config_record(config(server_momentum=0.9))['server_momentum'] == 0.9
   run_dir = str(tmp_path / 'run')

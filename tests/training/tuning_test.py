@@ -29,8 +29,13 @@ def test_grid_interleaves_epsilons_and_puts_the_median_clip_first():
 
 
 def test_a_point_is_read_back_from_its_name():
-  for p in tuning.grid([3, 10], [0.05, 0.2], [0, 0.9], [0.5, 1, 2], [1, 0.1]):
+  for p in tuning.grid([3, 10], [0.05, 0.2], [0, 0.9], [0.5, 1, 2], [1, 0.1],
+                       ['constant', 'cosine']):
     assert tuning.Point.from_name(p.name) == p
+  assert tuning.Point(3, 0.2, 0, 1, 1, 'cosine').name == (
+      'eps3_lr0.2_mom0_clip1x_cosine')
+  with pytest.raises(ValueError, match='schedules'):
+    tuning.grid([3], [0.1], [0], [1], [1], ['linear'])
   assert tuning.Point.from_name('noise_free_lr0.05') is None
 
 
@@ -57,6 +62,10 @@ def test_choose_takes_the_argmax_and_breaks_ties_toward_the_simpler():
   chosen, _ = tuning.choose({momentum: [0.70], big_lr: [0.699],
                              wide_clip: [0.698]})
   assert chosen == wide_clip
+  # A constant server lr is simpler than a decaying one.
+  cosine = tuning.Point(3, 0.05, 0.0, 1.0, 1.0, 'cosine')
+  assert tuning.choose({cosine: [0.70], simple: [0.695]})[0] == simple
+  assert tuning.choose({cosine: [0.72], simple: [0.70]})[0] == cosine
   # A point's figure is the mean over its seeds.
   chosen, _ = tuning.choose({simple: [0.70, 0.60], momentum: [0.68]})
   assert chosen == momentum

@@ -72,6 +72,9 @@ class TrainingConfig:
   # The tuning options; at their defaults they are left out of
   # config.json (`config_record`), so earlier runs resume unchanged.
   server_momentum: float = 0.0   # 0: plain server SGD (tff build_sgdm)
+  # 'constant', or 'cosine': server_lr·(1 + cos(π·t/rounds))/2 at round t
+  # (from 0), decaying to near 0 at the last round (`server_lr_at`).
+  server_lr_schedule: str = 'constant'
   # > 0: the data holds out this fraction of each client's examples as a
   # validation split (`data.hold_out_validation`); the run trains on the
   # rest and evaluates on the validation split, never on the test set.
@@ -112,6 +115,8 @@ class TrainingConfig:
                             high_open=True)
     validation.check_number('validation_fraction', self.validation_fraction, 0,
                             1, high_open=True)
+    validation.check_one_of('server_lr_schedule', self.server_lr_schedule,
+                            SERVER_LR_SCHEDULES)
 
   @property
   def evaluation_split(self) -> str:
@@ -246,24 +251,57 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   return process, used
 
 
+SERVER_LR_SCHEDULES = ('constant', 'cosine')
+
+
+def server_lr_at(config: TrainingConfig, round_index):
+  """The server learning rate of round `round_index` (0 for the first).
+
+  Args:
+    config: the run's TrainingConfig (server_lr, server_lr_schedule, rounds).
+    round_index: the round, counted from 0; an int or an integer tf.Tensor
+      (TFF's `schedule_learning_rate` calls it inside a computation).
+
+  Returns:
+    config.server_lr for 'constant'; for 'cosine' the cosine decay
+    server_lr·(1 + cos(π·t/R))/2 at t = round_index, R = config.rounds
+    (Loshchilov & Hutter 2017, SGDR, without restarts): server_lr at the
+    first round, server_lr·(1 + cos(π(R−1)/R))/2 ≈ 0 at the last.
+  """
+  if config.server_lr_schedule == 'constant':
+    return config.server_lr
+  t = tf.cast(round_index, tf.float32)
+  return config.server_lr * 0.5 * (1.0 + tf.cos(math.pi * t / config.rounds))
+
+
 def server_optimizer(config: TrainingConfig):
   """The server's optimizer: SGD at config.server_lr, with heavy-ball
   momentum config.server_momentum when > 0 (`build_sgdm(lr, momentum)`);
-  at 0 exactly the plain SGD of earlier runs."""
+  at 0 exactly the plain SGD of earlier runs. A 'cosine'
+  config.server_lr_schedule wraps it in TFF's `schedule_learning_rate`
+  (`server_lr_at`); its round counter is part of the optimizer's state, so
+  a resumed run continues the schedule."""
   if config.server_momentum:
-    return tff.learning.optimizers.build_sgdm(config.server_lr,
-                                              momentum=config.server_momentum)
-  return tff.learning.optimizers.build_sgdm(config.server_lr)
+    opt = tff.learning.optimizers.build_sgdm(config.server_lr,
+                                             momentum=config.server_momentum)
+  else:
+    opt = tff.learning.optimizers.build_sgdm(config.server_lr)
+  if config.server_lr_schedule == 'constant':
+    return opt
+  return tff.learning.optimizers.schedule_learning_rate(
+      opt, lambda t: server_lr_at(config, t))
 
 
 def config_record(config: TrainingConfig) -> Dict[str, object]:
   """What defines a run (config.json, summary.json): the config's fields,
-  without those added later (server_momentum, validation_fraction) where
-  they hold their defaults, so a run of before they existed resumes."""
+  without those added later (server_momentum, validation_fraction,
+  server_lr_schedule) where they hold their defaults, so a run of before they existed resumes."""
   record = dataclasses.asdict(config)
   for name in ('server_momentum', 'validation_fraction'):
     if not record[name]:
       del record[name]
+  if record['server_lr_schedule'] == 'constant':
+    del record['server_lr_schedule']
   return record
 
 
@@ -660,9 +698,10 @@ class _Rounds:
     self.log(f'Evaluation: the {self.split} split ({len(self.test_y)} '
              'examples)' + ('; the test set is not used'
                             if self.split == 'validation' else ''))
-    if config.server_momentum:
+    if config.server_momentum or config.server_lr_schedule != 'constant':
       self.log(f'Server optimizer: SGD lr {config.server_lr:g}, momentum '
-               f'{config.server_momentum:g}')
+               f'{config.server_momentum:g}, schedule '
+               f'{config.server_lr_schedule}')
     shown = self.mech or self.peer
     self.log(f'Model: {config.model} ({self.dim} coordinates sent per client); '
              f'aggregator: {config.mechanism}' + (f' = {shown}' if shown else ''))

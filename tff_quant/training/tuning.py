@@ -57,7 +57,7 @@ VALIDATION_COLUMN = 'validation_accuracy'
 
 _NUMBER = r'([0-9.e+-]+)'
 _NAME = re.compile(f'eps{_NUMBER}_lr{_NUMBER}_mom{_NUMBER}_clip{_NUMBER}x'
-                   f'(?:_slr{_NUMBER})?')
+                   f'(?:_slr{_NUMBER})?(?:_(cosine))?')
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -71,18 +71,22 @@ class Point:
     clip_multiple: the ℓ2 clip as a multiple of the median update norm at
       client_lr.
     server_lr: the server SGD's learning rate.
+    schedule: the server learning-rate schedule
+      (`federated_training.SERVER_LR_SCHEDULES`).
   """
   epsilon: float
   client_lr: float
   server_momentum: float
   clip_multiple: float
   server_lr: float = 1.0
+  schedule: str = 'constant'
 
   @property
   def name(self) -> str:
     return (f'eps{self.epsilon:g}_lr{self.client_lr:g}_mom'
             f'{self.server_momentum:g}_clip{self.clip_multiple:g}x'
-            + ('' if self.server_lr == 1.0 else f'_slr{self.server_lr:g}'))
+            + ('' if self.server_lr == 1.0 else f'_slr{self.server_lr:g}')
+            + ('' if self.schedule == 'constant' else f'_{self.schedule}'))
 
   @classmethod
   def from_name(cls, name: str) -> Optional['Point']:
@@ -90,14 +94,16 @@ class Point:
     m = _NAME.fullmatch(name)
     if not m:
       return None
-    eps, lr, mom, clip, slr = m.groups()
+    eps, lr, mom, clip, slr, schedule = m.groups()
     return cls(float(eps), float(lr), float(mom), float(clip),
-               float(slr) if slr else 1.0)
+               float(slr) if slr else 1.0, schedule or 'constant')
 
   def simplicity(self) -> Tuple:
-    """Smaller is simpler: no server momentum, server lr 1, today's client
-    lr, the clip nearest the median (then the smaller clip: less noise)."""
-    return (self.server_momentum != 0, self.server_lr != 1.0,
+    """Smaller is simpler: no server momentum, a constant server lr,
+    server lr 1, the default client lr, the clip nearest the median (then the
+    smaller clip: less noise)."""
+    return (self.server_momentum != 0, self.schedule != 'constant',
+            self.server_lr != 1.0,
             self.client_lr != DEFAULT_CLIENT_LR,
             abs(math.log2(self.clip_multiple)), self.clip_multiple)
 
@@ -109,7 +115,8 @@ class Point:
 
 def grid(epsilons: Sequence[float], client_lrs: Sequence[float],
          momenta: Sequence[float], clip_multiples: Sequence[float],
-         server_lrs: Sequence[float] = (1.0,)) -> List[Point]:
+         server_lrs: Sequence[float] = (1.0,),
+         schedules: Sequence[str] = ('constant',)) -> List[Point]:
   """Every combination, in run order: the ε values interleaved (a grid cut
   short covers each ε alike), the clip multiples nearest 1 first within."""
   for name, values in (('epsilons', epsilons), ('client_lrs', client_lrs),
@@ -121,11 +128,15 @@ def grid(epsilons: Sequence[float], client_lrs: Sequence[float],
       validation.check_positive(name, v)
   for m in momenta:
     validation.check_number('momenta', m, 0, 1, high_open=True)
+  if not schedules:
+    raise ValueError('`schedules` is empty.')
+  for v in schedules:
+    validation.check_one_of('schedules', v, ft.SERVER_LR_SCHEDULES)
   per_eps = {}
   for eps in epsilons:
-    points = [Point(float(eps), float(lr), float(m), float(c), float(s))
+    points = [Point(float(eps), float(lr), float(m), float(c), float(s), sch)
               for c in clip_multiples for lr in client_lrs for m in momenta
-              for s in server_lrs]
+              for s in server_lrs for sch in schedules]
     per_eps[eps] = sorted(points, key=lambda p: (abs(math.log2(p.clip_multiple)),
                                                  p.simplicity()))
   out = []
@@ -360,6 +371,7 @@ class Settings:
   server_momenta: Sequence[float] = (0.0, 0.9)
   clip_multiples: Sequence[float] = (0.5, 1.0, 2.0)
   server_lrs: Sequence[float] = (1.0,)
+  server_lr_schedules: Sequence[str] = ('constant',)
   rerun_top: int = 2
   seeds_top: int = 2
   rounds: int = 300
@@ -391,7 +403,7 @@ class Settings:
 
   def grid(self) -> List[Point]:
     return grid(self.epsilons, self.client_lrs, self.server_momenta,
-                self.clip_multiples, self.server_lrs)
+                self.clip_multiples, self.server_lrs, self.server_lr_schedules)
 
   def check(self) -> None:
     validation.check_integer('rerun_top', self.rerun_top, 0)
@@ -410,7 +422,7 @@ class Settings:
   def config(self, mechanism: str, rounds: int, client_lr: float,
              clip_norm: float, server_momentum: float = 0.0,
              server_lr: float = 1.0, epsilon: Optional[float] = None,
-             seed: int = 0) -> ft.TrainingConfig:
+             seed: int = 0, schedule: str = 'constant') -> ft.TrainingConfig:
     """A run's TrainingConfig: the fixed setting, these values."""
     f = self.fixed()
     return ft.TrainingConfig(
@@ -420,7 +432,8 @@ class Settings:
         clients_per_round=f['clients_per_round'],
         total_clients=f['total_clients'], client_lr=client_lr,
         server_lr=server_lr, server_momentum=server_momentum,
-        batch_size=f['batch_size'], local_epochs=f['local_epochs'],
+        server_lr_schedule=schedule, batch_size=f['batch_size'],
+        local_epochs=f['local_epochs'],
         model=f['model'], seed=seed,
         noise_seed=None if mechanism == ft.NO_PRIVACY else 1000 + seed,
         delta=f['delta'], eval_every=f['eval_every'],
@@ -542,7 +555,7 @@ class Tuning:
     clip = point.clip_norm(self.medians())
     config = self.s.config('gaussian', self.s.rounds, point.client_lr, clip,
                            point.server_momentum, point.server_lr,
-                           point.epsilon, seed)
+                           point.epsilon, seed, point.schedule)
     self.log(f'[fl_tune] run {key}: clip {clip:g}')
     self._train(key, config, run_dir)
     return True
@@ -555,7 +568,8 @@ class Tuning:
       return False
     config = self.s.config(ft.NO_PRIVACY, self.s.rounds, point.client_lr,
                            point.clip_norm(self.medians()),
-                           point.server_momentum, point.server_lr)
+                           point.server_momentum, point.server_lr,
+                           schedule=point.schedule)
     self.log(f'[fl_tune] run {key} (noise-free at the choice)')
     self._train(key, config, run_dir)
     return True
@@ -712,10 +726,10 @@ class Tuning:
                 f'{describe(try_trend(run.evaluations, rounds))} | '
                 f'{self.times.get(name, math.nan) / 60:.1f} |')
     md += ['', '## Grid runs', '',
-           '| ε | client lr | server momentum | server lr | clip (× median) | '
-           'seed | endpoint | last | last-third slope /100 rounds | clients '
-           'clipped (mean) | ε reported | σ/clip | minutes |',
-           '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+           '| ε | client lr | server momentum | server lr | schedule | '
+           'clip (× median) | seed | endpoint | last | last-third slope /100 '
+           'rounds | clients clipped (mean) | ε reported | σ/clip | minutes |',
+           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     rows = []
     for p in sorted(runs):
       for seed, (summary, run) in sorted(runs[p].items()):
@@ -729,10 +743,11 @@ class Tuning:
         minutes = self.times.get(f'{p.name}_s{seed}', math.nan) / 60
         clip = summary['config']['clip_norm']
         rows.append([p.epsilon, p.client_lr, p.server_momentum, p.server_lr,
-                     p.clip_multiple, clip, seed, ep, run.evaluations[-1][1],
+                     p.schedule, p.clip_multiple, clip, seed, ep, run.evaluations[-1][1],
                      slope, se, clip_mean, summary['epsilon'], z, minutes])
         md.append(f'| {p.epsilon:g} | {p.client_lr:g} | '
-                  f'{p.server_momentum:g} | {p.server_lr:g} | {clip:g} '
+                  f'{p.server_momentum:g} | {p.server_lr:g} | {p.schedule} | '
+                  f'{clip:g} '
                   f'({p.clip_multiple:g}×) | {seed} | {ep:.4f} | '
                   f'{run.evaluations[-1][1]:.4f} | {slope:+.3f} ± {se:.3f} | '
                   f'{clip_mean:.3f} | {summary["epsilon"]:.4g} | {z:.4g} | '
@@ -740,7 +755,7 @@ class Tuning:
     results_io.write_csv(
         os.path.join(self.out, 'results.csv'),
         ('epsilon', 'client_lr', 'server_momentum', 'server_lr',
-         'clip_multiple', 'clip_norm', 'seed', 'endpoint', 'last_accuracy',
+         'server_lr_schedule', 'clip_multiple', 'clip_norm', 'seed', 'endpoint', 'last_accuracy',
          'last_third_slope_per_100_rounds', 'slope_se',
          'clipped_clients_fraction_mean', 'epsilon_reported',
          'noise_multiplier', 'minutes'), rows)
@@ -760,8 +775,8 @@ class Tuning:
       rising = sum(bool(t and t.rising) for t in per_seed)
       md.append(f'* ε = {eps:g} ({len(endpoints)} points run): '
                 f'**client lr {chosen.client_lr:g}, server momentum '
-                f'{chosen.server_momentum:g}, server lr {chosen.server_lr:g}, '
-                f'clip {clip:g} ({chosen.clip_multiple:g}× the median update '
+                f'{chosen.server_momentum:g}, server lr {chosen.server_lr:g} '
+                f'({chosen.schedule}), {s.rounds} rounds, clip {clip:g} ({chosen.clip_multiple:g}× the median update '
                 f'norm)**, endpoint {means[chosen]:.4f} over '
                 f'{len(endpoints[chosen])} seed(s); tied within '
                 f'{s.tie_tolerance:g}: ' +
@@ -772,7 +787,8 @@ class Tuning:
       choice_json[f'{eps:g}'] = dict(
           name=chosen.name, client_lr=chosen.client_lr,
           server_momentum=chosen.server_momentum,
-          server_lr=chosen.server_lr, clip_multiple=chosen.clip_multiple,
+          server_lr=chosen.server_lr, server_lr_schedule=chosen.schedule,
+          rounds=s.rounds, clip_multiple=chosen.clip_multiple,
           clip_norm=clip, endpoint=means[chosen],
           seeds=len(endpoints[chosen]), points_run=len(endpoints),
           tied=[p.name for p in tied], endpoint_used=endpoint_name(which),
