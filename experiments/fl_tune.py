@@ -86,6 +86,9 @@ flags.DEFINE_float('tie_tolerance', _D.tie_tolerance, 'Points within this of '
 flags.DEFINE_bool('noise_free_at_choice', _D.noise_free_at_choice, 'After the '
                   'grid, run the chosen setting of each ε without noise.')
 flags.DEFINE_string('deadline', None, 'HH:MM (UTC): no run starts after it.')
+flags.DEFINE_integer('max_runs', None, 'Start at most this many runs, then '
+                     'write the report and exit (a loop of such calls gives '
+                     'every run a fresh process and TFF context).')
 flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
 flags.DEFINE_integer('tf_threads', 0, 'TensorFlow intra/inter-op threads '
                      '(0: TensorFlow\'s default).')
@@ -109,7 +112,8 @@ def settings() -> tuning.Settings:
       clients_per_slot=FLAGS.clients_per_slot,
       tie_tolerance=FLAGS.tie_tolerance,
       noise_free_at_choice=FLAGS.noise_free_at_choice,
-      deadline=FLAGS.deadline, data_dir=FLAGS.data_dir)
+      deadline=FLAGS.deadline, max_runs=FLAGS.max_runs,
+      data_dir=FLAGS.data_dir)
 
 
 def main(argv):

@@ -144,3 +144,15 @@ def test_client_updates_are_the_runs_own(small_data, tmp_path):
   norms = np.linalg.norm(updates['u'], axis=1)
   assert updates['hook']['round 1']['q50'] == pytest.approx(np.median(norms))
   assert updates['hook']['pooled']['n'] == 4
+
+
+def test_max_runs_stops_after_that_many_started_runs(tmp_path):
+  s = tuning.Settings(output_dir=str(tmp_path), max_runs=1)
+  t = tuning.Tuning(s, data=object())
+  assert not t.stopping()
+  t.trained = 1
+  assert t.stopping()
+  assert not tuning.Tuning(tuning.Settings(output_dir=str(tmp_path)),
+                           data=object()).stopping()
+  with pytest.raises(ValueError, match='max_runs'):
+    tuning.Settings(output_dir=str(tmp_path), max_runs=0).check()

@@ -265,7 +265,8 @@ def server_lr_at(config: TrainingConfig, round_index):
   Returns:
     config.server_lr for 'constant'; for 'cosine' the cosine decay
     server_lr·(1 + cos(π·t/R))/2 at t = round_index, R = config.rounds
-    (Loshchilov & Hutter 2017, SGDR, without restarts): server_lr at the
+    (LH17 Eq. 5 with η_min = 0, one period, no restart;
+    docs/references.md): server_lr at the
     first round, server_lr·(1 + cos(π(R−1)/R))/2 ≈ 0 at the last.
   """
   if config.server_lr_schedule == 'constant':

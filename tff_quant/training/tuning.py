@@ -388,6 +388,7 @@ class Settings:
   tie_tolerance: float = TIE_TOLERANCE
   noise_free_at_choice: bool = True
   deadline: Optional[str] = None
+  max_runs: Optional[int] = None
   data_dir: Optional[str] = None
 
   def fixed(self) -> Dict[str, object]:
@@ -411,6 +412,8 @@ class Settings:
     validation.check_number('validation_fraction', self.validation_fraction,
                             0, 1, low_open=True, high_open=True)
     validation.check_number('tie_tolerance', self.tie_tolerance, 0)
+    validation.check_optional(validation.check_integer, 'max_runs',
+                              self.max_runs, 1)
     if self.deadline is not None:
       hh, _, mm = self.deadline.partition(':')
       if not (hh.isdigit() and mm.isdigit() and int(hh) < 24 and
@@ -473,6 +476,12 @@ class Tuning:
     self.times_path = os.path.join(self.out, 'run_seconds.json')
     self.norms = _load_json(self.norms_path)
     self.times = _load_json(self.times_path)
+    self.trained = 0   # runs this process started (`Settings.max_runs`)
+
+  def stopping(self) -> bool:
+    """No further run starts: past the deadline, or `max_runs` started."""
+    return self.s.past_deadline() or (
+        self.s.max_runs is not None and self.trained >= self.s.max_runs)
 
   def check_folder(self) -> None:
     """config.json: written, or ValueError if it holds other settings."""
@@ -511,6 +520,7 @@ class Tuning:
                      clients_per_slot=self.s.clients_per_slot, observe=observe)
     with open(os.path.join(run_dir, 'log.txt'), 'a') as f:
       f.write('\n'.join(lines) + '\n')
+    self.trained += 1
     self.times[key] = self.times.get(key, 0.0) + time.time() - t0
     results_io.write_json(self.times_path, self.times)
     return summary
@@ -576,18 +586,19 @@ class Tuning:
 
   def run_all(self) -> str:
     """Norms, the grid at seed 0, the re-runs (per ε the chosen point and
-    the best others, `rerun_top` in all), the noise-free runs at the choices (each skipped once finished, none started past the
-    deadline); returns the report."""
+    the best others, `rerun_top` in all), the noise-free runs at the
+    choices (each skipped once finished; none started once `stopping`);
+    returns the report."""
     self.check_folder()
     grid_ = self.s.grid()
     self.log(f'[fl_tune] {len(grid_)} grid points: ' +
              ', '.join(p.name for p in grid_))
     for lr in self.s.client_lrs:
-      if not self.s.past_deadline():
+      if not self.stopping():
         self.measure_norms(lr)
     for point in grid_:
-      if self.s.past_deadline():
-        self.log('[fl_tune] past the deadline: no more runs')
+      if self.stopping():
+        self.log('[fl_tune] past the deadline or --max_runs: no more runs')
         break
       if self.run_point(point, 0):
         self.report()
@@ -601,12 +612,12 @@ class Tuning:
                               key=lambda p: -np.mean(endpoints[p]))
       for point in top[:self.s.rerun_top]:
         for seed in range(1, self.s.seeds_top):
-          if not self.s.past_deadline() and self.run_point(point, seed):
+          if not self.stopping() and self.run_point(point, seed):
             self.report()
     if self.s.noise_free_at_choice:
       _, choices = self.report()
       for eps, (chosen, _, _) in sorted(choices.items()):
-        if not self.s.past_deadline() and self.run_noise_free_at(chosen):
+        if not self.stopping() and self.run_noise_free_at(chosen):
           self.report()
     return self.report()[0]
 
