@@ -20,7 +20,8 @@ import time
 from tff_quant import mechanisms
 from tff_quant.accounting import attained
 from tff_quant.accounting import composition
-from tff_quant.accounting import vector
+from tff_quant.accounting import per_round
+from tff_quant.accounting import secure_sum
 
 ORDERS = (2, 8)
 EVERY = list(range(2, 9)) + [math.inf]
@@ -46,9 +47,9 @@ def cases(c):
 def row(name, mech, n, dim=1, l2_clip=None):
   t0 = time.perf_counter()
   if l2_clip is None:
-    proved = composition.per_round_rdp(mech, n, dim, orders=[max(ORDERS)])
+    proved = per_round.per_round_rdp(mech, n, dim, orders=[max(ORDERS)])
   else:
-    proved = vector.vector_rdp(mech, EVERY, n, dim, 2 * l2_clip)
+    proved = secure_sum.vector_rdp(mech, EVERY, n, dim, 2 * l2_clip)
   found = attained.round_rdp(mech, EVERY, n, dim, l2_clip)
   seconds = time.perf_counter() - t0
   cells = []

@@ -64,7 +64,7 @@ flags.DEFINE_float('delta', None, 'Target δ (default 1 / total_clients).')
 flags.DEFINE_list('coordinate_clip_multiples', ['2', '3', '4'],
                   'k values tried per cell (c∞ = k·clip/√d).')
 flags.DEFINE_float('max_operations', 1e9, 'Per-evaluation cost limit of the '
-                   'exact search (vector.estimated_operations; ~20 s at 1e9).')
+                   'exact search (secure_sum.estimated_operations; ~20 s at 1e9).')
 flags.DEFINE_float('rtol', 1e-2, 'Relative width at which calibration stops.')
 flags.DEFINE_integer('workers', 1, 'Processes computing cells in parallel.')
 flags.DEFINE_float('max_seconds_per_cell', 900, 'Each end of a cell gets this '

@@ -19,12 +19,12 @@ from absl import flags
 
 from tff_quant import accounting
 from tff_quant import mechanisms
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.program import cli, results_io
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('runs_dir', None, 'Folder of fl_emnist run folders.')
-flags.DEFINE_enum('others', 'any', vector.OTHERS, 'The other clients\' inputs '
+flags.DEFINE_enum('others', 'any', secure_sum.OTHERS, 'The other clients\' inputs '
                   'the guarantee covers: any (proved) or extremes (±c, assumed).')
 flags.DEFINE_string('output_csv', None, 'CSV to write (default '
                     '<runs_dir>/reaccounted.csv).')

@@ -10,6 +10,7 @@ from tff_quant import mechanisms
 from tff_quant.accounting import attained
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
+from tff_quant.accounting import secure_sum
 
 ORDERS = tuple(range(2, 9))
 MECHANISMS = {
@@ -119,10 +120,10 @@ def test_the_screens_cut_law_keeps_exact_zero_ends_and_point_masses(
   without full support, 29 others, gives the same figures as the law in
   full; and 199 others whose law is one point (QMGeo at 256 levels) give
   the uncut figures rather than an empty window."""
-  monkeypatch.setattr(attained, 'MAX_OPERATIONS', 0.0)   # the FFT route
+  fft_route = secure_sum.Limits(attained_operations=0.0)
   def figures(mech, n, tail):
     monkeypatch.setattr(attained, 'SCREEN_TAIL', tail)
-    return attained.round_rdp(mech, [2, 8], n, search=False)
+    return attained.round_rdp(mech, [2, 8], n, search=False, limits=fft_route)
   mech = mechanisms.QMGeo(1.0, 8, 0.5)
   cut, whole = figures(mech, 30, 400.0), figures(mech, 30, math.inf)
   for order in whole:

@@ -3,7 +3,7 @@
 import pytest
 
 from tff_quant import mechanisms
-from tff_quant.accounting import composition, vector
+from tff_quant.accounting import composition, secure_sum
 from tff_quant.accounting.calibration import oracle
 
 VERTEX_RQM = dict(num_levels=16, delta_ratio=16.0)   # the ends are vertices
@@ -29,22 +29,22 @@ def test_order_cap_follows_the_optimum_and_never_lowers_epsilon():
     assert capped <= full * 1.05   # the cap follows α*: little is lost
 
 
-def test_end_mixes_that_leave_epsilon_are_computed_once_then_skipped(
-    monkeypatch):
-  """Mixes that never lower a pair's bound (here made so) are computed at
+def test_end_mixes_that_leave_epsilon_are_computed_once_then_skipped():
+  """Mixes that never lower a pair's bound (here made so: `PairBounds`' ±c
+  mixes raised by 50, counted at each call) are computed at
   the first candidate they apply to only; later candidates skip them, and
   their ε is the mixture bound's, the same as the whole accountant's."""
   calls = []
-  real = vector._extreme_mixes
+  real = secure_sum.extreme_mixes
 
   def useless(*args, **kwargs):
     calls.append(1)
     return real(*args, **kwargs) + 50.0
-  monkeypatch.setattr(vector, '_extreme_mixes', useless)
+  bounds = secure_sum.PairBounds(extreme_mixes=useless)
   schedule = dict(delta=1e-5, rounds=20, clients_per_round=30,
                   total_clients=1000, dim=100, l2_clip=1.0)
   epsilon_of = oracle.Epsilon(dict(schedule, use_pld=False, others='any'),
-                              4.0)
+                              4.0, pair_bounds=bounds)
   build = lambda q: mechanisms.get('rqm').for_coordinate_bound(
       0.3, q=q, **VERTEX_RQM)
   epsilon_of.exact(build(0.3))
@@ -52,5 +52,6 @@ def test_end_mixes_that_leave_epsilon_are_computed_once_then_skipped(
   second = epsilon_of.exact(build(0.4))
   assert len(calls) == 1
   whole = composition.training_guarantee(build(0.4), orders=epsilon_of.orders,
-                                         attained=False, **schedule)
+                                         attained=False, pair_bounds=bounds,
+                                         **schedule)
   assert len(calls) == 2 and whole.epsilon == pytest.approx(second, rel=1e-12)

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import refusals
 
 
@@ -17,7 +17,7 @@ class _ExactOracle:
 
   def exact(self, candidate):
     if candidate not in self.table:
-      raise vector.CostError('over the limit')
+      raise secure_sum.CostError('over the limit')
     return self.table[candidate]
 
 

@@ -4,7 +4,8 @@ import math
 import pytest
 
 from tff_quant import mechanisms
-from tff_quant.accounting import attained, calibration, composition, lower_bound, vector
+from tff_quant.accounting import (calibration, composition, lower_bound,
+                                  rdp_route, secure_sum)
 from tff_quant.accounting.calibration import oracle
 from tff_quant.accounting.calibration import scan as scan_lib
 
@@ -108,7 +109,7 @@ def test_bad_numbers_name_the_parameter(kwargs, match):
     calibration.calibrate(**args)
 
 
-def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
+def test_grid_points_over_the_cost_limit_are_skipped_and_reported():
   """RQM with 16 levels: small Δ puts many levels inside ±c (costly vertex
   search). Over the limit a sub-sum of fewer clients is searched (a looser,
   still proved bound); with even one client's search over it up to Δ = 2c
@@ -117,28 +118,29 @@ def test_grid_points_over_the_cost_limit_are_skipped_and_reported(monkeypatch):
   what was left out (Δ <= c are not among them: `lower_bound` certifies them
   out of reach before any cost arises); with every point over it, one error."""
   schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
-  rungs = len(vector.order_ladder(calibration.FAST_ORDERS))
+  rungs = len(secure_sum.order_ladder(calibration.FAST_ORDERS))
   mech = lambda ratio: mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5)
-  cost = lambda ratio, n: vector._search_operations(   # t* = S/√d, as vector_rdp
-      mech(ratio), n, rungs, vector.off_lattice(
-          mech(ratio), vector.l2_grid(mech(ratio), 2.0 / 100**0.5, 24, n)),
-      vector.DEFAULT_CELLS)
+  cost = lambda ratio, n: secure_sum.search_operations(   # t* = S/√d, as vector_rdp
+      mech(ratio), n, rungs, secure_sum.off_lattice(
+          mech(ratio), secure_sum.l2_grid(mech(ratio), 2.0 / 100**0.5, 24, n)),
+      secure_sum.DEFAULT_CELLS)
+  limits = lambda ops: calibration.Limits(
+      accountant=secure_sum.Limits(max_operations=ops))
   assert cost(2.0, 1) > max(cost(4.0, 1), cost(8.0, 1))
-  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(2.0, 10) * cost(8.0, 10))**0.5)
-  report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,
-                                          compare_gaussian=False)
+  report = calibration.calibration_report(
+      'rqm', 3.0, **schedule, bits=4, compare_gaussian=False,
+      limits=limits((cost(2.0, 10) * cost(8.0, 10))**0.5))
   assert not report.refused and report.epsilon <= 3.0
-  monkeypatch.setattr(vector, 'MAX_OPERATIONS', (cost(2.0, 1) * cost(8.0, 1))**0.5)
-  report = calibration.calibration_report('rqm', 3.0, **schedule, bits=4,
-                                          compare_gaussian=False)
+  report = calibration.calibration_report(
+      'rqm', 3.0, **schedule, bits=4, compare_gaussian=False,
+      limits=limits((cost(2.0, 1) * cost(8.0, 1))**0.5))
   assert report.mechanism.delta >= 4 * 0.3 - 1e-12
   assert [g['delta_ratio'] for g in report.refused] == [2.0]
-  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
-  with pytest.raises(vector.CostError,
+  with pytest.raises(secure_sum.CostError,
                      match=r'No setting of delta_ratio, q could be evaluated.*'
                      r'\[\{.delta_ratio.: 0.25\}, \{.delta_ratio.: 0.5\}, '
                      r'\{.delta_ratio.: 1.0\}\] are out of reach'):
-    calibration.calibrate('rqm', 3.0, **schedule, bits=4)
+    calibration.calibrate('rqm', 3.0, **schedule, bits=4, limits=limits(1.0))
 
 
 def test_pruned_grid_points_cannot_beat_the_answer():
@@ -294,24 +296,25 @@ def test_the_report_carries_the_debiased_error_it_minimised_and_the_mse():
   assert not report.unusable
 
 
-def test_report_carries_the_chosen_mechanisms_guarantee_text(monkeypatch):
+def test_report_carries_the_chosen_mechanisms_guarantee_text():
   """Over the cost limit the paper's quantized Gaussian (no input lattice) is
   accounted by one client's local bound; the report's text says so, as the
   guarantee's does. (c∞ = 1: at 0.3 its noise swamps its range, slope 0.26,
   and it is refused.)"""
   schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=1.0)
-  monkeypatch.setattr(vector, 'MAX_OPERATIONS', 1.0)
-  report = calibration.calibration_report('quantized_gaussian', 3.0, **schedule,
-                                          bits=2, compare_gaussian=False,
-                                          lattice=0, tune='noise_multiplier')
+  tiny = secure_sum.Limits(max_operations=1.0)
+  report = calibration.calibration_report(
+      'quantized_gaussian', 3.0, **schedule, bits=2, compare_gaussian=False,
+      lattice=0, tune='noise_multiplier',
+      limits=calibration.Limits(accountant=tiny))
   del schedule['coordinate_clip']   # in the mechanism
   again = composition.training_guarantee(
-      report.mechanism, orders=calibration.FAST_ORDERS, **schedule)
+      report.mechanism, orders=calibration.FAST_ORDERS, limits=tiny, **schedule)
   assert 'Per-coordinate divergences: local' in report.assumptions
   assert report.assumptions == again.assumptions
 
 
-def test_the_reported_orders_reproduce_the_calibrated_epsilon(monkeypatch):
+def test_the_reported_orders_reproduce_the_calibrated_epsilon():
   """An accountant given `Calibration.orders` reports the ε calibration proved;
   with every order the search can cost more than the limit and fall back to a
   looser sub-sum (an RQM run calibrated to 10 was reported at 13.8)."""
@@ -319,17 +322,17 @@ def test_the_reported_orders_reproduce_the_calibrated_epsilon(monkeypatch):
   rep = calibration.calibration_report(
       'rqm', 5.0, delta, rounds, n, total, dim, bits=4, l2_clip=1.0,
       coordinate_clip=3 / math.sqrt(dim), compare_gaussian=False)
-  assert rep.epsilon <= 5.0 and max(rep.orders) < max(composition.DEFAULT_ORDERS)
-  account = lambda orders: composition.RoundAccountant(
-      rep.mechanism, n, total, delta, dim, orders=orders,
-      l2_clip=1.0).epsilon_rdp(rounds)[0]
+  assert rep.epsilon <= 5.0 and max(rep.orders) < max(rdp_route.DEFAULT_ORDERS)
   # A limit between the two searches' costs: the calibration's orders fit.
-  rungs = lambda orders: len(vector.order_ladder(sorted(set(range(2, max(orders) + 1))))) + 1
-  cost = lambda orders: vector.estimated_operations(rep.mechanism, n, rungs(orders))
-  assert cost(rep.orders) < cost(composition.DEFAULT_ORDERS)
-  monkeypatch.setattr(vector, 'MAX_OPERATIONS', cost(rep.orders) * 1.01)
+  rungs = lambda orders: len(secure_sum.order_ladder(sorted(set(range(2, max(orders) + 1))))) + 1
+  cost = lambda orders: secure_sum.estimated_operations(rep.mechanism, n, rungs(orders))
+  assert cost(rep.orders) < cost(rdp_route.DEFAULT_ORDERS)
+  limits = secure_sum.Limits(max_operations=cost(rep.orders) * 1.01)
+  account = lambda orders: composition.RoundAccountant(
+      rep.mechanism, n, total, delta, dim, orders=orders, l2_clip=1.0,
+      limits=limits).epsilon_rdp(rounds)[0]
   assert account(rep.orders) == pytest.approx(rep.epsilon, rel=1e-9)
-  assert account(composition.DEFAULT_ORDERS) > rep.epsilon * 1.01
+  assert account(rdp_route.DEFAULT_ORDERS) > rep.epsilon * 1.01
 
 
 def test_screening_by_a_lower_bound_changes_no_answer(monkeypatch):
@@ -427,16 +430,17 @@ def test_a_bad_bound_is_refused_naming_it():
                           use_pld=True)
 
 
-def test_no_attained_value_is_an_error_not_the_proved_end(monkeypatch):
+def test_no_attained_value_is_an_error_not_the_proved_end():
   """Where the attained search does not apply (its cost), the optimistic
   end is unknown: AttainedUnavailable, not a silent proved ε."""
-  monkeypatch.setattr(attained, 'MAX_OPERATIONS', 1.0)
+  tiny = calibration.Limits(
+      accountant=secure_sum.Limits(attained_operations=1.0))
   with pytest.raises(calibration.AttainedUnavailable,
-                     match='attained.MAX_OPERATIONS'):
+                     match='Limits.attained_operations'):
     calibration.calibration_report('pbm', 2.0, **SCHEDULE, bits=4,
-                                   bound='attained')
+                                   bound='attained', limits=tiny)
   proved = calibration.calibration_report('pbm', 2.0, **SCHEDULE, bits=4,
-                                          compare_gaussian=False)
+                                          compare_gaussian=False, limits=tiny)
   assert proved.epsilon <= 2.0 and proved.epsilon_attained is None
 
 

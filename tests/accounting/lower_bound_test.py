@@ -13,6 +13,8 @@ from tff_quant.accounting import attained
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
 from tff_quant.accounting import lower_bound
+from tff_quant.accounting import per_round
+from tff_quant.accounting import secure_sum
 
 ORDERS = tuple(range(2, 17))
 DIM = 100
@@ -70,7 +72,7 @@ def test_tight_where_the_configuration_is_the_worst():
   """PBM at n = 1 (affine in x: the ±c pair is the worst) on the coordinate
   route: the bound is the accountant's round RDP at every order."""
   mech = MECHANISMS['pbm'](1.0)
-  rdp = composition.per_round_rdp(mech, 1, DIM, ORDERS, others='extremes')
+  rdp = per_round.per_round_rdp(mech, 1, DIM, ORDERS, others='extremes')
   low = lower_bound.round_rdp_at_least(mech, ORDERS, 1, DIM, None)
   for alpha in ORDERS:
     assert low[alpha] == pytest.approx(rdp[alpha], rel=1e-9)
@@ -110,16 +112,17 @@ def test_steps_aside_for_closed_forms_and_costly_laws():
 
 @pytest.mark.parametrize('l2_clip', [None, 1.0])
 def test_the_fft_route_stays_below_the_accountant_and_near_matrix_products(
-    monkeypatch, l2_clip):
+    l2_clip):
   """RQM at 16 levels, n = 60: the screen's others' law by the tilted FFT
-  (forced by a tiny MAX_OPERATIONS) is within 1e-3 of the one by matrix
+  (forced by a tiny `Limits.attained_operations`) is within 1e-3 of the one by matrix
   products, below it up to the carried error, and below the accountant."""
   c = 0.5 if l2_clip is None else 3 / math.sqrt(DIM)
   mech = mechanisms.RQM(c, 2 * c, 16, 0.3)
   schedule = dict(clients_per_round=60, total_clients=1000, delta=1e-5)
   products = lower_bound.round_rdp_at_least(mech, ORDERS, 60, DIM, l2_clip)
-  monkeypatch.setattr(attained, 'MAX_OPERATIONS', 1.0)
-  fft = lower_bound.round_rdp_at_least(mech, ORDERS, 60, DIM, l2_clip)
+  fft = lower_bound.round_rdp_at_least(
+      mech, ORDERS, 60, DIM, l2_clip,
+      limits=secure_sum.Limits(attained_operations=1.0))
   accountant = composition.RoundAccountant(mech, dim=DIM, orders=ORDERS,
                                            l2_clip=l2_clip, **schedule)
   for order in ORDERS:

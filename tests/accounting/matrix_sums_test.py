@@ -10,7 +10,8 @@ import pytest
 
 from tff_quant import mechanisms
 from tff_quant.accounting import matrix_sums
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
+from tff_quant.accounting.secure_sum import convolution
 
 mpmath.mp.dps = 50
 
@@ -220,11 +221,11 @@ def test_matrix_sums_match_the_tilted_fft_route():
   """QMGeo at 64 levels, n = 20: the others' law and every target row's sum
   by `matrix_sums` agree with the tilted-FFT sums to 1e-10 (log)."""
   mech = mechanisms.QMGeo(1.0, 64, 0.01, full_support=True)
-  log_r = vector.common_part(mech)[1]
+  log_r = secure_sum.common_part(mech)[1]
   law, err = matrix_sums.Powers(log_r)(19)
   basis = np.stack([mech.log_pmf(x) for x in mech.levels])
   ours, err = matrix_sums.convolve(basis, 0.0, law, err)
-  fft = vector._with_sum(basis, [(log_r, 19)])[0]
+  fft = convolution.with_sum(basis, [(log_r, 19)])[0]
   np.testing.assert_allclose(ours, fft, rtol=0, atol=1e-10)
   assert err < 1e-11
 

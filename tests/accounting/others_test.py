@@ -1,6 +1,7 @@
-"""Tests for tff_quant/accounting/others.py: every construction lies below the
-laws it claims to, the bound it gives holds against brute force over interior
-inputs of the others (n <= 3), and it is as tight as measured."""
+"""Tests for tff_quant/accounting/others.py: the bound it gives holds against
+brute force over interior inputs of the others (n <= 3), also with each block
+construction alone, it is as tight as measured, and the mixture over the
+counts is refined as documented (constructions: blankets_test.py)."""
 
 import itertools
 import math
@@ -9,64 +10,16 @@ import numpy as np
 import pytest
 from scipy import special
 
-from tff_quant import mechanisms
 from tff_quant.accounting import attained
-from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
 from tff_quant.accounting import others
-from tff_quant.accounting import vector
+from tff_quant.accounting import per_round
+from tff_quant.accounting import secure_sum
+from tests.accounting import cases
 
 
-def _mech(name, c=1.0, **params):
-  return mechanisms.get(name).for_coordinate_bound(c, **params)
-
-
-MECHANISMS = {
-    'rqm': dict(num_levels=16, q=0.42, delta_ratio=1.0),
-    'qmgeo': dict(num_levels=8, p=0.5, full_support=True),
-    'pbm': dict(num_levels=8, theta=0.1),
-    'quantized_gaussian': dict(num_levels=8),
-    'randomized_projection': dict(bits=3, q=0.6),
-    'bq': dict(s=2, m=6),
-}
-
-
-def _rows(mech):
-  targets = vector.target_pairs(mech, [2 * mech.input_bound], cells=16)
-  return vector.vertex_rows(targets)
-
-
-@pytest.mark.parametrize('name', sorted(MECHANISMS))
-@pytest.mark.parametrize('block', [1, 2, 3])
-def test_each_block_law_holds_a_translated_copy_of_beta_r(name, block):
-  """Every multiset of `block` vertex rows (affine mechanisms) or cell
-  envelopes sums to a law >= β·R translated by some shift, elementwise (log
-  space): what the mixture argument needs."""
-  mech = _mech(name, **MECHANISMS[name])
-  rows = _rows(mech)
-  if len(rows) > 12:
-    rows = rows[np.unique(np.linspace(0, len(rows) - 1, 12).round().astype(int))]
-  for by_rows in (False, True):
-    part = others.aligned_part(rows, block, by_rows)
-    assert 0 < math.exp(part.log_beta) <= 1
-    assert np.exp(part.log_r).sum() == pytest.approx(1.0, abs=1e-9)
-    scaled = part.log_beta + part.log_r
-    for combo in itertools.combinations_with_replacement(range(len(rows)),
-                                                         block):
-      law = divergence.sum_log_pmf([(rows[i], 1) for i in combo])
-      ok = False
-      for shift in range(-scaled.size, law.size):
-        lo, hi = max(shift, 0), min(shift + scaled.size, law.size)
-        if hi - lo < np.count_nonzero(np.isfinite(scaled)):
-          continue
-        window = scaled[lo - shift:hi - shift]
-        if np.count_nonzero(np.isfinite(window)) < np.count_nonzero(
-            np.isfinite(scaled)):
-          continue
-        if np.all(window <= law[lo:hi] + 1e-9):
-          ok = True
-          break
-      assert ok, (name, block, combo)
+_mech = cases.mech
+MECHANISMS = cases.MECHANISMS
 
 
 def _exact(mech, x, x_prime, other_inputs, alpha):
@@ -85,7 +38,7 @@ def test_proved_bound_holds_over_interior_inputs_of_the_others(name, n):
   others on an interior grid (11 points for n = 2, 7 for n = 3, every
   multiset), the target at pairs of a 7-point grid, α in {2, 8}."""
   mech = _mech(name, **MECHANISMS[name])
-  proved = composition.per_round_rdp(mech, n, orders=[8])
+  proved = per_round.per_round_rdp(mech, n, orders=[8])
   grid = np.linspace(-1, 1, 11 if n == 2 else 7)
   targets = np.linspace(-1, 1, 7)
   for alpha in (2, 8):
@@ -118,27 +71,12 @@ SLACK_MECHANISMS = {
 @pytest.mark.parametrize('n', [10, 40])
 def test_proved_is_within_the_measured_slack_of_attained(name, n):
   mech = _mech(name, **SLACK_MECHANISMS[name])
-  proved = composition.per_round_rdp(mech, n, orders=[8])
+  proved = per_round.per_round_rdp(mech, n, orders=[8])
   found = attained.round_rdp(mech, range(2, 9), n)
   for alpha, limit in zip((2, 8), SLACK[name][n]):
     assert found[alpha] <= proved[alpha] * (1 + 1e-12)
     assert proved[alpha] <= limit * found[alpha], (alpha, proved[alpha] /
                                                    found[alpha])
-
-
-def test_two_vertex_laws_are_bounded_by_the_end_mixes():
-  """One PBM trial: affine on the whole range, so the ±c mixes bound any
-  others (convexity); the 'any' curve equals the 'extremes' one."""
-  mech = _mech('pbm', num_levels=2, theta=0.2)
-  assert others.two_vertices(vector.mirrored_critical_inputs(mech), 1.0)
-  assert not others.two_vertices(vector.mirrored_critical_inputs(_mech('rqm')), 1.0)
-  grid = vector.distance_grid(1.0, 8)
-  any_ = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
-  ext = vector.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid,
-                                others='extremes')
-  for a in (2.0, 8.0):
-    np.testing.assert_array_less(any_.values[a], ext.values[a] * (1 + 1e-12)
-                                 + 1e-15)
 
 
 def test_mixture_bound_is_the_binomial_average_when_every_count_is_evaluated(
@@ -206,14 +144,6 @@ def test_flagged_keeps_the_smallest_groups_within_the_budget():
   assert not np.any(others._flagged(slack, 1.0))
 
 
-def test_aligned_blanket_keeps_far_more_than_the_unshifted_one():
-  """RQM, Δ = c, q = 0.42: the laws barely overlap unshifted (β = 0.055) but
-  are near translations of one another."""
-  rows = _rows(_mech('rqm', **MECHANISMS['rqm']))
-  assert math.exp(others.common_part(rows).log_beta) < 0.06
-  assert math.exp(others.aligned_part(rows).log_beta) > 0.8
-
-
 def test_split_groups_cover_each_count_once():
   for n in (1, 2, 7, 40, 333):
     for first in (0, (n - 1) // 2):
@@ -223,29 +153,23 @@ def test_split_groups_cover_each_count_once():
   assert len(others.split_groups(499, 999, 499)) <= 32
 
 
-def test_block_parts_over_the_limits_are_not_built(monkeypatch):
-  rows = _rows(_mech('rqm', **MECHANISMS['rqm']))
-  monkeypatch.setattr(others, 'MAX_BLOCK_LAWS', 10)
-  assert others.aligned_part(rows, 2) is None
-  assert [b.block for b in others.blankets(rows, 40)] == [1, 1]
-
-
 @pytest.mark.parametrize('name, block', [
     ('rqm', 2), ('rqm', 3), ('qmgeo', 2), ('qmgeo', 3),
     ('quantized_gaussian', 2)])   # its 3-blocks of 70 envelopes: over the limit
 def test_each_block_construction_alone_holds_over_interior_others(
-    name, block, monkeypatch):
+    name, block):
   """The accountant restricted to the aligned blanket of blocks of `block`
   (3 others: one block, the rest dropped) against brute force over every
   multiset of 3 others on a 5-point grid, targets on a 5-point grid."""
   mech = _mech(name, **MECHANISMS[name])
-  full = vector.blankets
+  full = secure_sum.blankets
   only = lambda m, t, k: [b for b in full(m, t, k)
                           if b.block == block and 'rows' not in b.why]
-  targets = vector.target_pairs(mech, [2.0])
+  targets = secure_sum.target_pairs(mech, [2.0])
   assert len(only(mech, targets, 3)) == 1
-  monkeypatch.setattr(vector, 'blankets', only)
-  proved = composition.per_round_rdp(mech, 4, orders=[8])
+  proved = per_round.per_round_rdp(
+      mech, 4, orders=[8],
+      pair_bounds=secure_sum.PairBounds(constructions=only))
   grid = np.linspace(-1, 1, 5)
   for alpha in (2, 8):
     worst = max(_exact(mech, x, y, o, alpha)

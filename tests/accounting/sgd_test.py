@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tff_quant import mechanisms
-from tff_quant.accounting import composition, divergence, sgd
+from tff_quant.accounting import divergence, per_round, sgd
 
 
 def _rp(q=0.6, sigma=0.09, bits=3):
@@ -115,7 +115,7 @@ def test_vector_bound_is_infinite_where_the_scalar_one_is():
 def test_example_level_rdp_composes_the_subsampled_round():
   mech = mechanisms.RQM(clip=1.0, delta=1.0, num_levels=8, q=0.42)
   orders = range(2, 17)
-  rdp = composition.per_round_rdp(mech, 3, 10, orders)
+  rdp = per_round.per_round_rdp(mech, 3, 10, orders)
   full = sgd.example_level_rdp(mech, 3, 10, 1.0, 20, 1e-5, orders=orders)
   assert full['per_round_rdp'] == {a: rdp[a] for a in orders}
   expected, _ = dp_accounting.rdp.compute_epsilon(

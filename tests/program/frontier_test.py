@@ -8,7 +8,7 @@ import pytest
 from scipy import integrate, stats
 
 from tff_quant import mechanisms
-from tff_quant.accounting import attained, calibration, vector
+from tff_quant.accounting import calibration, secure_sum
 from tff_quant.program import frontier
 
 
@@ -41,15 +41,15 @@ def test_cell_cost_is_that_of_the_cheapest_scanned_grid_point():
   but a few at the grid's top; the cell is refused only if even the cheapest
   is over."""
   c = 3 / math.sqrt(61_706)
-  rungs = len(vector.order_ladder(calibration.FAST_ORDERS))
-  at = lambda ratio: vector.estimated_operations(
+  rungs = len(secure_sum.order_ladder(calibration.FAST_ORDERS))
+  at = lambda ratio: secure_sum.estimated_operations(
       mechanisms.RQM(c, ratio * c, 256, 0.42), 100, rungs)
   grid = mechanisms.RQM.tunable('delta_ratio').grid
   assert frontier._cell_cost('rqm', 8, 100, c) == pytest.approx(
       min(at(r) for r in grid))
-  raw = lambda ratio: vector._search_operations(   # all 100 clients searched
+  raw = lambda ratio: secure_sum.search_operations(   # all 100 clients searched
       mechanisms.RQM(c, ratio * c, 256, 0.42), 100, rungs,
-      vector.DEFAULT_T_POINTS, vector.DEFAULT_CELLS)
+      secure_sum.DEFAULT_T_POINTS, secure_sum.DEFAULT_CELLS)
   assert raw(grid[-1]) < raw(1.0) / 10
   assert frontier._cell_cost('skellam', 8, 100, c) == 0.0   # exact law
 
@@ -258,13 +258,14 @@ def test_a_cell_carries_both_ends():
   assert 'exact divergences' in exact['reason_attained']
 
 
-def test_an_optimistic_end_out_of_reach_is_unknown_with_the_reason(monkeypatch):
-  monkeypatch.setattr(attained, 'MAX_OPERATIONS', 1.0)
-  row = frontier.compute_cell(CELL, 1e9, [3.0], 1e-2)
+def test_an_optimistic_end_out_of_reach_is_unknown_with_the_reason():
+  row = frontier.compute_cell(
+      CELL, 1e9, [3.0], 1e-2,
+      limits=secure_sum.Limits(attained_operations=1.0))
   assert math.isfinite(row['ratio_to_gaussian'])
   assert math.isnan(row['ratio_to_gaussian_attained'])
   assert math.isnan(row['epsilon_attained'])
-  assert 'attained.MAX_OPERATIONS' in row['reason_attained']
+  assert 'Limits.attained_operations' in row['reason_attained']
   assert frontier.ends(row) == (0.0, row['ratio_to_gaussian'], False)
 
 

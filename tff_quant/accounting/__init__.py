@@ -20,26 +20,31 @@ What each export is for (what the numbers mean: docs/privacy.md):
 * `renyi_divergence_of_sum`, `SumDivergence`, `epsilon_infinity`,
   `epsilon_infinity_local`, `impossible_mass`, `renyi_divergence`,
   `sum_log_pmf`: divergences and laws of one coordinate's secure sum.
-* Modules: `attained` (the lower end: divergences named inputs attain),
-  `others` (the bound for any inputs of the other clients), `vector` (the ℓ2
-  route), `bounds` (each paper's closed form, for comparison only).
+* Modules, one per step of the ε pipeline: `per_round` (one round's RDP),
+  `rdp_route` (subsampling, RDP → (ε, δ)), `pld_route` (the PLD route),
+  `composition` (over rounds: `Guarantee`); and `attained` (the lower end:
+  divergences named inputs attain), `others` (the bound for any inputs of
+  the other clients), `blankets` (the part of their noise it rests on),
+  `secure_sum` (the ℓ2 route: `divergence_curve`, the `Limits` it runs
+  under), `bounds` (each paper's closed form, for comparison only).
 """
 
 from tff_quant.accounting import attained
+from tff_quant.accounting import blankets
 from tff_quant.accounting import bounds
 from tff_quant.accounting import others
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import (AttainedUnavailable,
                                               CalibratedSetting, Calibration,
                                               CannotCarrySignal, calibrate,
                                               calibration_report)
 from tff_quant.accounting.composition import (Guarantee, RoundAccountant,
-                                              per_round_rdp,
-                                              subsampled_rdp_without_replacement,
                                               training_guarantee)
 from tff_quant.accounting.divergence import (SumDivergence, epsilon_infinity,
                                              epsilon_infinity_local,
                                              impossible_mass,
                                              renyi_divergence,
                                              renyi_divergence_of_sum, sum_log_pmf)
-from tff_quant.accounting.vector import vector_rdp
+from tff_quant.accounting.per_round import per_round_rdp
+from tff_quant.accounting.rdp_route import subsampled_rdp_without_replacement
+from tff_quant.accounting.secure_sum import vector_rdp

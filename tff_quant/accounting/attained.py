@@ -9,7 +9,8 @@ RDP is the exact D_α of the secure sums, added over the coordinates
 (proved error bounds) and Σ P^α Q^(1-α) is taken at or below its exact value,
 so every figure is at most what those inputs attain. Calibration's screen
 alone (`search=False`, `lower_bound`) goes further: where the others' law by
-matrix products is over MAX_OPERATIONS (RQM at 256 levels, n = 1,000), it
+matrix products is over `secure_sum.Limits.attained_operations` (RQM at
+256 levels, n = 1,000), it
 comes from the tilted FFT sum with a measured, not proved, error bound
 (FFT_LOG_ERROR). A screen that errs can only refuse a candidate; it never
 states a privacy figure.
@@ -41,16 +42,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from tff_quant.accounting import matrix_sums
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.common import laws as laws_lib
 from tff_quant.common import validation
 
-# Multiply-adds the others' laws may take in all (m copies of L levels cost
-# L²m²/2 each); configurations beyond are not tried (1e9: about 1 s here).
-MAX_OPERATIONS = 1e9
-# Over it, calibration's screen (search=False) takes each law of the others
-# from the tilted FFT sum (`laws.sum_log_pmf`: 0.2 s for 999 RQM clients at
-# 256 levels against 5 s by matrix products). Its entries are accurate to
+# The multiply-adds the others' laws may take in all are a limit passed in
+# (`secure_sum.Limits.attained_operations`); configurations beyond are not
+# tried. Over it, calibration's screen (search=False) takes each law of the others
+# from the tilted FFT sum (`laws.sum_log_pmf`, much faster than matrix
+# products there: docs/performance.md). Its entries are accurate to
 # ~3e-10 relative (laws._TRUST). Measured against matrix_sums' law: 1.2e-10
 # in log at 99 clients, 2.5e-9 at most over 254,747 entries at 999 (6e-11 at
 # the 99th percentile). FFT_LOG_ERROR carries 4x the largest. The per-
@@ -63,9 +63,8 @@ FFT_ROWS = 48          # target rows of the ℓ2 route with box=True
 MAX_FFT_OPERATIONS = 1e10
 # The FFT route resolves the others' law down to e^-this/length and keeps
 # the resolved middle: the power sums run over the outputs whose
-# convolution it covers whole (a part of the sum: still a lower bound).
-# 999 RQM clients at 256 levels, one screen: Δ = 256c 1.1-1.6 s -> 0.25-0.3
-# s, Δ = 1,024c 0.8-1.5 s -> 0.08 s (Δ = 64c: the law lies within the tail).
+# convolution it covers whole (a part of the sum: still a lower bound;
+# what it saves: docs/performance.md).
 SCREEN_TAIL = 400.0
 SPLIT_POINTS = 12    # distances tried below and above t* on the ℓ2 route
 PAIR_INPUTS = 9      # most target inputs per coordinate on the coordinate route
@@ -73,13 +72,27 @@ PAIR_INPUTS = 9      # most target inputs per coordinate on the coordinate route
 
 @dataclasses.dataclass(frozen=True)
 class Configuration:
-  """One round's named inputs, per coordinate: `pairs` (coordinates, x, x')
-  for the target, `others` (clients, input) for the rest."""
+  """One round's named inputs, per coordinate.
+
+  Attributes:
+    pairs: ((coordinates, x, x'), ...): the target's two inputs in that many
+      coordinates (the counts add up to d).
+    others: ((clients, input), ...): the other clients, each at that input
+      in every coordinate (the counts add up to n - 1).
+  """
   pairs: Tuple[Tuple[int, float, float], ...]
   others: Tuple[Tuple[int, float], ...]
 
   def describe(self, c: float) -> str:
-    """The inputs in units of c (the coordinate bound)."""
+    """The inputs in units of c (the coordinate bound).
+
+    Args:
+      c: the coordinate bound, > 0.
+
+    Returns:
+      A one-line description, e.g. 'target 1 coordinate at (+1c, -1c);
+      others 9 at +1c'.
+    """
     target = ' and '.join(f'{k} coordinate{"s" * (k != 1)} at '
                           f'({x / c:+.4g}c, {y / c:+.4g}c)'
                           for k, x, y in self.pairs if k)
@@ -98,6 +111,17 @@ class AttainedRdp(dict):
     self.c = c
 
   def describe(self, order: float) -> str:
+    """The inputs attaining the figure at `order`, in units of c.
+
+    Args:
+      order: one of the orders the figures are for (a key of this dict).
+
+    Returns:
+      `Configuration.describe` of those inputs.
+
+    Raises:
+      KeyError: `order` is not one of them.
+    """
     return self.configurations[order].describe(self.c)
 
 
@@ -106,14 +130,26 @@ def _products_cost(mech, num_others: int) -> float:
   return mech.num_levels**2 * num_others**2 / 2
 
 
-def operations(mech, clients_per_round: int, fft: bool = False) -> float:
+def operations(mech, clients_per_round: int, fft: bool = False,
+               limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS
+               ) -> float:
   """Multiply-adds of one configuration's laws: L²(n-1)²/2 by matrix products
-  (`matrix_sums.Powers`); with `fft`, where that is over MAX_OPERATIONS, the
-  FFT route's convolution of the target rows with the law (module
-  constants)."""
+  (`matrix_sums.Powers`); with `fft`, where that is over
+  `limits.attained_operations`, the FFT route's convolution of the target
+  rows with the law (module constants).
+
+  Args:
+    mech: the mechanism (L = `mech.num_levels`).
+    clients_per_round: n >= 1, clients in the secure sum.
+    fft: allow the FFT route (calibration's screen).
+    limits: the `secure_sum.Limits` (its `attained_operations`).
+
+  Returns:
+    The estimated multiply-adds (a float).
+  """
   levels, others = mech.num_levels, clients_per_round - 1
   powers = _products_cost(mech, others)
-  if powers <= MAX_OPERATIONS or not fft:
+  if powers <= limits.attained_operations or not fft:
     return powers
   return FFT_ROWS * levels * (others * (levels - 1) + 1)
 
@@ -189,7 +225,7 @@ def _coordinate_route(mech, laws, dim, orders):
   """Every coordinate at the same pair of `PAIR_INPUTS` critical inputs (and
   ±c): (values [orders + 1], configurations)."""
   c = mech.input_bound
-  crit = vector.mirrored_critical_inputs(mech)
+  crit = secure_sum.mirrored_critical_inputs(mech)
   pick = np.unique(np.round(np.linspace(0, len(crit) - 1, PAIR_INPUTS))
                    ).astype(int)
   points = np.union1d(crit[pick], [-c, c])
@@ -250,8 +286,16 @@ def _l2_route(mech, laws, dim, t_star, orders, box):
 
 def others_inputs(mech, bound: float) -> List[float]:
   """Values for the others, each in every coordinate, |v| <= `bound`: the
-  bound, the critical input next below it, and the one nearest 0."""
-  crit = vector.mirrored_critical_inputs(mech)
+  bound, the critical input next below it, and the one nearest 0.
+
+  Args:
+    mech: the mechanism (its mirrored critical inputs are searched).
+    bound: the largest value an other client may send, > 0.
+
+  Returns:
+    Up to three distinct floats, `bound` first.
+  """
+  crit = secure_sum.mirrored_critical_inputs(mech)
   inside = crit[(crit < bound * (1 - 1e-12)) & (crit >= 0)]
   out = [bound]
   if inside.size:
@@ -259,64 +303,49 @@ def others_inputs(mech, bound: float) -> List[float]:
   return list(dict.fromkeys(out))
 
 
-def applies(mech, clients_per_round: int, fft: bool = False) -> bool:
+def applies(mech, clients_per_round: int, fft: bool = False,
+            limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS) -> bool:
   """True when the search runs: the divergences come from the accountant's
   search over inputs (not a closed form, not a central mechanism) and one
-  configuration's laws fit MAX_OPERATIONS (by matrix products) or, with
-  `fft`, MAX_FFT_OPERATIONS (by the FFT route; `operations`)."""
-  if mech.central or mech.has_exact_divergences:
-    return False
-  if _products_cost(mech, clients_per_round - 1) <= MAX_OPERATIONS:
-    return True
-  return fft and operations(mech, clients_per_round, fft) <= MAX_FFT_OPERATIONS
-
-
-def round_rdp(mech, orders: Sequence[float], clients_per_round: int,
-              dim: int = 1, l2_clip: Optional[float] = None,
-              box: bool = False, search: bool = True) -> Optional[AttainedRdp]:
-  """{order: the largest round RDP the searched configurations attain} for
-  integer orders >= 2 (math.inf too), each with the inputs that attain it
-  (module docstring); None where the search does not apply (`applies`).
+  configuration's laws fit `limits.attained_operations` (by matrix
+  products) or, with `fft`, MAX_FFT_OPERATIONS (by the FFT route;
+  `operations`).
 
   Args:
-    mech: the mechanism each coordinate goes through (input bound c).
-    orders: Rényi orders >= 2.
-    clients_per_round: n, clients in the secure sum.
-    dim: d, coordinates per client.
-    l2_clip: each update's ℓ2 bound (None: every coordinate may move end to
-      end, the coordinate route).
-    box: on the ℓ2 route, inputs anywhere in [-c, c]^d (what the
-      accountant's bound covers) instead of clipped updates.
-    search: every configuration of the module docstring; False: the others
-      all at the largest value only (one law: calibration's screening), by
-      the FFT route where matrix products are over MAX_OPERATIONS (module
-      docstring).
+    mech: the mechanism.
+    clients_per_round: n >= 1, clients in the secure sum.
+    fft: allow the FFT route (calibration's screen).
+    limits: the `secure_sum.Limits` (its `attained_operations`).
+
+  Returns:
+    Whether `round_rdp` (with search=not fft) returns figures for `mech`.
   """
-  validation.check_integer('clients_per_round', clients_per_round, 1)
-  validation.check_integer('dim', dim, 1)
-  validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
+  if mech.central or mech.has_exact_divergences:
+    return False
+  if _products_cost(mech, clients_per_round - 1) <= limits.attained_operations:
+    return True
+  return fft and operations(mech, clients_per_round, fft,
+                            limits) <= MAX_FFT_OPERATIONS
+
+
+def _finite_orders(orders: Sequence[float]) -> np.ndarray:
+  """The distinct finite orders, sorted, as integers >= 2 (math.inf dropped).
+
+  Raises:
+    TypeError: an order not a number.
+    ValueError: a finite order below 2, or none given.
+  """
   finite = np.array(sorted(set(int(validation.check_number('orders', a, 2))
                                for a in orders if math.isfinite(a))))
   if not finite.size:
     raise ValueError('`orders` must hold at least one finite order >= 2.')
-  if not applies(mech, clients_per_round, fft=not search):
-    return None
-  c = mech.input_bound
-  l2_route = l2_clip is not None and not vector.coordinate_route_applies(
-      mech, dim, l2_clip)
-  bound = c if (box or not l2_route) else l2_clip / math.sqrt(dim)
-  if clients_per_round == 1:
-    laws = [((), np.zeros(1), 0.0, False)]
-  else:
-    inputs = others_inputs(mech, bound) if search else [bound]
-    laws = _others_laws(mech, clients_per_round - 1, inputs, MAX_OPERATIONS,
-                        mixed=search, fft=not search)
-  if l2_route:
-    values, configs = _l2_route(mech, laws, dim,
-                                min(2 * l2_clip / math.sqrt(dim), 2 * c), finite,
-                                box)
-  else:
-    values, configs = _coordinate_route(mech, laws, dim, finite)
+  return finite
+
+
+def _as_attained(values: np.ndarray, configs: list, finite: np.ndarray,
+                 c: float) -> AttainedRdp:
+  """The route's values and configurations as an `AttainedRdp`, D∞ raised
+  to the largest D_α (D∞ >= every D_α)."""
   keys = [float(a) for a in finite] + [math.inf]
   rdp = {k: float(v) for k, v in zip(keys, values)}
   top = max(rdp, key=rdp.get)   # D∞ >= every D_α
@@ -324,3 +353,65 @@ def round_rdp(mech, orders: Sequence[float], clients_per_round: int,
     configs[-1] = configs[keys.index(top)]
     rdp[math.inf] = rdp[top]
   return AttainedRdp(rdp, dict(zip(keys, configs)), c)
+
+
+def round_rdp(mech, orders: Sequence[float], clients_per_round: int,
+              dim: int = 1, l2_clip: Optional[float] = None,
+              box: bool = False, search: bool = True,
+              limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS
+              ) -> Optional[AttainedRdp]:
+  """{order: the largest round RDP the searched configurations attain} for
+  integer orders >= 2 (math.inf too), each with the inputs that attain it
+  (module docstring); None where the search does not apply (`applies`).
+
+  Args:
+    mech: the mechanism each coordinate goes through (input bound c).
+    orders: Rényi orders >= 2 (finite ones truncated to integers), math.inf
+      allowed (always reported).
+    clients_per_round: n >= 1, clients in the secure sum.
+    dim: d >= 1, coordinates per client.
+    l2_clip: each update's ℓ2 bound, > 0 (None: every coordinate may move
+      end to end, the coordinate route).
+    box: on the ℓ2 route, inputs anywhere in [-c, c]^d (what the
+      accountant's bound covers) instead of clipped updates.
+    search: every configuration of the module docstring; False: the others
+      all at the largest value only (one law: calibration's screening), by
+      the FFT route where matrix products are over
+      `limits.attained_operations` (module docstring).
+    limits: the `secure_sum.Limits` (its `attained_operations`).
+
+  Returns:
+    An `AttainedRdp` {order: round RDP (float >= 0, summed over the d
+    coordinates)} over the distinct finite orders and math.inf, each a
+    lower bound on what its configuration attains; or None.
+
+  Raises:
+    TypeError: `clients_per_round` or `dim` not an integer, or `l2_clip` or
+      an order not a number.
+    ValueError: `clients_per_round` or `dim` < 1, `l2_clip` <= 0, a finite
+      order < 2, or no finite order.
+  """
+  validation.check_integer('clients_per_round', clients_per_round, 1)
+  validation.check_integer('dim', dim, 1)
+  validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
+  finite = _finite_orders(orders)
+  if not applies(mech, clients_per_round, fft=not search, limits=limits):
+    return None
+  c = mech.input_bound
+  l2_route = l2_clip is not None and not secure_sum.coordinate_route_applies(
+      mech, dim, l2_clip)
+  bound = c if (box or not l2_route) else l2_clip / math.sqrt(dim)
+  if clients_per_round == 1:
+    laws = [((), np.zeros(1), 0.0, False)]
+  else:
+    inputs = others_inputs(mech, bound) if search else [bound]
+    laws = _others_laws(mech, clients_per_round - 1, inputs,
+                        limits.attained_operations, mixed=search,
+                        fft=not search)
+  if l2_route:
+    values, configs = _l2_route(mech, laws, dim,
+                                min(2 * l2_clip / math.sqrt(dim), 2 * c), finite,
+                                box)
+  else:
+    values, configs = _coordinate_route(mech, laws, dim, finite)
+  return _as_attained(values, configs, finite, c)

@@ -21,7 +21,9 @@ from tff_quant.common.laws import (UnresolvedSumError, renyi_divergence,  # noqa
 class SumDivergence:
   """D_α of the secure sum, maximised over the other clients' inputs.
 
-  Args:
+  Returned by `renyi_divergence_of_sum`.
+
+  Attributes:
     alpha: the order.
     num_clients: n, clients in the secure sum.
     value: the maximum of D_α over the mixes evaluated.
@@ -55,16 +57,33 @@ def sum_log_pmf_at_extremes(mech, num_plus: int, num_minus: int,
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
-    num_plus, num_minus: clients with input +clip and -clip.
-    log_floor: see `sum_log_pmf_above`.
+    num_plus, num_minus: clients (integers >= 0) with input +clip and -clip.
+    log_floor: indices whose log-probability is provably below this may be
+      left unresolved (`sum_log_pmf_above`); -inf resolves every index.
+
+  Returns:
+    (log_pmf, log_upper): float64 arrays over the sum's values 0..n(L-1)
+    (L = `mech.num_levels`, n = num_plus + num_minus); log_pmf is NaN at an
+    unresolved index, where log_upper < log_floor bounds it rigorously.
+    With no clients, (zeros(1), zeros(1)): the sum is 0.
   """
   at_plus, at_minus = end_log_pmfs(mech)
   return sum_log_pmf_above([(at_plus, num_plus), (at_minus, num_minus)], log_floor)
 
 
 def end_log_pmfs(mech) -> Tuple[np.ndarray, np.ndarray]:
-  """(log_pmf(+c), log_pmf(-c)), computed once per mechanism object (an
-  accounting call asks for them many times; RQM at 2^16 levels takes 0.1 s)."""
+  """(log_pmf(+c), log_pmf(-c)), computed once per mechanism object.
+
+  An accounting call asks for them many times; they are cached in the
+  mechanism's `__dict__` (docs/performance.md gives their cost).
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism`; c = `mech.input_bound`.
+
+  Returns:
+    (at_plus, at_minus): the [L] log-pmfs of one client's level at input +c
+    and -c (-inf where a level is impossible); the same arrays on every call.
+  """
   cached = mech.__dict__.get('_end_log_pmfs')
   if cached is None:
     c = mech.input_bound
@@ -81,26 +100,105 @@ def sum_pair_log_pmfs(mech, num_clients: int, num_plus: int):
   Args:
     mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
     num_clients: n, clients in the secure sum (the target included).
-    num_plus: how many of the n-1 others sit at +clip.
+    num_plus: how many of the n-1 others sit at +clip, in [0, n-1].
+
+  Returns:
+    (log_p, log_q): [n(L-1)+1] float64 log-pmfs of the sum with the target
+    at +clip and at -clip (every index resolved).
   """
   others_minus = num_clients - 1 - num_plus
   return (sum_log_pmf_at_extremes(mech, num_plus + 1, others_minus)[0],
           sum_log_pmf_at_extremes(mech, num_plus, others_minus + 1)[0])
 
 
+def _infinite_mixes(mech, mixes: List[int], num_clients: int) -> List[int]:
+  """The mixes in `mixes` whose pair of sums has D_α = inf for every α >= 1.
+
+  That is where the sum with the target at +clip can take values the sum
+  with it at -clip cannot; decided exactly on the supports (boolean
+  convolutions), before any tail bound is needed (BQ at its range ends, for
+  example).
+  """
+  at_plus, at_minus = end_log_pmfs(mech)
+  sup_hi, sup_lo = np.isfinite(at_plus), np.isfinite(at_minus)
+  if np.array_equal(sup_hi, sup_lo):
+    return []
+  length = num_clients * (sup_hi.size - 1) + 1
+  infinite = []
+  for k in mixes:
+    sp = laws.support([(sup_hi, k + 1), (sup_lo, num_clients - 1 - k)], length)
+    sq = laws.support([(sup_hi, k), (sup_lo, num_clients - k)], length)
+    if (sp & ~sq).any():
+      infinite.append(k)
+  return infinite
+
+
+def _tail_floor(alphas: List[float], d_inf_local: float) -> float:
+  """The log floor below which the sums' tails are only bounded.
+
+  Tails that cannot matter for the largest finite order are only bounded:
+  terms are <= P e^((α-1) D∞_local), and the sum's D∞ <= the local D∞ at
+  +-clip. Each sum serves as P for one mix and as Q for the next; where only
+  Q is below the floor, P <= Q e^D∞, so the floor sits one D∞ lower than P
+  needs: every bounded term is then <= e^-80. -inf (nothing bounded) when
+  an order or the local D∞ is infinite.
+  """
+  finite = [a for a in alphas if not math.isinf(a)]
+  if len(finite) == len(alphas) and math.isfinite(d_inf_local):
+    return -max(finite) * d_inf_local - 80.0
+  return -np.inf
+
+
+def _mix_divergences(mech, alphas: List[float], num_clients: int,
+                     mixes: List[int], per: Dict[float, Dict[int, float]]):
+  """Fills per[α][k] with D_α of the pair of sums for every mix k in `mixes`.
+
+  The pair for mix k is (S_{k+1}, S_k), S_j = j clients at +clip, n-j at
+  -clip: n+1 sums serve all n mixes.
+  """
+  at_plus, at_minus = end_log_pmfs(mech)
+  d_inf_local = renyi_divergence(at_plus, at_minus, math.inf)
+  log_floor = _tail_floor(alphas, d_inf_local)
+  sums = {}
+  for j in sorted(set(mixes) | {k + 1 for k in mixes}):
+    sums[j] = sum_log_pmf_at_extremes(mech, j, num_clients - j, log_floor)
+  for k in mixes:
+    (lp, lp_up), (lq, _) = sums[k + 1], sums[k]
+    for a in alphas:
+      per[a][k] = renyi_divergence(lp, lq, a, lp_up, d_inf_local)
+
+
 def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
                             num_clients: int, others='extremes'):
   """Exact D_α between the secure sums when one client moves from +clip to -clip.
 
+  The target client's input moves from +c to -c (c = `mech.input_bound`);
+  the n-1 others sit at ±c in the mixes `others` names, and the largest D_α
+  over them is reported. Where the mechanism has a closed form or a
+  translation-invariant sum (`Mechanism.sum_divergences`), that value is
+  exact for any inputs of the others and is returned instead (with
+  `worst_num_plus` 0). The laws come from `tff_quant.common.laws` with full
+  relative precision in the tails; tails that cannot matter are bounded
+  (every bounded term <= e^-80 of the sum).
+
   Args:
-    mech: a tff_quant mechanism.
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is
+      accounted).
     alpha: an order in [1, inf] (1 = KL, inf = D∞), or a sequence of orders.
     num_clients: n >= 1 clients in the sum (n = 1 is the local guarantee).
     others: 'extremes' (every mix of the n-1 others at +-clip; the maximum is
-      reported with the mix that attains it), 'balanced', or a list of counts.
+      reported with the mix that attains it), 'balanced' (floor((n-1)/2) of
+      them at +clip), or a list of counts in [0, n-1] of others at +clip.
 
   Returns:
-    SumDivergence (or a list of them, one per order when `alpha` is a sequence).
+    A `SumDivergence` (or a list of them, one per order in the order given,
+    when `alpha` is a sequence); its value is inf where the sum with the
+    target at +clip can take a value the sum at -clip cannot.
+
+  Raises:
+    TypeError: `num_clients` not an integer or an order not a number.
+    ValueError: `num_clients` < 1, an order below 1 (or none given), or
+      `others` neither 'extremes', 'balanced' nor counts in [0, n-1].
   """
   validation.check_integer('num_clients', num_clients, 1)
   alphas = validation.check_orders('alpha', alpha, low_open=False)
@@ -111,40 +209,12 @@ def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],
     return results[0] if np.isscalar(alpha) else results
   mixes = _mixes(others, num_clients - 1)
   per = {a: {} for a in alphas}
-  # Where the sum at +clip can take values the sum at -clip cannot, D_α = inf
-  # for every α >= 1; decided exactly on the supports (boolean convolutions),
-  # before any tail bound is needed (BQ at its range ends, for example).
-  at_plus, at_minus = end_log_pmfs(mech)
-  sup_hi, sup_lo = np.isfinite(at_plus), np.isfinite(at_minus)
-  if not np.array_equal(sup_hi, sup_lo):
-    length = num_clients * (sup_hi.size - 1) + 1
-    for k in list(mixes):
-      sp = laws.support([(sup_hi, k + 1), (sup_lo, num_clients - 1 - k)], length)
-      sq = laws.support([(sup_hi, k), (sup_lo, num_clients - k)], length)
-      if (sp & ~sq).any():
-        for a in alphas:
-          per[a][k] = math.inf
-    mixes = [k for k in mixes if k not in per[alphas[0]]]
-  # Tails that cannot matter for the largest finite order are only bounded:
-  # terms are <= P e^((α-1) D∞_local), and the sum's D∞ <= the local D∞ at +-clip.
-  # Each sum serves as P for one mix and as Q for the next; where only Q is
-  # below the floor, P <= Q e^D∞, so the floor sits one D∞ lower than P needs:
-  # every bounded term is then <= e^-80.
-  d_inf_local = renyi_divergence(at_plus, at_minus, math.inf)
-  finite = [a for a in alphas if not math.isinf(a)]
-  if len(finite) == len(alphas) and math.isfinite(d_inf_local):
-    log_floor = -max(finite) * d_inf_local - 80.0
-  else:
-    log_floor = -np.inf
-  # The pair for mix k is (S_{k+1}, S_k), S_j = j clients at +clip, n-j at -clip:
-  # n+1 sums serve all n mixes.
-  sums = {}
-  for j in sorted(set(mixes) | {k + 1 for k in mixes}):
-    sums[j] = sum_log_pmf_at_extremes(mech, j, num_clients - j, log_floor)
-  for k in mixes:
-    (lp, lp_up), (lq, _) = sums[k + 1], sums[k]
+  infinite = _infinite_mixes(mech, mixes, num_clients)
+  for k in infinite:
     for a in alphas:
-      per[a][k] = renyi_divergence(lp, lq, a, lp_up, d_inf_local)
+      per[a][k] = math.inf
+  mixes = [k for k in mixes if k not in infinite]
+  _mix_divergences(mech, alphas, num_clients, mixes, per)
   results = []
   for a in alphas:
     worst = max(per[a], key=lambda k: per[a][k])
@@ -157,8 +227,14 @@ def epsilon_infinity(mech) -> float:
   """Exact local D∞ = sup_{x,x'} max_i log P_x(i)/P_x'(i) over the whole input range.
 
   Args:
-    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted). Its `extreme_log_pmfs()`
-      must attain every level's sup and inf over the input range.
+    mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is
+      accounted). Its `extreme_log_pmfs()` must attain every level's sup and
+      inf over the input range.
+
+  Returns:
+    The local D∞ (ε∞ of one client's coordinate, pure ε-DP) as a float in
+    [0, inf]: inf where some level is possible at one input and impossible
+    at another. The mechanism's own closed form where it has one.
   """
   own = mech.sum_divergences([math.inf], 1, [2 * mech.input_bound])
   if own is not None:
@@ -187,6 +263,11 @@ def impossible_mass(mech) -> Tuple[float, float, float]:
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism`.
+
+  Returns:
+    (δ₀, x, x'): δ₀ in [0, 1] is the mass P_x puts on levels impossible
+    under x'; x, x' are the pair of inputs (floats in the input range) that
+    attains the largest δ₀ among those evaluated.
   """
   inputs = np.unique(mech.critical_inputs())
   if len(inputs) > IMPOSSIBLE_MASS_MAX_INPUTS:
@@ -212,8 +293,18 @@ def epsilon_infinity_local(mech, sensitivity: float, grid_size: int = 2001) -> f
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
-    sensitivity: Δ > 0, the most two neighbouring inputs differ by.
-    grid_size: grid points over the input range, >= 2.
+    sensitivity: Δ > 0, the most two neighbouring inputs differ by (in the
+      units of the input, `mech.input_bound`).
+    grid_size: grid points over the input range, an integer >= 2.
+
+  Returns:
+    An upper bound (float in [0, inf]) on the local D∞ over input pairs at
+    most Δ apart; inf where some level is possible at one input and
+    impossible at one within Δ.
+
+  Raises:
+    TypeError: `sensitivity` not a number or `grid_size` not an integer.
+    ValueError: `sensitivity` <= 0 or not finite, or `grid_size` < 2.
   """
   validation.check_positive('sensitivity', sensitivity)
   validation.check_integer('grid_size', grid_size, 2)

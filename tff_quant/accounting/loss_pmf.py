@@ -25,7 +25,17 @@ def bernstein_radius(span: float, variance: float, times: int,
                      tail: float = DEFAULT_TAIL) -> int:
   """a with P(|S - E S| >= a) <= tail, S a sum of `times` independent terms of
   range <= span and variance <= `variance` (Bernstein's inequality):
-  a = (span/3)·l + sqrt((span/3·l)² + 2·times·variance·l), l = log(2/tail)."""
+  a = (span/3)·l + sqrt((span/3·l)² + 2·times·variance·l), l = log(2/tail).
+
+  Args:
+    span: the range of each term (>= 0, grid units).
+    variance: an upper bound on each term's variance (>= 0).
+    times: the number of terms, >= 1.
+    tail: the two-sided tail probability, in (0, 1).
+
+  Returns:
+    The radius a, rounded up to an integer.
+  """
   log_term = math.log(2.0 / tail)
   third = span / 3.0 * log_term
   return int(math.ceil(third + math.sqrt(third**2 + 2.0 * times * variance *
@@ -34,7 +44,14 @@ def bernstein_radius(span: float, variance: float, times: int,
 
 @dataclasses.dataclass
 class LossPmf:
-  """P(L = (lower + i)·interval) = probs[i]; P(L = +inf) = inf_mass."""
+  """P(L = (lower + i)·interval) = probs[i]; P(L = +inf) = inf_mass.
+
+  Attributes:
+    lower: the grid index of probs[0].
+    probs: float64 probabilities of the finite grid points.
+    inf_mass: P(L = +inf), in [0, 1].
+    interval: the grid spacing in nats, > 0.
+  """
   lower: int
   probs: np.ndarray
   inf_mass: float
@@ -43,7 +60,17 @@ class LossPmf:
   @classmethod
   def from_log_pmfs(cls, log_p: np.ndarray, log_q: np.ndarray,
                     interval: float) -> 'LossPmf':
-    """The loss of P vs Q (log-pmfs on one support), rounded up to the grid."""
+    """The loss of P vs Q (log-pmfs on one support), rounded up to the grid.
+
+    Args:
+      log_p: log-pmf of P (-inf where P is 0).
+      log_q: log-pmf of Q on the same support.
+      interval: the grid spacing in nats, > 0.
+
+    Returns:
+      The `LossPmf` of log P(o)/Q(o) under o ~ P, each loss rounded up to a
+      multiple of `interval`; the mass of P where Q = 0 is `inf_mass`.
+    """
     pos = np.isfinite(log_p)
     inf_mass = float(np.exp(log_p[pos & ~np.isfinite(log_q)]).sum())
     ok = pos & np.isfinite(log_q)
@@ -54,16 +81,27 @@ class LossPmf:
 
   @property
   def span(self) -> int:
+    """Grid points of the finite part minus 1 (its range, in grid units)."""
     return len(self.probs) - 1
 
   def mean(self) -> float:
-    """Mean of the finite part, in grid units (absolute: lower included)."""
+    """Mean of the finite part, in grid units (absolute: lower included).
+
+    Returns:
+      The mean grid index of the finite part normalised to mass 1 (`lower`
+      where it has no mass).
+    """
     mass = self.probs.sum()
     k = np.arange(len(self.probs))
     return self.lower + (float(np.dot(k, self.probs) / mass) if mass > 0 else 0.0)
 
   def variance(self) -> float:
-    """Variance of the finite part, in grid units²."""
+    """Variance of the finite part, in grid units².
+
+    Returns:
+      The variance of the finite part normalised to mass 1 (0 where it has
+      no mass).
+    """
     mass = self.probs.sum()
     if mass <= 0:
       return 0.0
@@ -72,7 +110,15 @@ class LossPmf:
     return float(np.dot((k - mean)**2, self.probs) / mass)
 
   def composed_points(self, times: int, tail: float = DEFAULT_TAIL) -> int:
-    """Upper bound on the grid points of `times`-fold composition, tails cut at `tail`."""
+    """Upper bound on the grid points of `times`-fold composition, tails cut at `tail`.
+
+    Args:
+      times: the number of compositions, >= 1.
+      tail: the tail mass `compose` moves, in (0, 1).
+
+    Returns:
+      An integer bound (Bernstein's inequality, `bernstein_radius`).
+    """
     return min(times * self.span + 1,
                2 * bernstein_radius(self.span, self.variance(), times, tail)
                + self.span + 1)
@@ -80,7 +126,17 @@ class LossPmf:
   def round_then_rounds_points(self, dim: int, gamma: float, rounds: int,
                                tail: float = DEFAULT_TAIL) -> int:
     """Upper bound on the grid of `dim`-fold composition, mixed with loss 0 at
-    weight 1-γ, then composed `rounds` times: known before computing either."""
+    weight 1-γ, then composed `rounds` times: known before computing either.
+
+    Args:
+      dim: coordinates composed first, >= 1.
+      gamma: the sampling rate γ in (0, 1] (`mix_with_zero`).
+      rounds: compositions of the mixture, >= 1.
+      tail: the tail mass each composition moves, in (0, 1).
+
+    Returns:
+      An integer bound on the final grid's points.
+    """
     a = bernstein_radius(self.span, self.variance(), dim, tail) + self.span
     centre = dim * self.mean()
     lo, hi = min(centre - a, 0.0), max(centre + a, 0.0)
@@ -111,7 +167,16 @@ class LossPmf:
                    self.interval)._truncate(tail)
 
   def compose(self, times: int, tail: float = DEFAULT_TAIL) -> 'LossPmf':
-    """The loss pmf of `times` independent copies (repeated squaring)."""
+    """The loss pmf of `times` independent copies (repeated squaring).
+
+    Args:
+      times: the number of copies, >= 1.
+      tail: mass below which each tail is moved pessimistically (the lower
+        tail up to the first kept point, the upper tail to +inf).
+
+    Returns:
+      A `LossPmf` whose δ(ε) is at least that of the exact composition.
+    """
     result = None
     base = self._truncate(tail)
     while times:
@@ -123,7 +188,14 @@ class LossPmf:
     return result
 
   def mix_with_zero(self, gamma: float) -> 'LossPmf':
-    """With probability 1-γ the target is not sampled: loss 0 (as if revealed)."""
+    """With probability 1-γ the target is not sampled: loss 0 (as if revealed).
+
+    Args:
+      gamma: the sampling rate γ in [0, 1].
+
+    Returns:
+      The `LossPmf` of the mixture: γ·self + (1-γ)·(loss 0).
+    """
     lower = min(self.lower, 0)
     top = max(self.lower + self.span, 0)
     probs = np.zeros(top - lower + 1)
@@ -132,6 +204,10 @@ class LossPmf:
     return LossPmf(lower, probs, gamma * self.inf_mass, self.interval)
 
   def as_dict(self):
-    """{grid index: probability} of the nonzero finite part."""
+    """{grid index: probability} of the nonzero finite part.
+
+    Returns:
+      A dict of int grid index (`lower` included) to float probability.
+    """
     nz = np.nonzero(self.probs > 0)[0]
     return dict(zip((nz + self.lower).tolist(), self.probs[nz].tolist()))

@@ -3,18 +3,17 @@
 Both sums have non-negative terms only. Scaling each output index by the
 largest term that can occur there keeps every kept factor in (e^-708, 1], so
 BLAS's dot products (any summation order, FMA or not) carry a relative error of
-at most (terms)·u, u = 2^-53 (Higham, *Accuracy and Stability of Numerical
-Algorithms*, 2nd ed., Sec. 3.1), and the few roundings before them are bounded
-by the arguments' sizes. Every value returned comes with an upper bound on its
-error in the log domain (`err`), and the power sums add theirs, so what the
-accountant reads is at or above the exact value of the laws it was given,
-assuming only that exp and log are correct to one ulp (glibc's are).
+at most (terms)·u, u = 2^-53 (Higham 2002, *Accuracy and Stability of
+Numerical Algorithms*, 2nd ed., Sec. 3.1), and the few roundings before them
+are bounded by the arguments' sizes. Every value returned comes with an upper
+bound on its error in the log domain (`err`), and the power sums add theirs,
+so what the accountant reads is at or above the exact value of the laws it
+was given, assuming only that exp and log are correct to one ulp (glibc's
+are).
 
-Measured (QMGeo, 256 levels, n = 100): the 256 target laws convolved with the
-others' law in 0.38 s against 2.96 s for one tilted FFT sum per row (and
-8.5e-14 from the exact log-domain sum where the FFT was 3.6e-12 off); the power
-sums of all 65,536 pairs at 9 orders in 0.93 s, ~100x faster per pair than
-elementwise numpy.
+Against one tilted FFT sum per row, the matrix products are both faster and
+more accurate (measured: docs/performance.md). References (Higham 2002,
+Mironov 2017): docs/references.md.
 """
 
 import math
@@ -46,7 +45,14 @@ _CONVOLVE_ROUNDING = 2 * 708 + 4 + 624
 
 
 def exp_kept(x: np.ndarray) -> np.ndarray:
-  """exp(x), with 0 where x < _KEEP (the caller bounds what that drops)."""
+  """exp(x), with 0 where x < _KEEP (the caller bounds what that drops).
+
+  Args:
+    x: float64 array of log values (any shape; -inf allowed).
+
+  Returns:
+    A float64 array of x's shape: exp(x) where x >= _KEEP (= -708), else 0.
+  """
   with np.errstate(under='ignore'):
     return np.where(x >= _KEEP, np.exp(np.maximum(x, _KEEP)), 0.0)
 
@@ -55,9 +61,9 @@ def _blocks(padded: np.ndarray, length: int, width: int, step: int):
   """Output ranges [z0, z1) whose windows' finite log values span <= _SPAN
   (so one scale serves the block), at least `width` long unless at the end,
   at most `step`. The span is scanned over 4 windows first and doubled
-  while all of it fits: a law spanning far more than _SPAN per window
-  (RQM 256 levels, Δ = 1,024c, n = 1,000: 34,000 blocks) cost a scan of
-  `step` per block, 5 s of an 11 s evaluation."""
+  while all of it fits, so a law spanning far more than _SPAN per window
+  (RQM 256 levels, Δ = 1,024c, n = 1,000: 34,000 blocks) does not cost a
+  scan of `step` per block (docs/performance.md)."""
   z0 = 0
   while z0 < length:
     probe = min(step, 4 * width)
@@ -76,6 +82,38 @@ def _blocks(padded: np.ndarray, length: int, width: int, step: int):
     z0 = z1
 
 
+def _block_sums(log_rows: np.ndarray, scaled_rows: np.ndarray,
+                row_max: np.ndarray, row_ok: np.ndarray, span: np.ndarray
+                ) -> np.ndarray:
+  """[K, block] log Σ_k row_i(k) law(z - k) over one block of outputs z.
+
+  `span` holds the law's log values over the block's windows (at least one
+  finite); `scaled_rows` = exp(log_rows - row_max) (`convolve`).
+  """
+  width = log_rows.shape[1]
+  finite = np.isfinite(span)
+  scale = float(np.max(span[finite]))
+  scaled_span = exp_kept(span - scale)
+  if log_rows.shape[0] <= _DIRECT_ROWS:   # np.convolve's direct sums: no copy
+    sums = np.stack([np.convolve(r, scaled_span, 'valid')
+                     for r in scaled_rows])
+  else:
+    # window[z, j] = law(z0 + z - j), j = 0..L-1 (contiguous: BLAS takes
+    # no overlapping strides).
+    window = np.ascontiguousarray(stride_tricks.sliding_window_view(
+        scaled_span, width)[:, ::-1])
+    sums = scaled_rows @ window.T                     # [K, block]
+  with np.errstate(divide='ignore'):
+    block = np.log(sums) + scale + row_max[:, None]
+  low = (sums < math.exp(_TINY)) & row_ok[:, None]
+  if np.any(low):   # far tails of sharp laws: the log domain
+    rows, cols = np.nonzero(low)
+    logs = stride_tricks.sliding_window_view(span, width)[cols, ::-1]
+    block[rows, cols] = special.logsumexp(log_rows[rows] + logs, axis=1)
+  block[~row_ok] = -np.inf
+  return block
+
+
 def convolve(log_rows: np.ndarray, rows_err: float, log_law: np.ndarray,
              law_err: float) -> Tuple[np.ndarray, float]:
   """(log(exp(row) * exp(law)) for every row, a bound on its absolute log error).
@@ -88,13 +126,25 @@ def convolve(log_rows: np.ndarray, rows_err: float, log_law: np.ndarray,
   of at least 2^-900 of them (smaller sums are recomputed by logsumexp over
   the window): at most L·e^-84 relative. Blocks are cut where the law's log
   values span more than _SPAN, so the law is exponentiated once per index, not
-  once per window entry.
+  once per window entry. The rounding analysis follows Higham 2002,
+  Sec. 3.1 (module docstring; docs/references.md).
 
   Args:
-    log_rows: [K, L] log values (e.g. the target's log-pmfs), entries may be -inf.
-    rows_err: bound on |log_rows - exact| at finite entries.
-    log_law: [N] log-pmf of the others' sum.
-    law_err: bound on |log_law - exact| at finite entries.
+    log_rows: [K, L] log values (e.g. the target's log-pmfs), entries may be
+      -inf; a 1-d array is taken as one row.
+    rows_err: bound >= 0 on |log_rows - exact| at finite entries.
+    log_law: [N] log-pmf of the others' sum (N >= 1), entries may be -inf.
+    law_err: bound >= 0 on |log_law - exact| at finite entries.
+
+  Returns:
+    (out, err): out is the [K, N + L - 1] float64 array of log convolutions
+    (-inf where a row is all -inf or the sum is 0); err is a float bound on
+    |out - exact| at every finite entry, including rows_err + law_err.
+
+  Raises:
+    TypeError: `rows_err` or `law_err` not a number.
+    ValueError: `rows_err` or `law_err` negative or not finite, `log_rows`
+      not 2-d (after promoting a vector), or `log_law` not a non-empty vector.
   """
   validation.check_number('rows_err', rows_err, 0, None)
   validation.check_number('law_err', law_err, 0, None)
@@ -115,46 +165,35 @@ def convolve(log_rows: np.ndarray, rows_err: float, log_law: np.ndarray,
   step = max(width, _BLOCK // max(width, k))
   for z0, z1 in _blocks(padded, length, width, step):
     span = padded[z0:z1 + width - 1]
-    finite = np.isfinite(span)
-    if not np.any(finite):
+    if not np.any(np.isfinite(span)):
       continue
-    scale = float(np.max(span[finite]))
-    scaled_span = exp_kept(span - scale)
-    if k <= _DIRECT_ROWS:   # np.convolve's direct sums: no window copy
-      sums = np.stack([np.convolve(r, scaled_span, 'valid')
-                       for r in scaled_rows])
-    else:
-      # window[z, j] = law(z0 + z - j), j = 0..L-1 (contiguous: BLAS takes
-      # no overlapping strides).
-      window = np.ascontiguousarray(stride_tricks.sliding_window_view(
-          scaled_span, width)[:, ::-1])
-      sums = scaled_rows @ window.T                     # [K, block]
-    with np.errstate(divide='ignore'):
-      block = np.log(sums) + scale + row_max[:, None]
-    low = (sums < math.exp(_TINY)) & row_ok[:, None]
-    if np.any(low):   # far tails of sharp laws: the log domain
-      rows, cols = np.nonzero(low)
-      logs = stride_tricks.sliding_window_view(span, width)[cols, ::-1]
-      block[rows, cols] = special.logsumexp(log_rows[rows] + logs, axis=1)
-    block[~row_ok] = -np.inf
-    out[:, z0:z1] = block
+    out[:, z0:z1] = _block_sums(log_rows, scaled_rows, row_max, row_ok, span)
+  return out, _convolve_error(out, row_max, width, rows_err, law_err)
+
+
+def _convolve_error(out: np.ndarray, row_max: np.ndarray, width: int,
+                    rows_err: float, law_err: float) -> float:
+  """`convolve`'s bound on the absolute log error of its finite outputs."""
   finite = np.isfinite(out)
   top = float(np.max(np.abs(out[finite]), initial=0.0))
-  err = (rows_err + law_err + U * (_CONVOLVE_ROUNDING + 1.01 * width + 2 * top +
-                                   float(np.max(np.abs(row_max), initial=0.0)))
-         + width * math.exp(_KEEP - _TINY))
-  return out, err
+  return (rows_err + law_err
+          + U * (_CONVOLVE_ROUNDING + 1.01 * width + 2 * top +
+                 float(np.max(np.abs(row_max), initial=0.0)))
+          + width * math.exp(_KEEP - _TINY))
 
 
 CHECKPOINT = 16   # `Powers` keeps every this many copies' law on the way
 
 
 class Powers:
-  """log R^{*m} (m iid copies of a law on {0, ..., L-1}) with error bounds, for
-  any m asked, built by adding one copy at a time (`convolve`; L² m²/2
+  """log R^{*m} (m iid copies of a law on {0, ..., L-1}) with error bounds.
+
+  For any m asked, built by adding one copy at a time (`convolve`; L² m²/2
   multiply-adds up to m) from the nearest law kept below: those asked and
   every CHECKPOINT-th on the way (a count asked below the last one restarts
-  there, not from 0). Thread-safe.
+  there, not from 0). Thread-safe. Calling the object with m returns
+  (log-law of R^{*m}, a bound on its absolute log error); m = 0 gives
+  (zeros(1), 0.0).
 
   With a finite `tail`, every law built is cut at both ends to the entries
   within `tail` (log) of its largest, and `log_dropped(m)` bounds the mass
@@ -163,7 +202,17 @@ class Powers:
   that mass, translated (the cut start is not tracked: a translation of the
   others' sum changes no divergence). The support grows like m while the
   part above e^-tail of the top grows like √m: RQM 256 levels, Δ = 256c,
-  221 blocks of 4 others, a tail of 445 keeps 33,900 of 168,400 entries."""
+  221 blocks of 4 others, a tail of 445 keeps 33,900 of 168,400 entries.
+
+  Args:
+    log_r: [L] log-pmf of the law R (entries may be -inf).
+    tail: the log distance below a law's top beyond which its entries are
+      cut, >= 0; inf (the default) cuts nothing.
+
+  Raises:
+    TypeError: `tail` not a number.
+    ValueError: `tail` negative or NaN.
+  """
 
   def __init__(self, log_r: np.ndarray, tail: float = math.inf):
     if tail != math.inf:   # inf: nothing cut
@@ -194,7 +243,19 @@ class Powers:
     return self._law(m)[:2]
 
   def log_dropped(self, m: int) -> float:
-    """Log of a bound on the mass of R^{*m} the cuts left out (-inf: none)."""
+    """Log of a bound on the mass of R^{*m} the cuts left out.
+
+    Args:
+      m: copies of R, an integer >= 0.
+
+    Returns:
+      A float: the log of an upper bound on the mass the cuts dropped from
+      the law `self(m)` returns (-inf: nothing dropped).
+
+    Raises:
+      TypeError: `m` not an integer.
+      ValueError: `m` < 0.
+    """
     return self._law(m)[2]
 
   def _law(self, m: int) -> Tuple[np.ndarray, float, float]:
@@ -227,17 +288,33 @@ def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
   """[orders, M] log Σ_k exp(α a[m,k] + (1-α) b[m,k]); +inf where a > -inf = b.
 
   At or above the exact value; with `lower`, at or below it (the allowance
-  subtracted; dropped terms only lower the sum).
+  subtracted; dropped terms only lower the sum). For log-pmfs a = log P and
+  b = log Q this is log Σ P^α Q^(1-α) = (α - 1)·D_α(P‖Q) (Mironov 2017;
+  docs/references.md).
 
   Pairs go in blocks of _BLOCK entries, so memory stays bounded however
-  many pairs there are (3,780 pairs × 25,800 indices took ~780 MB per temporary);
-  each order is one in-place pass (6x faster than scipy's logsumexp, measured).
-  The result carries its rounding allowance (`err`: a bound on the inputs'
-  log error, 0 where they are taken as exact): a kept term's exponent (r = a - b, (α-1)r, + a, - top,
-  the last >= -745) rounds by at most u(2|a| + 3|top| + 4·745), exp by 2u,
-  the log of the sum and adding top back by u(2|top| + 25), the pairwise sum
-  by terms·u; a term dropped (exponent below top - 745) is under e^-745 of
-  the largest.
+  many pairs there are; each order is one in-place pass. The result carries
+  its rounding allowance (`err`: a bound on the inputs' log error, 0 where
+  they are taken as exact): a kept term's exponent (r = a - b, (α-1)r, + a,
+  - top, the last >= -745) rounds by at most u(2|a| + 3|top| + 4·745), exp
+  by 2u, the log of the sum and adding top back by u(2|top| + 25), the
+  pairwise sum by terms·u; a term dropped (exponent below top - 745) is
+  under e^-745 of the largest. Where every pair's term at an index k is
+  below e^_TAIL at every order (orders all finite and > 1), the index is
+  left out and a bound on what it adds is added (`_cut_tail`).
+
+  Args:
+    a: [M, K] float64 log values (e.g. log P for M pairs over K outputs),
+      entries may be -inf.
+    b: [M, K] float64 log values of the second law of each pair.
+    orders: [A] float64 Rényi orders (any real; > 1 for the tail cut).
+    err: bound >= 0 on |a - exact| and |b - exact| at finite entries.
+    lower: return a value at or below the exact one instead of at or above.
+
+  Returns:
+    [A, M] float64 array: for each order and pair, the log of the power sum
+    plus (or, with `lower`, minus) its rounding allowance; +inf for a pair
+    where some a[m, k] is finite and b[m, k] is -inf.
   """
   a, b, lost = _cut_tail(a, b, orders)
   out = np.empty((orders.size, a.shape[0]))
@@ -245,25 +322,8 @@ def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
   worst = 0.0
   for start in range(0, a.shape[0], step):
     rows = slice(start, start + step)
-    ok = np.isfinite(a[rows]) & np.isfinite(b[rows])
-    bad = np.any(np.isfinite(a[rows]) & ~np.isfinite(b[rows]), axis=1)
-    base = np.where(ok, a[rows], -np.inf)          # α a + (1-α) b = a + (α-1)(a-b)
-    with np.errstate(invalid='ignore'):
-      ratio = np.where(ok, a[rows] - b[rows], 0.0)
-    buf = np.empty_like(base)
-    a_abs = float(np.max(np.abs(np.where(ok, a[rows], 0.0)), initial=0.0))
-    for n, alpha in enumerate(orders):
-      np.multiply(ratio, alpha - 1, out=buf)
-      np.add(buf, base, out=buf)
-      top = np.max(buf, axis=1)
-      top = np.where(np.isfinite(top), top, 0.0)   # rows with no finite term
-      top_abs = float(np.max(np.abs(top), initial=0.0))
-      worst = max(worst, 2 * a_abs + 5 * top_abs + 4 * 745 + 25)
-      np.subtract(buf, top[:, None], out=buf)
-      np.exp(buf, out=buf)
-      with np.errstate(divide='ignore'):
-        out[n, rows] = np.log(np.sum(buf, axis=1)) + top
-    out[:, rows][:, bad] = np.inf
+    worst = max(worst, _block_power_sums(a[rows], b[rows], orders,
+                                         out[:, rows]))
   terms = a.shape[1]
   allowance = _allowance(orders, err, terms, worst + 4)
   if lower:   # the cut terms only lower the sums
@@ -273,6 +333,34 @@ def log_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
     extra = np.where(np.isneginf(lost)[:, None], 0.0,
                      np.exp(lost[:, None] - out))
   return out + allowance[:, None] + terms * math.exp(-745) + 1.01 * extra
+
+
+def _block_power_sums(a: np.ndarray, b: np.ndarray, orders: np.ndarray,
+                      out: np.ndarray) -> float:
+  """Writes `log_power_sums`' unrounded values for one block of pairs into
+  `out` ([orders, block], a view) and returns the block's rounding factor
+  (in units of u per term, before the final +4)."""
+  worst = 0.0
+  ok = np.isfinite(a) & np.isfinite(b)
+  bad = np.any(np.isfinite(a) & ~np.isfinite(b), axis=1)
+  base = np.where(ok, a, -np.inf)          # α a + (1-α) b = a + (α-1)(a-b)
+  with np.errstate(invalid='ignore'):
+    ratio = np.where(ok, a - b, 0.0)
+  buf = np.empty_like(base)
+  a_abs = float(np.max(np.abs(np.where(ok, a, 0.0)), initial=0.0))
+  for n, alpha in enumerate(orders):
+    np.multiply(ratio, alpha - 1, out=buf)
+    np.add(buf, base, out=buf)
+    top = np.max(buf, axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)   # rows with no finite term
+    top_abs = float(np.max(np.abs(top), initial=0.0))
+    worst = max(worst, 2 * a_abs + 5 * top_abs + 4 * 745 + 25)
+    np.subtract(buf, top[:, None], out=buf)
+    np.exp(buf, out=buf)
+    with np.errstate(divide='ignore'):
+      out[n] = np.log(np.sum(buf, axis=1)) + top
+  out[:, bad] = np.inf
+  return worst
 
 
 def _cut_tail(a: np.ndarray, b: np.ndarray, orders: np.ndarray):
@@ -348,9 +436,7 @@ def _power_matrices(up: np.ndarray, lo: np.ndarray, orders: np.ndarray,
 
 
 # A multiply-add inside a matrix product costs ~1/160 of an elementwise numpy
-# pass per entry (measured: 256 × 256 pairs × 25,000 indices in 0.02 s, where
-# the six elementwise passes over 256 × 25,000 that scale it take ~0.07 s);
-# counted at 1/64.
+# pass per entry (measured: docs/performance.md); counted at 1/64.
 MATRIX_DISCOUNT = 64
 
 
@@ -362,7 +448,20 @@ def pair_log_sums(up: np.ndarray, lo: np.ndarray, pairs: np.ndarray,
   The core rows (each in at least 1/MATRIX_DISCOUNT of the other side's
   rows' pairs: QMGeo's critical inputs, not the shifted targets) take every
   pair among them by one matrix product per order; the other pairs (and an
-  order whose scaling does not fit) are summed one by one."""
+  order whose scaling does not fit) are summed one by one
+  (`log_power_sums`).
+
+  Args:
+    up: [Ku, K] float64 log-pmfs (the P side), entries may be -inf.
+    lo: [Kl, K] float64 log-pmfs (the Q side), entries may be -inf.
+    pairs: [pairs, 2] integer array of (row of `up`, row of `lo`).
+    orders: [A] float64 Rényi orders > 1.
+    err: bound >= 0 on the rows' absolute log error at finite entries.
+
+  Returns:
+    [A, pairs] float64 array: for each order and pair, an upper bound on
+    log Σ P^α Q^(1-α) (+inf where P > 0 = Q somewhere).
+  """
   out = np.empty((orders.size, len(pairs)))
   core_up = _core(pairs[:, 0], up.shape[0], pairs[:, 1])
   core_lo = _core(pairs[:, 1], lo.shape[0], pairs[:, 0])

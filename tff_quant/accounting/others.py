@@ -22,22 +22,9 @@ others" needs a part of their noise that no input removes. Two facts give it:
   the range's end costs a fixed number of levels while the block's spread
   grows like √g.
 
-Where β·R comes from (`Blanket`):
-* `common_part`: R ∝ min over inputs of P_y (no shift): the blanket.
-* `aligned_part`: R ∝ min over vertex laws translated to a common centre.
-  For a mechanism whose law is affine in the input between critical inputs,
-  every input's law is a mixture of two vertex laws (the critical inputs'),
-  so a block of inputs has a mixture of the blocks of vertex laws: each is
-  >= β·(translated R), hence so is the mixture (a mixture of translations
-  of R). For the others (each level's probability unimodal in the input,
-  `vector.target_pairs`' envelopes) every input's law is at least its cell's
-  lower envelope, and convolution keeps the order. For RQM, 16 levels,
-  Δ = c, q = 0.42 (n = 40, α = 2): β = 0.055 unshifted, 0.82 aligned.
-* Two vertices (`two_vertices`): when the law is affine in the input on the
-  whole range (one PBM trial), the sup over the others' inputs sits at ±c:
-  Σ (P*O)^α (Q*O)^(1-α) is convex in each other's law, which is affine in
-  that client's input, so moving the clients one at a time to the better end
-  never lowers it. The ±c mixes then bound every input, with no blanket.
+Where β·R comes from, and the case that needs none (two vertices): the
+`blankets` module. This one bounds the mixture over the count M
+(`mixture_bound`, its count groups refined by their slack).
 
 Not a worst case: the others all at ±c (the papers' setting,
 others='extremes'). For RQM, 16 levels, Δ = c, q = 0.42, n = 40, α = 2,
@@ -49,11 +36,9 @@ References (Balle et al. 2019 above): docs/references.md.
 
 import bisect
 from concurrent import futures
-import dataclasses
-import itertools
 import math
 import os
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Tuple
 
 import numpy as np
 from scipy import special
@@ -64,7 +49,18 @@ EXACT_SPLITS = 8   # single counts next to each anchor (`split_groups`)
 def split_groups(first: int, last: int, centre: int,
                  exact: int = EXACT_SPLITS) -> List[tuple]:
   """Inclusive ranges [k0, k1] covering first..last: `exact` single counts next
-  to each end and to `centre`, widths doubling away from them."""
+  to each end and to `centre`, widths doubling away from them.
+
+  Args:
+    first: the smallest count (integer).
+    last: the largest count, >= first.
+    centre: the count to split around (clamped to [first, last]).
+    exact: single counts next to each anchor, >= 0.
+
+  Returns:
+    A sorted list of disjoint (k0, k1) integer tuples, k0 <= k1, whose union
+    is first..last.
+  """
   centre = min(max(centre, first), last)
   segments = [(first, centre - 1), (centre, last)] if centre > first else [
       (first, last)]
@@ -84,235 +80,16 @@ def split_groups(first: int, last: int, centre: int,
   return sorted(groups)
 
 
-@dataclasses.dataclass(frozen=True)
-class Blanket:
-  """Every block of `block` other clients draws, with probability β and
-  independently of the other blocks, from R translated by an amount their
-  inputs fix (module docstring); `why` names the construction."""
-  log_beta: float
-  log_r: np.ndarray
-  block: int
-  why: str
-
-  def blocks(self, num_others: int) -> int:
-    """Blocks the `num_others` others make (the rest are dropped)."""
-    return num_others // self.block
-
-
-def _trimmed(log_m: np.ndarray) -> Tuple[float, np.ndarray]:
-  """(log β, log R) from an unnormalised log law: its finite range, normalised."""
-  finite = np.flatnonzero(np.isfinite(log_m))
-  if not finite.size:
-    return -math.inf, np.zeros(1)
-  log_m = log_m[finite[0]:finite[-1] + 1]
-  log_beta = min(float(special.logsumexp(log_m)), 0.0)
-  return log_beta, log_m - log_beta
-
-
-def common_part(log_rows: np.ndarray) -> Blanket:
-  """The unshifted blanket of `log_rows` (every input's law is at least one
-  of them or a mixture of them): R ∝ their elementwise minimum."""
-  log_m = np.min(log_rows, axis=0)
-  if not np.any(np.isfinite(log_m)):
-    return Blanket(-math.inf, np.zeros(1), 1, 'common part')
-  finite = np.isfinite(log_m)
-  log_beta = min(float(special.logsumexp(log_m[finite])), 0.0)
-  return Blanket(log_beta, log_m - log_beta, 1, 'common part')
-
-
-def _placed(log_rows: np.ndarray, shifts: np.ndarray) -> np.ndarray:
-  """The rows on a common frame: row i's level y at frame position
-  y + shifts[i] - min(shifts)."""
-  k, length = log_rows.shape
-  lo, hi = int(shifts.min()), int(shifts.max()) + length
-  frame = np.full((k, hi - lo), -np.inf)
-  for i in range(k):
-    start = int(shifts[i]) - lo
-    frame[i, start:start + length] = log_rows[i]
-  return frame
-
-
-def _overlap(log_rows: np.ndarray, shifts: np.ndarray) -> float:
-  """log Σ_u min_i row_i(u - shift_i)."""
-  low = np.min(_placed(log_rows, shifts), axis=0)
-  return float(special.logsumexp(low)) if np.any(np.isfinite(low)) else -math.inf
-
-
-_SHIFT_PASSES = 3     # coordinate-descent passes over the shifts
-_SHIFT_REACH = 2      # levels a shift moves per trial
-_DESCENT_ROWS = 300   # most rows whose shifts are refined by descent
-_DESCENT_ENTRIES = 2**22   # ... and most entries of their frame (each trial
-                           # rebuilds it: ~1,800 trials)
-
-
-def aligned_shifts(log_rows: np.ndarray, partner: Optional[np.ndarray] = None
-                   ) -> np.ndarray:
-  """Integer translations with a large common mass Σ_u min_i row_i(u -
-  shift_i): each row's mean at 0 (or no shift, if that overlaps more), then
-  (up to _DESCENT_ROWS rows and _DESCENT_ENTRIES frame entries) coordinate
-  descent. Any shifts give a valid bound; these give a large β.
-  With `partner` (row partner[i] is row i reversed) mirrored rows keep
-  mirrored shifts, shift_j = -(L-1) - shift_i, so the frame and R are
-  symmetric about 0 (the accountant then evaluates half the pairs)."""
-  length = log_rows.shape[1]
-  w = np.exp(log_rows - special.logsumexp(log_rows, axis=1, keepdims=True))
-  shifts = -np.round(w @ np.arange(length)).astype(np.int64)
-  movable = np.arange(len(shifts))
-  if partner is not None:
-    shifts = np.where(partner >= movable, shifts,
-                      -(length - 1) - shifts[partner])
-    shifts[partner == movable] = -(length - 1) // 2
-    movable = movable[partner > movable]
-  # No translation at all (the plain blanket) may overlap more: start there.
-  unshifted = np.full_like(shifts, -((length - 1) // 2))
-  best = _overlap(log_rows, shifts)
-  if _overlap(log_rows, unshifted) > best:
-    shifts, best = unshifted, _overlap(log_rows, unshifted)
-  if len(shifts) > _DESCENT_ROWS or len(shifts) * length > _DESCENT_ENTRIES:
-    return shifts
-  for _ in range(_SHIFT_PASSES):
-    improved = False
-    for i in movable:
-      for step in range(-_SHIFT_REACH, _SHIFT_REACH + 1):
-        trial = shifts.copy()
-        trial[i] += step
-        if partner is not None:
-          trial[partner[i]] = -(length - 1) - trial[i]
-        value = _overlap(log_rows, trial) if step else -math.inf
-        if value > best + 1e-12:
-          best, shifts, improved = value, trial, True
-    if not improved:
-      break
-  return shifts
-
-
-# Relative error allowed for the block laws' direct convolutions (nonnegative
-# terms: <= (g·L)·2^-53 each, with exp's) before R is scaled below them.
-_BLOCK_MARGIN = 1e-10
-# Most block laws (multisets of vertex rows) an aligned block part enumerates,
-# and most multiply-adds their convolutions may take.
-MAX_BLOCK_LAWS = 4000
-MAX_BLOCK_OPERATIONS = 2e8
-
-
-def block_cost(num_rows: int, length: int, block: int) -> Tuple[int, float]:
-  """(block laws, multiply-adds) of `aligned_part`."""
-  laws = math.comb(num_rows + block - 1, block)
-  return laws, laws * sum(k * (length - 1) + 1 for k in range(1, block)) * length
-
-
-def _block_laws(log_rows: np.ndarray, block: int
-                ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-  """([multisets, g(L-1)+1] log-laws of the sum of every multiset of `block`
-  rows, partner): partner[i] is the multiset whose law is law i reversed
-  (the rows reversed, when the rows mirror: row K-1-i is row i reversed),
-  else None. Direct convolutions of nonnegative terms, each row scaled to
-  its maximum (relative error <= g·L·2^-53; `_BLOCK_MARGIN` covers it;
-  subnormal ranges dropped)."""
-  k = log_rows.shape[0]
-  combos = list(itertools.combinations_with_replacement(range(k), block))
-  if block == 1:
-    laws = log_rows
-  else:
-    top = np.max(log_rows, axis=1)
-    # Entries below e^-690 of their row's top are dropped (0: only lowers R),
-    # and so are sums below 1e-290: subnormal floats carry few significant
-    # bits, and a rounded-up tail could put β·R above the law.
-    scaled = log_rows - top[:, None]
-    with np.errstate(under='ignore'):
-      rows = np.where(scaled > -690.0, np.exp(np.maximum(scaled, -690.0)), 0.0)
-    laws = []
-    for combo in combos:
-      law = rows[combo[0]]
-      for i in combo[1:]:
-        with np.errstate(under='ignore'):
-          law = np.convolve(law, rows[i])
-      law = np.where(law > 1e-290, law, 0.0)
-      with np.errstate(divide='ignore'):
-        laws.append(np.log(law) + float(np.sum(top[list(combo)])))
-    laws = np.stack(laws)
-  flipped = log_rows[::-1, ::-1]
-  finite = np.isfinite(log_rows)
-  if not (np.array_equal(finite, np.isfinite(flipped)) and np.allclose(
-      log_rows[finite], flipped[finite], rtol=0, atol=1e-12)):
-    return laws, None
-  where = {c: i for i, c in enumerate(combos)}
-  partner = np.array([where[tuple(sorted(k - 1 - i for i in c))]
-                      for c in combos])
-  return laws, partner
-
-
-def aligned_part(log_rows: np.ndarray, block: int = 1,
-                 by_rows: bool = False) -> Optional[Blanket]:
-  """The aligned blanket of blocks of `block` others: R ∝ the elementwise
-  minimum, over every multiset of `block` rows, of the law of their sum
-  translated to a common centre: each block law's own (`aligned_shifts`),
-  or with `by_rows` the sum of its rows' (which keeps more of the laws'
-  spread where the blocks' own alignment trades it for mass). None when the
-  multisets are over MAX_BLOCK_LAWS or MAX_BLOCK_OPERATIONS."""
-  laws, ops = block_cost(*log_rows.shape, block)
-  if laws > MAX_BLOCK_LAWS or ops > MAX_BLOCK_OPERATIONS:
-    return None
-  log_laws, partner = _block_laws(log_rows, block)
-  if partner is not None and np.any(partner == np.arange(len(partner))) and (
-      (log_laws.shape[1] - 1) % 2):
-    partner = None   # a self-mirrored law cannot be centred on an integer
-  if by_rows:
-    row_partner = None if partner is None else np.arange(len(log_rows))[::-1]
-    row_shifts = aligned_shifts(log_rows, row_partner)
-    combos = itertools.combinations_with_replacement(range(len(log_rows)),
-                                                     block)
-    shifts = np.array([int(np.sum(row_shifts[list(c)])) for c in combos])
-  else:
-    shifts = aligned_shifts(log_laws, partner)
-  low = np.min(_placed(log_laws, shifts), axis=0)
-  if block > 1:
-    low = low + math.log1p(-_BLOCK_MARGIN)
-  log_beta, log_r = _trimmed(low)
-  what = ('aligned common part' + (f' of blocks of {block}' if block > 1
-                                   else '') + (' (rows\' centres)' if by_rows
-                                               else ''))
-  return Blanket(log_beta, log_r, block, what)
-
-
-BLOCKS = (1, 2, 3)   # block sizes `blankets` offers (within the cost limits)
-
-
-def blankets(log_rows: np.ndarray, num_others: int) -> List[Blanket]:
-  """Every construction of this module for `log_rows` (the vertex laws, or
-  the cells' lower envelopes): the unshifted blanket and the aligned ones
-  (both centrings) for blocks of BLOCKS others that the others fill at
-  least once."""
-  out = [common_part(log_rows)]
-  for block in BLOCKS:
-    if block > max(num_others, 1):
-      break
-    for by_rows in ((False, True) if block > 1 else (False,)):
-      part = aligned_part(log_rows, block, by_rows)
-      if part is not None and math.isfinite(part.log_beta):
-        out.append(part)
-  return out
-
-
-def spread(blanket: Blanket, num_others: int) -> float:
-  """β·Var(R) per block times the blocks: the variance of the others' noise
-  the construction keeps (its merit where the sum is near Gaussian)."""
-  r = np.exp(blanket.log_r)
-  k = np.arange(r.size)
-  mean = float(r @ k)
-  return (math.exp(blanket.log_beta) * float(r @ (k - mean)**2) *
-          blanket.blocks(num_others))
-
-
-def two_vertices(critical: np.ndarray, c: float) -> bool:
-  """True when the critical inputs are just ±c (for a law affine on the
-  whole range: one PBM trial), so the ±c mixes are the sup over any inputs."""
-  crit = np.unique(critical)
-  return crit.size == 2 and np.allclose(crit, [-c, c], rtol=0, atol=1e-12 * c)
-
-
 def log_binomial(trials: int, log_p: float) -> np.ndarray:
-  """log P(Binomial(trials, p) = m), m = 0..trials, from log p (p = 0, 1 exact)."""
+  """log P(Binomial(trials, p) = m), m = 0..trials, from log p (p = 0, 1 exact).
+
+  Args:
+    trials: an integer >= 0.
+    log_p: log p in [-inf, 0].
+
+  Returns:
+    [trials + 1] float64 log-probabilities (-inf where a count is impossible).
+  """
   m = np.arange(trials + 1)
   log_q = math.log(-math.expm1(log_p)) if log_p < 0 else -math.inf
   with np.errstate(invalid='ignore'):
@@ -345,7 +122,14 @@ MAX_WORKERS = 4
 
 
 def workers(tasks: int) -> int:
-  """Threads for `tasks` independent evaluations: the cores this process may use."""
+  """Threads for `tasks` independent evaluations: the cores this process may use.
+
+  Args:
+    tasks: the number of evaluations (0 allowed).
+
+  Returns:
+    min(tasks, MAX_WORKERS, usable cores), at least 1.
+  """
   return max(1, min(tasks, MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
@@ -373,26 +157,111 @@ def _flagged(slack: np.ndarray, budget: float) -> np.ndarray:
   return np.any(slack > keep_upto[None], axis=tuple(range(1, slack.ndim)))
 
 
+def _group_values(groups: List[tuple], starts: dict, log_b: np.ndarray):
+  """(weight, value, lower, live, parts, total) of `mixture_bound`'s groups.
+
+  weight [groups]: log P(M in the group); value, lower [groups, orders,
+  pairs]: log E at the nearest evaluated count at or below the group's
+  start (its bound) and at or above its end (none: E >= 1, log 0; a bound
+  below); live: the groups of positive weight; parts: weight + value;
+  total [orders, pairs]: the log of the bound, Σ_groups e^parts.
+  """
+  weight = np.array([special.logsumexp(log_b[a:b + 1]) for a, b in groups])
+  evaluated = sorted(starts)
+  value = np.stack([starts[evaluated[bisect.bisect_right(evaluated, a) - 1]]
+                    for a, _ in groups])
+  zero = np.zeros_like(starts[0])
+  lower = np.stack([starts[evaluated[bisect.bisect_left(evaluated, b)]]
+                    if b <= evaluated[-1] else zero for _, b in groups])
+  live = np.isfinite(weight)[:, None, None]
+  with np.errstate(invalid='ignore'):
+    parts = np.where(live, weight[:, None, None] + value, -np.inf)
+  total = special.logsumexp(parts, axis=0)
+  return weight, value, lower, live, parts, total
+
+
+def _slack_shares(weight, value, lower, live, parts, total, orders,
+                  order) -> np.ndarray:
+  """[groups, orders, pairs] log of each group's slack as a share of a
+  record pair's excess over 1 (E >= 1); -inf off the records.
+
+  Records are the pairs whose bound is the sup over pairs no farther apart
+  (`order` sorts the pairs by distance); an infinite total is refined
+  wherever a group is infinite.
+  """
+  per_pair = np.maximum(total / (orders[:, None] - 1), 0.0)[:, order]
+  relevant = np.zeros(total.shape, bool)
+  relevant[:, order] = per_pair >= np.maximum.accumulate(per_pair, axis=1)
+  with np.errstate(invalid='ignore'):   # inf - inf: set just below
+    share = (weight[:, None, None] + _log_gap(value, lower) -
+             log_expm1(total)[None])
+  share = np.where(np.isnan(share), -np.inf, share)   # E = 1 up to rounding
+  share = np.where(np.isinf(total)[None], np.where(parts == np.inf, np.inf,
+                                                   -np.inf), share)
+  return np.where(live & relevant[None] & (total > 0)[None], share, -np.inf)
+
+
+def _next_batch(groups: List[tuple], share: np.ndarray, starts: dict
+                ) -> Tuple[set, List[tuple]]:
+  """(counts to evaluate, groups to split) for the next round of refinement.
+
+  The flagged groups (`_flagged` at REFINE), the largest slack first, a
+  batch of one per worker (each evaluation moves the slack of its
+  neighbours). A single count already evaluated is exact: it can be neither
+  split nor evaluated (an infinite E there keeps an infinite slack for
+  good).
+  """
+  with np.errstate(over='ignore'):
+    flags = _flagged(np.exp(share), REFINE)
+  top = np.max(share, axis=(1, 2))
+  flagged = sorted((g for g, f in zip(groups, flags)
+                    if f and not (g[0] in starts and g[0] == g[1])),
+                   key=lambda g: -top[groups.index(g)])[:workers(len(groups))]
+  todo = {a for a, _ in flagged if a not in starts}
+  splits = [g for g in flagged if g[0] in starts and g[1] > g[0]]
+  return todo, splits
+
+
+def _evaluate_all(evaluate: Callable[[int], np.ndarray], counts, starts: dict):
+  """Adds evaluate(m) for every m of `counts` to `starts`, in threads."""
+  with futures.ThreadPoolExecutor(workers(len(counts))) as pool:
+    starts.update(zip(counts, pool.map(evaluate, counts)))
+
+
 def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
                   num_blocks: int, distance: np.ndarray, orders: np.ndarray,
                   log_cap: np.ndarray,
                   exact: int = EXACT_SPLITS) -> np.ndarray:
   """[orders, pairs] log of Σ_m P(M = m)·E_m >= Σ (P*O)^α (Q*O)^(1-α), M ~
-  Binomial(num_blocks, β) (module docstring).
+  Binomial(num_blocks, β) (module docstring; the blanket decomposition of
+  Balle et al. 2019, docs/references.md).
 
-  `evaluate(m)` gives [orders, pairs] log E_m, the target pairs' power sums
-  with m copies of R added; pairs at `distance`. E_m does not increase with
-  m (data processing), so a group of counts m0..m1 is bounded by its weight
-  times E_m for the largest evaluated m <= m0; E_0 (the target alone) is
-  capped by `log_cap` ((α-1)·the pair's D∞). The evaluated count next at or
-  above m1 (else E = 1) bounds the group's values below, so weight × the
-  difference (its slack) bounds what the group adds over the average of
-  every E_m. Groups start as `split_groups` around the mean count with
-  min(exact, START_SPLITS) singles (every count alone when exact exceeds
-  `num_blocks`); for each pair that sets the sup (a record in distance
-  order) at some order, the groups with the largest slack are split (or
-  their start evaluated) until the rest sum to at most REFINE of the pair's
-  excess over 1 (RQM 256 levels, 405 blocks: 27 counts -> ~10).
+  E_m does not increase with m (data processing), so a group of counts
+  m0..m1 is bounded by its weight times E_m for the largest evaluated m <=
+  m0; E_0 (the target alone) is capped by `log_cap`. The evaluated count
+  next at or above m1 (else E = 1) bounds the group's values below, so
+  weight × the difference (its slack) bounds what the group adds over the
+  average of every E_m. Groups start as `split_groups` around the mean
+  count with min(exact, START_SPLITS) singles (every count alone when exact
+  exceeds `num_blocks`); for each pair that sets the sup (a record in
+  distance order) at some order, the groups with the largest slack are
+  split (or their start evaluated) until the rest sum to at most REFINE of
+  the pair's excess over 1 (evaluations in threads, `workers`).
+
+  Args:
+    evaluate: m -> [orders, pairs] float64 log E_m, the target pairs' power
+      sums with m copies of R added (m in [0, num_blocks]).
+    log_beta: log β <= 0, the blanket's weight (`Blanket.log_beta`).
+    num_blocks: blocks of the others, >= 0 (`Blanket.blocks`).
+    distance: [pairs] the pairs' distances (records taken in this order).
+    orders: [orders] Rényi orders > 1.
+    log_cap: [orders, pairs] (or broadcastable) cap on log E_0: (α-1)·D∞.
+    exact: single counts next to each anchor when every count fits
+      (`split_groups`).
+
+  Returns:
+    [orders, pairs] float64 array: the log of an upper bound on each pair's
+    Σ (P*O)^α (Q*O)^(1-α) over any inputs of the others (+inf possible).
   """
   log_b = log_binomial(num_blocks, log_beta)
   centre = int(round(num_blocks * math.exp(log_beta)))
@@ -404,55 +273,18 @@ def mixture_bound(evaluate: Callable[[int], np.ndarray], log_beta: float,
     return starts[0]
   # The centre and the last count first: the latter bounds every group
   # below (the least E), so the upper tail needs no further count.
-  ends = sorted({centre, num_blocks} - {0})
-  with futures.ThreadPoolExecutor(workers(len(ends))) as pool:
-    starts.update(zip(ends, pool.map(evaluate, ends)))
+  _evaluate_all(evaluate, sorted({centre, num_blocks} - {0}), starts)
   order = np.argsort(distance, kind='stable')
   while True:
-    weight = np.array([special.logsumexp(log_b[a:b + 1]) for a, b in groups])
-    evaluated = sorted(starts)
-    # A group takes the nearest evaluated count below its start; the nearest
-    # at or above its end bounds it below (none: E >= 1, log 0).
-    value = np.stack([starts[evaluated[bisect.bisect_right(evaluated, a) - 1]]
-                      for a, _ in groups])
-    zero = np.zeros_like(starts[0])
-    lower = np.stack([starts[evaluated[bisect.bisect_left(evaluated, b)]]
-                      if b <= evaluated[-1] else zero for _, b in groups])
-    live = np.isfinite(weight)[:, None, None]
-    with np.errstate(invalid='ignore'):
-      parts = np.where(live, weight[:, None, None] + value, -np.inf)
-    total = special.logsumexp(parts, axis=0)
-    # Records: pairs whose bound is the sup over pairs no farther apart.
-    per_pair = np.maximum(total / (orders[:, None] - 1), 0.0)[:, order]
-    relevant = np.zeros(total.shape, bool)
-    relevant[:, order] = per_pair >= np.maximum.accumulate(per_pair, axis=1)
-    # A group's slack as a share of a pair's excess over 1 (E >= 1); an
-    # infinite total is refined wherever a group is infinite.
-    with np.errstate(invalid='ignore'):   # inf - inf: set just below
-      share = (weight[:, None, None] + _log_gap(value, lower) -
-               log_expm1(total)[None])
-    share = np.where(np.isnan(share), -np.inf, share)   # E = 1 up to rounding
-    share = np.where(np.isinf(total)[None], np.where(parts == np.inf, np.inf,
-                                                     -np.inf), share)
-    share = np.where(live & relevant[None] & (total > 0)[None], share, -np.inf)
-    with np.errstate(over='ignore'):
-      flags = _flagged(np.exp(share), REFINE)
-    # The largest first, a batch of one per worker (each evaluation moves
-    # the slack of its neighbours).
-    # A single count already evaluated is exact: it can be neither split nor
-    # evaluated (an infinite E there keeps an infinite slack for good).
-    top = np.max(share, axis=(1, 2))
-    flagged = sorted((g for g, f in zip(groups, flags)
-                      if f and not (g[0] in starts and g[0] == g[1])),
-                     key=lambda g: -top[groups.index(g)])[:workers(len(groups))]
-    todo = {a for a, _ in flagged if a not in starts}
-    splits = [g for g in flagged if g[0] in starts and g[1] > g[0]]
+    weight, value, lower, live, parts, total = _group_values(groups, starts,
+                                                             log_b)
+    share = _slack_shares(weight, value, lower, live, parts, total, orders,
+                          order)
+    todo, splits = _next_batch(groups, share, starts)
     if not todo and not splits:
       return total
     for g in splits:   # each half's start is evaluated with the batch
       mid = (g[0] + g[1]) // 2
       groups[groups.index(g):groups.index(g) + 1] = [(g[0], mid), (mid + 1, g[1])]
       todo.add(mid + 1)
-    counts = sorted(todo - set(starts))
-    with futures.ThreadPoolExecutor(workers(len(counts))) as pool:
-      starts.update(zip(counts, pool.map(evaluate, counts)))
+    _evaluate_all(evaluate, sorted(todo - set(starts)), starts)

@@ -23,9 +23,10 @@ from typing import Callable
 
 import numpy as np
 
-from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
-from tff_quant.accounting import vector
+from tff_quant.accounting import per_round
+from tff_quant.accounting import rdp_route
+from tff_quant.accounting import secure_sum
 from tff_quant.common import validation
 
 _ORDERS = tuple(range(2, 129)) + (160, 192, 256)
@@ -47,6 +48,18 @@ def dp_sgd_epsilon(noise_multiplier: float, batch_size: int, dataset_size: int,
     dataset_size: examples, >= batch_size.
     steps: SGD steps, >= 1.
     delta: target δ in (0, 1).
+
+  Returns:
+    ε (a float) at `delta` after `steps` steps: per-step RDP 2α/z²,
+    subsampled by WBK19, Thm 9 at the orders 2..128, 160, 192, 256, composed
+    and converted by dp-accounting at the best of them
+    (docs/references.md).
+
+  Raises:
+    TypeError: `batch_size`, `dataset_size` or `steps` not an integer, or
+      `noise_multiplier` or `delta` not a number.
+    ValueError: `batch_size` < 1, `dataset_size` < `batch_size`, `steps` < 1,
+      `noise_multiplier` <= 0, or `delta` outside (0, 1).
   """
   _check_schedule(batch_size, dataset_size, steps)
   validation.check_positive('noise_multiplier', noise_multiplier)
@@ -54,9 +67,9 @@ def dp_sgd_epsilon(noise_multiplier: float, batch_size: int, dataset_size: int,
   gamma = batch_size / dataset_size
   rdp = {a: 2.0 * a / noise_multiplier**2 for a in range(2, max(_ORDERS) + 1)}
   rdp[math.inf] = math.inf
-  per_step = [composition.subsampled_rdp_without_replacement(rdp, gamma, a)
+  per_step = [rdp_route.subsampled_rdp_without_replacement(rdp, gamma, a)
               for a in _ORDERS]
-  eps, _ = composition.epsilon_from_rdp(_ORDERS, per_step, steps, delta)
+  eps, _ = rdp_route.epsilon_from_rdp(_ORDERS, per_step, steps, delta)
   return eps
 
 
@@ -81,6 +94,14 @@ def dp_sgd_noise_multiplier(epsilon: float, delta: float, batch_size: int,
   Args:
     epsilon: target ε > 0.
     delta, batch_size, dataset_size, steps: as in `dp_sgd_epsilon`.
+
+  Returns:
+    The noise multiplier z in [1e-2, 1e3] (a float).
+
+  Raises:
+    TypeError: `epsilon` not a number, or as `dp_sgd_epsilon`.
+    ValueError: `epsilon` <= 0, the target not met even at z = 1e3, or as
+      `dp_sgd_epsilon`.
   """
   validation.check_positive('epsilon', epsilon)
   return _bisect_decreasing(
@@ -103,7 +124,17 @@ def vector_epsilon_infinity(mech, l2_sensitivity: float, dim: int,
     l2_sensitivity: S, the ℓ2 bound on the shift of the d inputs.
     dim: d, coordinates.
     ratio: the geometric grid's ratio in u = Δ² (> 1; closer to 1 is tighter).
-    grid_size: grid of `divergence.epsilon_infinity_local`.
+    grid_size: grid of `divergence.epsilon_infinity_local`, >= 2.
+
+  Returns:
+    An upper bound (float in [0, inf]) on D∞ of the d coordinates' outputs,
+    in nats.
+
+  Raises:
+    TypeError: `dim` not an integer, or `l2_sensitivity` or `ratio` not a
+      number.
+    ValueError: `dim` < 1, `l2_sensitivity` <= 0, `ratio` <= 1, or as
+      `divergence.epsilon_infinity_local`.
   """
   validation.check_integer('dim', dim, 1)
   validation.check_positive('l2_sensitivity', l2_sensitivity)
@@ -128,18 +159,25 @@ def vector_epsilon_infinity(mech, l2_sensitivity: float, dim: int,
   keep = np.append(pts_u[1:] != pts_u[:-1], True)
   pts_u, pts_g = pts_u[keep], pts_g[keep]
   # The least concave majorant's vertices (u increasing).
-  hull = vector._upper_hull(pts_u, pts_g)
+  hull = secure_sum.upper_hull(pts_u, pts_g)
   return float(dim * np.interp(target, pts_u[hull], pts_g[hull]))
 
 
 def amplified_pure_epsilon(epsilon: float, sampling_rate: float) -> float:
   """ε of an ε-DP step on a uniformly subsampled batch (replace-one, fixed size).
 
-  Balle, Barthe, Gaboardi (NeurIPS 2018), Thm 9: log(1 + γ(e^ε - 1)).
+  Balle et al. 2018 (docs/references.md), Thm 9: log(1 + γ(e^ε - 1)).
 
   Args:
-    epsilon: ε of one step on the sampled batch.
+    epsilon: ε >= 0 of one step on the sampled batch (inf allowed).
     sampling_rate: γ = batch / dataset, in (0, 1].
+
+  Returns:
+    The amplified ε (a float; inf where `epsilon` is).
+
+  Raises:
+    TypeError: `sampling_rate` not a number.
+    ValueError: `sampling_rate` outside (0, 1].
   """
   validation.check_probability('sampling_rate', sampling_rate, high_open=False)
   if math.isinf(epsilon):
@@ -153,15 +191,26 @@ def rqp_sgd_epsilon(mech, clip: float, learning_rate: float, batch_size: int,
                     dataset_size: int, steps: int, dim: int) -> dict:
   """Pure ε of RQP-SGD with randomized projection `mech` at every step (see module doc).
 
-  Returns per-coordinate and whole-model per-step ε, the amplified per-step ε and
-  the total over `steps` (basic composition; the guarantee is (ε, 0)).
-
   Args:
     mech: the `RandomizedProjection` used at every step.
-    clip: per-example ℓ2 gradient clip C.
-    learning_rate: η.
-    batch_size, dataset_size, steps: the schedule (fixed-size batches).
-    dim: d, model coordinates.
+    clip: per-example ℓ2 gradient clip C > 0.
+    learning_rate: η > 0.
+    batch_size, dataset_size, steps: the schedule (fixed-size batches), as
+      in `dp_sgd_epsilon`.
+    dim: d >= 1, model coordinates.
+
+  Returns:
+    A dict: `l2_sensitivity` (S = 2ηC/m), `per_coordinate_step` (one
+    coordinate's D∞ at shift S, `divergence.epsilon_infinity_local`),
+    `per_step` (the whole model's, `vector_epsilon_infinity`),
+    `per_step_amplified` (`amplified_pure_epsilon` at γ = m/n) and `total`
+    (steps × the amplified ε: basic composition; the guarantee is (ε, 0)).
+
+  Raises:
+    TypeError: an integer argument of the schedule or `dim` not an integer,
+      or `clip` or `learning_rate` not a number.
+    ValueError: a schedule `dp_sgd_epsilon` rejects, `dim` < 1, or S <= 0
+      (`clip` or `learning_rate` not positive; named as `sensitivity`).
   """
   _check_schedule(batch_size, dataset_size, steps)
   sens = 2.0 * learning_rate * clip / batch_size
@@ -175,7 +224,7 @@ def rqp_sgd_epsilon(mech, clip: float, learning_rate: float, batch_size: int,
 
 def example_level_rdp(mech, num_clients: int, dim: int, sampling_rate: float,
                       rounds: int, delta: float,
-                      orders=composition.DEFAULT_ORDERS) -> dict:
+                      orders=rdp_route.DEFAULT_ORDERS) -> dict:
   """Example-level (ε, δ) of distributed SGD where each round reveals a secure sum.
 
   One example of one client's local data is replaced; the client's batch (fixed
@@ -195,12 +244,22 @@ def example_level_rdp(mech, num_clients: int, dim: int, sampling_rate: float,
     rounds: rounds composed.
     delta: target δ in (0, 1).
     orders: integer Rényi orders >= 2.
+
+  Returns:
+    A dict: `per_round_rdp` {order: subsampled per-round RDP}, `epsilon`
+    (after `rounds` rounds, at `delta`) and `delta`.
+
+  Raises:
+    TypeError: `rounds` not an integer, `sampling_rate` not a number, or as
+      `per_round.per_round_rdp`.
+    ValueError: `rounds` < 1, `sampling_rate` outside (0, 1], or as
+      `per_round.per_round_rdp`.
   """
   validation.check_integer('rounds', rounds, 1)
   validation.check_probability('sampling_rate', sampling_rate, high_open=False)
-  rdp = composition.per_round_rdp(mech, num_clients, dim, orders)
-  sub = [composition.subsampled_rdp_without_replacement(rdp, sampling_rate, a)
+  rdp = per_round.per_round_rdp(mech, num_clients, dim, orders)
+  sub = [rdp_route.subsampled_rdp_without_replacement(rdp, sampling_rate, a)
          for a in orders]
-  eps, _ = composition.epsilon_from_rdp(orders, sub, rounds, delta)
+  eps, _ = rdp_route.epsilon_from_rdp(orders, sub, rounds, delta)
   return dict(per_round_rdp=dict(zip(orders, sub)), epsilon=eps, delta=delta)
 

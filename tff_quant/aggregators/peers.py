@@ -133,7 +133,7 @@ class Peer:
       return accounting.RoundAccountant(
           self.reference_mechanism(), self.clients_per_round, total_clients,
           delta, self.dim, l2_clip=self.clip_norm)
-    rdp = self.round_rdp(accounting.composition.DEFAULT_ORDERS)
+    rdp = self.round_rdp(accounting.rdp_route.DEFAULT_ORDERS)
     p = self.ddp_parameters()
     assumptions = (
         f'replace-one neighbouring; {self.clients_per_round} of {total_clients} '

@@ -668,7 +668,7 @@ class Mechanism(abc.ABC):
     at multiples of this step (> 0), nowhere (0.0), or unknown (None, the
     default: the accountant then bounds f_α between grid distances by
     steps). The ℓ2 route draws chords on intervals free of breakpoints
-    (`accounting.vector.DivergenceCurve`)."""
+    (`accounting.secure_sum.DivergenceCurve`)."""
     return None
 
   def sum_divergences(self, orders, num_clients: int, distances

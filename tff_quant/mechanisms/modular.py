@@ -13,7 +13,7 @@ translation invariant on Z_M. The others' rounded inputs only shift it, so by
 joint convexity of exp((α-1)D_α) their randomness cannot raise the divergence
 above its worst shift, and the divergence between targets x, x' depends only on
 x - x'. The target's law is affine in x between integers, so (as in
-`accounting.vector`) the sup over |x - x'| <= t sits at a vertex: integer
+`accounting.secure_sum`) the sup over |x - x'| <= t sits at a vertex: integer
 shifts j <= t/γ, or a shift of exactly t/γ (mixing ⌊t/γ⌋ and ⌈t/γ⌉), in either
 order; W_n is symmetric, so the sign of the shift does not matter.
 """

@@ -35,7 +35,7 @@ from scipy import stats
 
 from tff_quant import accounting
 from tff_quant import mechanisms
-from tff_quant.accounting import calibration, composition, vector
+from tff_quant.accounting import calibration, composition, secure_sum
 
 COLUMNS = ('mechanism', 'bits', 'epsilon', 'delta', 'dim', 'clients_per_round',
            'total_clients', 'rounds', 'params', 'debiased_error_per_coordinate',
@@ -81,14 +81,15 @@ def setting_of(row):
   return tuple(str(row[c]) for c in SETTING)
 
 
-def _cell_cost(name, bits, clients, coordinate_clip):
+def _cell_cost(name, bits, clients, coordinate_clip,
+               limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS):
   """Estimated operations of one ε evaluation at the cheapest point of the first
   scanned parameter's grid, the others at their defaults (0 where the law is
-  exact, or nothing builds: calibration scans further)."""
+  exact, or nothing builds: calibration scans further), under `limits`."""
   cls = mechanisms.get(name)
   first = cls.tunable(cls.CALIBRATED[0])
   grid = first.grid if len(cls.CALIBRATED) > 1 and first.grid else (None,)
-  orders = vector.order_ladder(calibration.FAST_ORDERS)
+  orders = secure_sum.order_ladder(calibration.FAST_ORDERS)
   costs = []
   for value in grid:
     params = {} if value is None else {first.name: value}
@@ -98,7 +99,8 @@ def _cell_cost(name, bits, clients, coordinate_clip):
       continue
     if mech.has_exact_divergences:
       return 0.0
-    costs.append(vector.estimated_operations(mech, clients, len(orders)))
+    costs.append(secure_sum.estimated_operations(mech, clients, len(orders),
+                                                 limits=limits))
   return min(costs, default=0.0)
 
 
@@ -207,13 +209,16 @@ def _closed_form(name) -> bool:
           mechanisms.Mechanism.sum_divergences)
 
 
-def compute_cell(cell, max_operations, ks, rtol):
-  """One row, both ends: `proved_row`, then `with_attained_end`."""
-  row = proved_row(cell, max_operations, ks, rtol)
-  return with_attained_end(row, cell, ks, rtol)
+def compute_cell(cell, max_operations, ks, rtol,
+                 limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS):
+  """One row, both ends: `proved_row`, then `with_attained_end`, both
+  under `limits` (the proved end's max_operations from the argument)."""
+  row = proved_row(cell, max_operations, ks, rtol, limits)
+  return with_attained_end(row, cell, ks, rtol, limits)
 
 
-def proved_row(cell, max_operations, ks, rtol):
+def proved_row(cell, max_operations, ks, rtol,
+               limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS):
   """One row's proved end: the calibration at the k with the least debiased
   error + clipping bias² (or inf + reason); the optimistic end unknown."""
   name, bits, eps, delta, dim, n, total, rounds = cell
@@ -236,12 +241,8 @@ def proved_row(cell, max_operations, ks, rtol):
                seconds=time.time() - t0)
     return row
   reasons = []
-  limit, vector.MAX_OPERATIONS = vector.MAX_OPERATIONS, max_operations
-  try:
-    best = _best_over_multiples(name, bits, dim, ks, max_operations, schedule,
-                                reasons)
-  finally:
-    vector.MAX_OPERATIONS = limit
+  best = _best_over_multiples(name, bits, dim, ks, max_operations, schedule,
+                              reasons, limits)
   row['seconds'] = time.time() - t0
   if best is None:
     row['reason'] = ' | '.join(reasons).replace('\n', ' ')
@@ -250,7 +251,7 @@ def proved_row(cell, max_operations, ks, rtol):
   if rep.refused:
     reasons.append(f'k={k:g}: not evaluated (over --max_operations): {rep.refused}')
   method = rep.assumptions.partition(composition.DIVERGENCES_NOTE)[2].rstrip('.')
-  if vector.is_loose_method(method):
+  if secure_sum.is_loose_method(method):
     reasons.append(f'k={k:g}: {LOOSER}: {method}')
   row.update(params=json.dumps(dict(clip=c, **rep.tunables), default=float),
              debiased_error_per_coordinate=rep.debiased_error,
@@ -269,15 +270,16 @@ def _number(value):
   return math.nan if value is None else value
 
 
-def with_attained_end(row, cell, ks, rtol):
+def with_attained_end(row, cell, ks, rtol,
+                      limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS):
   """`row` (its proved end, `proved_row`) with the optimistic end: the same
   cell calibrated with bound='attained' (module docstring) at each k, the k
   with the least debiased error + clipping bias² kept. The proved
   calibration meets the attained bound too, so the optimistic figure is the
   lesser of the two (choosing k by error + bias could otherwise put it above
   the proved one by the bias's difference, ~1e-7). Unknown (nan + why)
-  where the attained search does not apply; the proved end's copy where the
-  divergences are exact."""
+  where the attained search does not apply (its cost over `limits`); the
+  proved end's copy where the divergences are exact."""
   name, bits, eps, delta, dim, n, total, rounds = cell
   row = dict(row)
   t0 = time.time()
@@ -295,7 +297,8 @@ def with_attained_end(row, cell, ks, rtol):
   gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol)
   reasons = []
   try:
-    best = _best_over_multiples(name, bits, dim, ks, None, schedule, reasons)
+    best = _best_over_multiples(name, bits, dim, ks, None, schedule, reasons,
+                                limits)
   except calibration.AttainedUnavailable as e:
     row.update(_unknown_optimistic_end(str(e)),
                seconds_attained=time.time() - t0)
@@ -321,23 +324,29 @@ def with_attained_end(row, cell, ks, rtol):
   return row
 
 
-def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons):
+def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons,
+                         limits=secure_sum.DEFAULT_LIMITS):
   """(debiased error + clip bias², k, c, Calibration) at the best
   coordinate-clip multiple k, or None; why each other k failed is appended
-  to `reasons`. max_operations None: no cost check (the optimistic end: the
-  proved accountant's cost does not apply; `AttainedUnavailable` is raised)."""
+  to `reasons`. The accountant's search runs under `limits` with
+  max_operations (`secure_sum.Limits`); None: no cost check and `limits`
+  as given (the optimistic end: the proved accountant's cost does not
+  apply; `AttainedUnavailable` is raised)."""
   best = None
+  if max_operations is not None:
+    limits = dataclasses.replace(limits, max_operations=max_operations)
   for k in ks:
     c = k / math.sqrt(dim)
     cost = (0.0 if max_operations is None else
-            _cell_cost(name, bits, schedule['clients_per_round'], c))
+            _cell_cost(name, bits, schedule['clients_per_round'], c, limits))
     if max_operations is not None and cost > max_operations:
       reasons.append(f'k={k:g}: exact search ~{cost:.2g} operations per evaluation '
                      f'> --max_operations={max_operations:.2g}')
       continue
     try:
-      rep = accounting.calibration_report(name, bits=bits, coordinate_clip=c,
-                                          compare_gaussian=False, **schedule)
+      rep = accounting.calibration_report(
+          name, bits=bits, coordinate_clip=c, compare_gaussian=False,
+          limits=calibration.Limits(accountant=limits), **schedule)
     except calibration.AttainedUnavailable:
       raise
     except ValueError as e:

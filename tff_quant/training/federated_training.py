@@ -25,7 +25,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_quant import accounting, aggregators, mechanisms, models
-from tff_quant.accounting import composition
+from tff_quant.accounting import rdp_route
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import results_io, runtime
@@ -602,7 +602,7 @@ class _Rounds:
       self.peer = build_peer(config, models.num_params(self.keras_fn()), log)
     self.calibration = None
     self._build()
-    orders = composition.DEFAULT_ORDERS
+    orders = rdp_route.DEFAULT_ORDERS
     if config.target_epsilon is not None and self.used:
       # The run is accounted as its calibration was (`Calibration.guarantee`:
       # the same orders and routes), so it reports the ε calibration proved,

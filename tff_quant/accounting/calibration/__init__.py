@@ -21,7 +21,7 @@ target, for the ratio.
 
 Where the ±c mixes of the others leave ε unchanged at the first candidate
 they apply to, later candidates are bounded by the mixture bound over the
-others alone (`vector.mixture_alone`, `oracle.Epsilon`): a proved ε, at or above
+others alone (`secure_sum.PairBounds`, `oracle.Epsilon`): a proved ε, at or above
 the one `training_guarantee` gives. The answer's ε is the whole
 accountant's.
 
@@ -36,7 +36,7 @@ exceed the target under the proved bound, and a tighter proof could land
 anywhere between the two ends); it exists to tell which comparisons survive
 the slack of our bounds. Where the divergences are exact in closed form
 (gaussian, skellam, ddgauss) the two ends coincide; where the attained search
-does not apply (its others' law over `attained.MAX_OPERATIONS`),
+does not apply (its others' law over `secure_sum.Limits.attained_operations`),
 `AttainedUnavailable` says so rather than fall back to the proved ε. RDP
 route only (not with use_pld).
 

@@ -1,7 +1,7 @@
 """A bracket around the target found mostly from a cheap lower bound on ε.
 
-The screening's lower bound (`lower_bound.epsilon_at_least`: ~0.3 s against
-3-14 s for the exact ε at 256 levels, n = 100) is monotone along the
+The screening's lower bound (`lower_bound.epsilon_at_least`, a fraction of
+the exact ε's cost: docs/performance.md) is monotone along the
 privacy direction as ε is, so stepping on it alone certifies an unsafe end,
 and scaled by its looseness ε/bound it aims the first exact evaluations at
 the window the root search stops in. Accountant-free: the caller passes the
@@ -58,7 +58,7 @@ def bracket_from_bound(f: OnAxis, x_ok: float, x_unsafe: float, target: float,
   target, and it stays unverified unless an exact evaluation finds a safe x.
   Every x whose bound exceeds the target is unsafe, so stepping out from
   `x_ok` on the bound alone certifies an unsafe end (the far end, the
-  slowest law to bound, 7 s for RQM at q -> 1, only if the steps reach it).
+  slowest law to bound, only if the steps reach it).
   The first exact ε is evaluated where the bound, scaled by its looseness
   r = ε/bound (`known.looseness`, or the one at x_ok where `known.ok_eps` is
   given; else 1), meets `aim`. The next exact points are aimed from exact
@@ -217,7 +217,7 @@ class _Closing:
     """An x in [lo, hi) where bound(x)·r <= aim, within the window below it
     or the last such x to x_tol / 4 (true at lo, false at hi); None where
     the bound does not apply. Illinois regula falsi on log(bound·r / aim):
-    3-6 bounds where bisection took 12-17 (each 1-3 s for RQM at n = 1,000).
+    3-6 bounds where bisection needs 12-17 (docs/performance.md).
     """
     g = lambda x: self._g(ratio, x)
     g_lo, g_hi = g(lo), g(hi)

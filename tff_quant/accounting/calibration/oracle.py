@@ -15,7 +15,7 @@ from tff_quant.accounting import attained as attained_lib
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
 from tff_quant.accounting import lower_bound
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import interface
 from tff_quant.mechanisms import modular
 
@@ -33,7 +33,21 @@ ATTAINED_NOTE = (
 class AttainedUnavailable(ValueError):
   """bound='attained' asked of a mechanism whose attained ε cannot be computed
   (the attained search does not apply: its others' law costs over
-  `attained.MAX_OPERATIONS`): the optimistic end is unknown there."""
+  `secure_sum.Limits.attained_operations`): the optimistic end is unknown
+  there."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AttainedEnd:
+  """A candidate's attained ε, as bound='attained' computed it.
+
+  Attributes:
+    accountant: the `composition.RoundAccountant` that computed it (its
+      `attained` names the inputs).
+    order: the Rényi order the attained ε came from.
+  """
+  accountant: composition.RoundAccountant
+  order: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,18 +80,17 @@ class Epsilon:
   (`lower_bound.worthwhile`) is first bounded below from one input
   configuration: when that already exceeds the target, the bound answers
   (`EpsilonEstimate.lower_bound`), so a search sees the same side of the
-  target either way (RQM 8 bits, n = 100: its most private ends at Δ <= 8c,
-  9-20 s each, are certified in ~0.1 s). Not with the PLD route (the bound
-  is the RDP route's) nor bound='attained'.
+  target either way (what it saves: docs/performance.md). Not with the PLD
+  route (the bound is the RDP route's) nor bound='attained'.
 
   On the ℓ2 route the accountant bounds each target pair by the smaller of
-  the mixture bound and the ±c mixes (`vector`). At the first candidate
-  they apply to, ε is computed with and without them; where they lower it
-  (RQM 16 levels, n = 30: 14%) every candidate keeps them (`mixes_matter`),
-  else every later one skips them (`vector.mixture_alone`: RQM 8 bits, n =
-  1,000: the same ε, 11 s -> 4 s an evaluation): a proved ε, at or above
-  the whole accountant's. The answer is evaluated by the whole accountant
-  (`full`).
+  the mixture bound and the ±c mixes (`secure_sum.PairBounds`). At the
+  first candidate they apply to, ε is computed with and without them; where
+  they lower it (RQM 16 levels, n = 30: 14%) every candidate keeps them
+  (`mixes_matter`), else every later one skips them (`PairBounds.end_mixes`
+  False; at RQM 8 bits, n = 1,000 the ε is the same: docs/performance.md):
+  a proved ε, at or above the whole accountant's. The answer is evaluated
+  by the whole accountant (`full`).
 
   With bound='attained' a candidate's ε is its attained ε at the same
   orders, capped the same way; a candidate without one raises
@@ -91,16 +104,22 @@ class Epsilon:
     bound: 'proved' or 'attained' (`BOUNDS`).
     mixes_matter: whether the ±c mixes lower ε (None: measured at the
       first candidate they apply to).
+    limits: the `secure_sum.Limits` the accountant's search runs under.
+    pair_bounds: how the whole accountant bounds a pair for any others
+      (`secure_sum.PairBounds`; the mixes are skipped from a copy of it).
   """
 
-  def __init__(self, schedule, target=None, bound='proved', mixes_matter=None):
+  def __init__(self, schedule, target=None, bound='proved', mixes_matter=None,
+               limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
+               pair_bounds: Optional[secure_sum.PairBounds] = None):
     self.schedule, self.orders = dict(schedule), FAST_ORDERS
+    self.limits = limits
+    self.pair_bounds = pair_bounds or secure_sum.PairBounds()
     self.bound = bound
     self.target = (None if schedule.get('use_pld') or bound == 'attained'
                    else target)
-    # repr(mechanism) -> (its RoundAccountant, the order of its attained ε):
     # bound='attained' only (the report names the inputs from it).
-    self.accountants = {}
+    self.attained_ends: Dict[str, AttainedEnd] = {}   # repr(mechanism) ->
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
     self.seen: Dict[str, Evaluated] = {}   # repr(mechanism) -> how
     self.mixes_matter = mixes_matter
@@ -123,7 +142,7 @@ class Epsilon:
 
     Raises:
       AttainedUnavailable: bound='attained' and `mech` has no attained ε.
-      vector.CostError: the accountant's search is over its cost limit.
+      secure_sum.CostError: the accountant's search is over its cost limit.
     """
     if not screen:
       return interface.EpsilonEstimate(self.exact(mech))
@@ -157,8 +176,10 @@ class Epsilon:
     if key not in self._floors:
       self._floors[key] = (
           None if self.target is None or not lower_bound.worthwhile(
-              mech, self.schedule['clients_per_round'], len(self.orders))
+              mech, self.schedule['clients_per_round'], len(self.orders),
+              self.limits)
           else lower_bound.epsilon_at_least(mech, orders=FAST_ORDERS,
+                                            limits=self.limits,
                                             **self._bound_schedule))
     return self._floors[key]
 
@@ -175,7 +196,7 @@ class Epsilon:
 
     Raises:
       AttainedUnavailable: bound='attained' and `mech` has no attained ε.
-      vector.CostError: the accountant's search is over its cost limit.
+      secure_sum.CostError: the accountant's search is over its cost limit.
     """
     if self.bound == 'attained':
       return self._attained(mech)
@@ -194,22 +215,24 @@ class Epsilon:
   def _guarantee(self, mech):
     """The proved guarantee at the current orders, of the mixture bound
     alone where the ±c mixes do not lower ε (class docstring)."""
-    run = lambda: self._proved(mech, self.orders)
+    run = lambda bounds: self._proved(mech, self.orders, bounds)
     if self.mixes_matter:
-      return run()
-    with vector.mixture_alone() as skipped:
-      g = run()
+      return run(self.pair_bounds)
+    alone = dataclasses.replace(self.pair_bounds, end_mixes=False, skipped=[])
+    g = run(alone)
+    skipped = alone.skipped   # the mechanisms whose mixes were skipped
     if skipped and self.mixes_matter is None and math.isfinite(g.epsilon):
-      full = run()   # the first candidate they apply to
+      full = run(self.pair_bounds)   # the first candidate they apply to
       self.mixes_matter = full.epsilon < g.epsilon * (1 - 1e-9)
       return full
     if skipped:
       self.partial.add(repr(mech))
     return g
 
-  def _proved(self, mech, orders):
-    return composition.training_guarantee(mech, orders=orders, attained=False,
-                                          **self.schedule)
+  def _proved(self, mech, orders, pair_bounds=None):
+    return composition.training_guarantee(
+        mech, orders=orders, attained=False, limits=self.limits,
+        pair_bounds=pair_bounds or self.pair_bounds, **self.schedule)
 
   def full(self, mech) -> Optional[float]:
     """The whole accountant's ε for `mech` at the orders its search used.
@@ -246,7 +269,8 @@ class Epsilon:
     def run():
       acc = composition.RoundAccountant(
           mech, s['clients_per_round'], s['total_clients'], s['delta'],
-          s['dim'], self.orders, s['l2_clip'], s['others'])
+          s['dim'], self.orders, s['l2_clip'], s['others'],
+          limits=self.limits)
       return (acc,) + acc.epsilon_attained(s['rounds'])
 
     try:
@@ -261,16 +285,17 @@ class Epsilon:
     if eps is None:
       raise self._unavailable(mech)
     self.seen[repr(mech)] = Evaluated(ATTAINED_NOTE, tuple(self.orders))
-    self.accountants[repr(mech)] = (acc, order)
+    self.attained_ends[repr(mech)] = AttainedEnd(acc, order)
     self._cap(order)
     return eps
 
   def _unavailable(self, mech) -> AttainedUnavailable:
     n = self.schedule['clients_per_round']
-    ops = attained_lib.operations(mech, n)
+    ops = attained_lib.operations(mech, n, limits=self.limits)
     return AttainedUnavailable(
         f'bound=\'attained\': no attained ε for {mech}: the attained search '
         f'does not apply (the others\' law of {n - 1} '
         f'clients at {mech.num_levels} levels costs {ops:.2g} multiply-adds '
-        f'> attained.MAX_OPERATIONS={attained_lib.MAX_OPERATIONS:.2g}), so the '
+        f'> Limits.attained_operations='
+        f'{self.limits.attained_operations:.2g}), so the '
         'optimistic end is unknown here.')

@@ -5,7 +5,7 @@ signal (`why_unusable`): a modular sum whose modulus does not hold its
 summed noise as TFF's DistributedDpSumFactory sizes it (KLS21, AKL21), or a
 decoded mean with slope < `utility.MIN_SLOPE`. When no candidate is left,
 `no_answer` says why: every candidate refused (`CannotCarrySignal`), every
-evaluation over its cost (`vector.CostError`), too few bits, or a target no
+evaluation over its cost (`secure_sum.CostError`), too few bits, or a target no
 candidate reaches (naming the smallest ε reached and where).
 """
 
@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Dict, List, Optional
 
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.mechanisms import utility
 
 
@@ -67,11 +67,11 @@ class Reached:
 
 @dataclasses.dataclass(frozen=True)
 class Refused:
-  """A grid point not evaluated: its cost over `vector.MAX_OPERATIONS`.
+  """A grid point not evaluated: its cost over `secure_sum.Limits.max_operations`.
 
   Attributes:
     grid_point: the scanned parameters.
-    why: the `vector.CostError`'s text.
+    why: the `secure_sum.CostError`'s text.
   """
   grid_point: Dict[str, object]
   why: str
@@ -126,7 +126,7 @@ def needs(bits) -> str:
 
 def _skipped(refused) -> str:
   return (f' (settings {[r.grid_point for r in refused]} were not evaluated: '
-          'cost over vector.MAX_OPERATIONS)' if refused else '')
+          'cost over secure_sum.Limits.max_operations)' if refused else '')
 
 
 def cannot_carry(mechanism, epsilon, bits, tune, clients, signal,
@@ -214,7 +214,7 @@ def closest(reached: List[Reached], oracle) -> Optional[Closest]:
       break
     try:
       exact.append((oracle.exact(r.bounded), r.grid_point))
-    except vector.CostError:
+    except secure_sum.CostError:
       continue
   if not exact:
     r = min(reached, key=lambda r: r.epsilon)
@@ -231,7 +231,7 @@ def no_answer(scan, bound: str, use_pld: bool) -> ValueError:
     use_pld: whether the PLD route was used.
 
   Returns:
-    The `CannotCarrySignal`, `vector.CostError` or `ValueError` to raise.
+    The `CannotCarrySignal`, `secure_sum.CostError` or `ValueError` to raise.
   """
   if scan.unusable:
     return cannot_carry(scan.mechanism, scan.epsilon, scan.bits, scan.tune,
@@ -246,11 +246,11 @@ def no_answer(scan, bound: str, use_pld: bool) -> ValueError:
   return _unreachable(scan, near, bound, use_pld)
 
 
-def _over_cost(scan, near) -> vector.CostError:
+def _over_cost(scan, near) -> secure_sum.CostError:
   """Every grid point refused for its cost, or bounded out of reach."""
   refused = scan.refused
   bounded = [r.grid_point for r in scan.reached if r.bounded is not None]
-  return vector.CostError(
+  return secure_sum.CostError(
       f'{refused[0].why} No setting of {", ".join(scan.tune)} could be '
       f'evaluated: {[r.grid_point for r in refused]} were refused'
       + (f' (larger {scan.stopped_after} costs more and was not tried)'
@@ -278,4 +278,4 @@ def _unreachable(scan, near, bound, use_pld) -> ValueError:
          '; every RDP order is infinite for it: try use_pld=True'
          if math.isinf(near.epsilon) and not use_pld else '')
       + (f'; settings {[r.grid_point for r in refused]} were not evaluated '
-         '(cost over vector.MAX_OPERATIONS)' if refused else '') + '.')
+         '(cost over secure_sum.Limits.max_operations)' if refused else '') + '.')

@@ -14,7 +14,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 from tff_quant import mechanisms
 from tff_quant.accounting import composition
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import interface
 from tff_quant.accounting.calibration import oracle
 from tff_quant.accounting.calibration import refusals
@@ -36,13 +36,16 @@ class Limits:
       DistributedDpSumFactory allows bits <= 22).
     confirm_support: `_fewest_bits` confirms a bit width by calibrating
       there only while the exact law of the clients' noise sum has at most
-      this many points (n·2^bits; n = 100 at 11 bits: 2e5, ~10 s for the
-      whole confirmation; n = 1,000 at 11 bits ran over 20 minutes).
+      this many points (n·2^bits; n = 100 at 11 bits: 2e5; the cost of a
+      confirmation: docs/performance.md).
+    accountant: the `secure_sum.Limits` the accountant's target-pair search
+      runs under (over its cost a grid point is refused).
   """
   search: interface.SearchLimits = interface.SearchLimits()
   progress_after: float = scan_lib.PROGRESS_AFTER
   max_modular_bits: int = 22
   confirm_support: int = 2**20
+  accountant: secure_sum.Limits = secure_sum.DEFAULT_LIMITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +93,19 @@ class CalibratedSetting:
   bound: str
 
   def params(self) -> Dict[str, object]:
-    """The mechanism's tunables as a dict."""
+    """The mechanism's tunables as a dict.
+
+    Returns:
+      A new dict {tunable name: value} from `tunables`.
+    """
     return dict(self.tunables)
 
   def describe(self) -> str:
-    """One line: the mechanism, c∞, S, d and the schedule it was calibrated for."""
+    """One line: the mechanism, c∞, S, d and the schedule it was calibrated for.
+
+    Returns:
+      The line, ending with the ε reached and the target.
+    """
     l2 = 'none (coordinate route)' if self.l2_clip is None else f'{self.l2_clip:g}'
     return (f'{self.mechanism} {self.params()} at c∞ = {self.coordinate_clip:.6g}, '
             f'ℓ2 clip {l2}, d = {self.dim}, {self.rounds} rounds of '
@@ -130,7 +141,8 @@ class Calibration:
     ratio_to_gaussian: debiased_error / gaussian_mse.
     candidates: grid points searched.
     refused: grid points not evaluated because one evaluation's estimated cost
-      exceeds `vector.MAX_OPERATIONS` (the optimum may lie among them).
+      exceeds `secure_sum.Limits.max_operations` (the optimum may lie among
+      them).
     pruned: grid points skipped after one ε evaluation: at the least private
       value whose error beats the incumbent's, ε already missed the target.
     assumptions: the chosen mechanism's guarantee text (`Guarantee.assumptions`).
@@ -141,7 +153,7 @@ class Calibration:
     attained_inputs: the inputs attaining it (at the order of its ε).
     orders: the Rényi orders `epsilon` was computed from: an accountant given
       these reproduces it (with all orders it may go over
-      `vector.MAX_OPERATIONS` and fall back to a looser sub-sum).
+      `secure_sum.Limits.max_operations` and fall back to a looser sub-sum).
     debiased_error: what calibration minimises: the worst Var/slope² per
       coordinate of the decoded mean of n clients sharing an input |x| <=
       signal_bound (`Mechanism.signal_utility(n, a).error`).
@@ -389,7 +401,7 @@ def _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
   validation.check_positive('epsilon', epsilon)
   validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
   validation.check_number('rtol', rtol, 0, 0.5, low_open=True)
-  vector.check_others(others)
+  secure_sum.check_others(others)
   validation.check_one_of('bound', bound, oracle.BOUNDS)
   if bound == 'attained' and use_pld:
     raise ValueError("`bound`='attained' is the RDP route's attained ε; it "
@@ -420,7 +432,7 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                   use_pld=use_pld, l2_clip=l2_clip, others=others)
   scan = scan_lib.Scan(
       mechanism, epsilon, clip, tune, bits, rtol, params,
-      oracle.Epsilon(schedule, epsilon, bound),
+      oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant),
       # The signal the debiased error is judged on (package docstring).
       clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim)),
       clients_per_round, limits.search)
@@ -428,7 +440,7 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   if scan.best is None:
     raise refusals.no_answer(scan, bound, use_pld)
   report = _report(scan, schedule, mechanism, epsilon, bound)
-  _attach_attained(report, scan, schedule, bound)
+  _attach_attained(report, scan, schedule, bound, limits.accountant)
   if compare_gaussian:
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,
@@ -470,18 +482,21 @@ def _report(scan, schedule, mechanism, epsilon, bound) -> Calibration:
       bound=bound, setting=setting)
 
 
-def _attach_attained(report, scan, schedule, bound) -> None:
+def _attach_attained(report, scan, schedule, bound,
+                     limits: secure_sum.Limits) -> None:
   """`report`'s attained end: the ε that met the target with
-  bound='attained', else (RDP route) the attained ε at its orders."""
+  bound='attained', else (RDP route) the attained ε at its orders, searched
+  under `limits`."""
   if bound == 'attained':   # the ε that met the target is the attained one
-    low, at = scan.epsilon_of.accountants[repr(report.mechanism)]
+    end = scan.epsilon_of.attained_ends[repr(report.mechanism)]
     report.epsilon_attained = report.epsilon
-    report.attained_inputs = _attained_inputs(low, at)
+    report.attained_inputs = _attained_inputs(end.accountant, end.order)
   elif not schedule['use_pld']:
     s = schedule
     low = composition.RoundAccountant(
         report.mechanism, s['clients_per_round'], s['total_clients'],
-        s['delta'], s['dim'], report.orders, s['l2_clip'], s['others'])
+        s['delta'], s['dim'], report.orders, s['l2_clip'], s['others'],
+        limits=limits)
     report.epsilon_attained, at = low.epsilon_attained(s['rounds'])
     report.attained_inputs = _attained_inputs(low, at)
 

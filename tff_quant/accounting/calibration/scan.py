@@ -16,7 +16,7 @@ import time
 from typing import Callable, Dict, Optional
 
 from tff_quant import mechanisms
-from tff_quant.accounting import vector
+from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import interface
 from tff_quant.accounting.calibration import refusals
 from tff_quant.accounting.calibration import search
@@ -177,7 +177,7 @@ class Scan:
     self.unusable = []   # refusals.Unusable
     # where a target no candidate meets comes closest
     self.reached = []    # refusals.Reached
-    self.refused = []    # refusals.Refused: evaluations over MAX_OPERATIONS
+    self.refused = []    # refusals.Refused: evaluations over Limits.max_operations
     self.hint = None    # the last grid point's answer: where the next starts
     self.known = {}     # grid point -> {value: ε} of its exact evaluations
     self.stopped_after = None   # the scanned parameter `_missed` stopped
@@ -324,7 +324,7 @@ class Scan:
     try:
       found = self._search(build, self.rtol, value, value_eps,
                            self.known.get(self._key(base)))
-    except vector.CostError:
+    except secure_sum.CostError:
       return value, value_eps
     return ((value, value_eps) if found.value is None
             else (found.value, found.epsilon))
@@ -361,7 +361,7 @@ class Scan:
         return False
       try:
         low = self.epsilon_of.lower_bound(mech)
-      except vector.CostError:
+      except secure_sum.CostError:
         return False
       if low is None or not low > self.epsilon:
         return False
@@ -467,7 +467,7 @@ class Scan:
     try:
       floor_eps = (None if floor is None else
                    self.epsilon_of.epsilon(build(floor)).epsilon)
-    except vector.CostError as err:
+    except secure_sum.CostError as err:
       self._refuse(grid_point, err)
       return Steer.CONTINUE
     if floor is None or floor_eps > self.epsilon:
@@ -484,7 +484,7 @@ class Scan:
       return self._beat_prune(build, grid_point)
     try:
       carried = self._carry_prune(build, grid_point)
-    except vector.CostError as err:
+    except secure_sum.CostError as err:
       self._refuse(grid_point, err)
       return self._missed()
     return self._rose() if carried is Steer.PRUNED else carried
@@ -509,7 +509,7 @@ class Scan:
     try:
       found = self._search(build, self.scan_rtol, self.hint, hint_eps,
                            self.known.setdefault(self._key(base), {}))
-    except vector.CostError as err:   # e.g. RQM with many levels inside ±c
+    except secure_sum.CostError as err:   # e.g. RQM with many levels inside ±c
       self._refuse(grid_point, err)
       return self._missed()
     self.evaluated += 1

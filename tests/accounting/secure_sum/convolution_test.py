@@ -1,0 +1,121 @@
+"""Tests for the log-domain rows against the others' law (secure_sum/convolution.py)."""
+
+import math
+
+import numpy as np
+
+from tff_quant import mechanisms
+from tff_quant.accounting import divergence
+from tff_quant.accounting import matrix_sums
+from tff_quant.accounting import secure_sum
+from tff_quant.accounting.secure_sum import convolution
+
+
+def test_log_ratio_max_in_blocks_equals_at_once(monkeypatch):
+  rng = np.random.default_rng(1)
+  p, q = np.log(rng.uniform(size=(5, 7))), np.log(rng.uniform(size=(4, 7)))
+  p[0, 3] = -np.inf
+  q[1, 2] = -np.inf
+  pairs = np.array([[i, j] for i in range(5) for j in range(4)])
+  whole = convolution.log_ratio_max(p, q, pairs)
+  monkeypatch.setattr(matrix_sums, '_BLOCK', 14)   # two pairs per block
+  np.testing.assert_array_equal(convolution.log_ratio_max(p, q, pairs), whole)
+  assert np.isinf(whole[1 * 4 + 1]) and whole[1 * 4 + 1] > 0   # Q = 0 < P
+
+
+def test_mixed_rows_are_within_their_error_bound():
+  """`mix_rows`' scaled product, and its log-domain fallback where a mixed
+  value is far below the column's largest (here e^-900): within
+  `mix_error` of 50-digit arithmetic."""
+  import mpmath
+  mpmath.mp.dps = 50
+  rng = np.random.default_rng(0)
+  basis = rng.uniform(-30, 0, (3, 50))
+  basis[0, :10] = 0.0
+  basis[1:, :10] -= 900.0     # rows 1-2 far below row 0 there
+  basis[2, 40:] = -np.inf
+  weights = np.array([[0.3, 0.7, 0.0], [0.0, 0.25, 0.75], [1.0, 0.0, 0.0],
+                      [0.0, 0.0, 1.0]])
+  targets = secure_sum.TargetPairs(basis=basis, upper_weights=weights,
+                                   lower_weights=weights, pairs=np.zeros((1, 2), int),
+                                   distance=np.ones(1), method='vertices',
+                                   symmetric=False)
+  got = convolution.mix_rows(weights, basis)
+  bound = convolution.mix_error(targets, basis)
+  for i, w in enumerate(weights):
+    for z in range(basis.shape[1]):
+      exact = mpmath.fsum(mpmath.mpf(float(wk)) * mpmath.exp(mpmath.mpf(b))
+                          for wk, b in zip(w, basis[:, z])
+                          if wk > 0 and np.isfinite(b))
+      if exact == 0:
+        assert got[i, z] == -np.inf
+      else:
+        assert abs(mpmath.mpf(got[i, z]) - mpmath.log(exact)) <= bound, (i, z)
+
+
+def test_rows_convolved_after_the_others_sum_match_one_sum_per_row():
+  """`with_sum` at >= `Limits.fft_levels` levels: the others' law once and the rows
+  by matrix products equals one tilted sum per row (RQM 128 levels, rows
+  the ±c laws, 5 + 3 others at the ends), to 1e-9 in log."""
+  mech = mechanisms.RQM(1.0, 4.0, 128, 0.3)
+  plus, minus = divergence.end_log_pmfs(mech)
+  rows, parts = np.stack([plus, minus]), [(plus, 5), (minus, 3)]
+  once, lost = convolution.with_sum(rows, parts)
+  assert lost == -np.inf
+  per_row = convolution.with_sum(
+      rows, parts, limits=secure_sum.Limits(product_convolve=0))[0]
+  finite = np.isfinite(per_row)
+  assert np.array_equal(finite, np.isfinite(once))
+  np.testing.assert_allclose(once[finite], per_row[finite], rtol=0, atol=1e-9)
+
+
+def test_an_others_sum_cut_at_a_tail_reports_the_mass_it_drops():
+  """`with_sum` with a tail (RQM 128 levels, 40 + 30 others at the ends):
+  the rows convolved with the cut law miss at most the row's mass times
+  e^lost of the uncut convolution, and the cut law is shorter."""
+  mech = mechanisms.RQM(1.0, 4.0, 128, 0.3)
+  plus, minus = divergence.end_log_pmfs(mech)
+  rows, parts = np.stack([plus, minus]), [(plus, 40), (minus, 30)]
+  whole, none = convolution.with_sum(rows, parts)
+  cut, lost = convolution.with_sum(rows, parts, tail=20.0)
+  assert none == -np.inf and np.isfinite(lost) and cut.shape[1] < whole.shape[1]
+  mass = lambda a: np.exp(np.logaddexp.reduce(a, axis=1))
+  missing = mass(whole) - mass(cut)
+  assert np.all(missing >= -1e-13)
+  assert np.all(missing <= mass(rows) * math.exp(lost) + 1e-13)
+
+
+def test_power_sums_near_one_err_above_the_exact_value():
+  """Where the laws nearly coincide (PBM, θ = 1e-7: D_α ~ 1e-13) float64's
+  log-sum carries rounding of the order of its floor. Against exact rational
+  arithmetic the value sits above the truth (conservative) by < 1e-13."""
+  from fractions import Fraction
+  from math import comb
+  theta, levels, n = Fraction(1, 10**7), 16, 20
+  mech = mechanisms.get('pbm')(clip=1.0, num_levels=levels, theta=1e-7)
+
+  def law(s):   # PBM's level is Binomial(levels - 1, 1/2 + θ·x)
+    p = Fraction(1, 2) + theta * s
+    return [comb(levels - 1, k) * p**k * (1 - p)**(levels - 1 - k)
+            for k in range(levels)]
+
+  def conv(a, b):
+    out = [Fraction(0)] * (len(a) + len(b) - 1)
+    for i, u in enumerate(a):
+      for j, v in enumerate(b):
+        out[i + j] += u * v
+    return out
+
+  others = [Fraction(1)]
+  for _ in range(n - 1):
+    others = conv(others, law(0))
+  exact_p, exact_q = conv(law(1), others), conv(law(-1), others)
+  rest = [(mech.log_pmf(0.0), n - 1)]
+  p = divergence.sum_log_pmf([(mech.log_pmf(1.0), 1)] + rest)
+  q = divergence.sum_log_pmf([(mech.log_pmf(-1.0), 1)] + rest)
+  for alpha in (2, 4):
+    excess = sum(a**alpha / b**(alpha - 1) for a, b in zip(exact_p, exact_q)) - 1
+    exact = math.log1p(float(excess)) / (alpha - 1)
+    ours = matrix_sums.log_power_sums(p[None], q[None], np.array([float(alpha)]),
+                                      0.0)[0, 0] / (alpha - 1)
+    assert exact <= ours <= exact + 1e-12, (alpha, exact, ours)

@@ -1,0 +1,60 @@
+"""The limits of the secure-sum search, passed in (never patched).
+
+Every cost and size limit the ℓ2 route's search reads is a field of one
+frozen `Limits`; `divergence_curve`, `vector_rdp` and the cost estimates take
+one (`DEFAULT_LIMITS` when not given) and hand it down. Over a cost limit an
+evaluation is refused before it starts (`CostError`) or takes a looser bound
+that is still proved (a sub-sum, or one client's local bound: `cost`).
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  """The cost limits and route thresholds of the target-pair search.
+
+  Attributes:
+    max_operations: evaluations estimated (`cost.search_operations`) above
+      this many elementary log-domain operations (~1 minute of numpy on one
+      core) are refused before anything is allocated, or take a sub-sum or
+      the local bound (`cost.clients_searched`).
+    max_bytes: target pairs whose laws would take more than this many bytes
+      (the upper and lower rows and a temporary of that size) are refused
+      before allocating (BQ at 16 bits: 73 rows of 6.6e6 levels, 3.6 GB
+      each, killed the process for memory).
+    pairwise_inputs: critical inputs whose distances are taken pairwise;
+      above it they must be a lattice (`targets.breakpoints`).
+    fft_levels: from this many levels on, a target row is convolved with the
+      others by the tilted FFT sum (`divergence.sum_log_pmf`) rather than L
+      shifted log-domain adds (`convolution.with_sum`).
+    product_convolve: up to this many multiply-adds (rows x levels x the
+      others' law), `convolution.with_sum` convolves the rows with the
+      others' law by `matrix_sums.convolve` (BLAS) instead of one tilted FFT
+      sum per row.
+    matrix_levels: up to this many levels, `any_others.others_mixture` builds
+      the others' laws and the target rows' sums by `matrix_sums` (matrix
+      products with proved rounding bounds; its power sums too): faster than
+      the tilted FFT at 256 levels (docs/performance.md), and ~40x more
+      accurate.
+    attained_operations: multiply-adds the attained end's laws of the
+      others may take in all (`attained`: m copies of L levels cost L²m²/2
+      each, about 1 s per 1e9); over it the attained search does not apply,
+      except calibration's screen, which takes the others' law by the tilted
+      FFT sum.
+  """
+  max_operations: float = 3e10
+  max_bytes: float = 3 * 2**30
+  pairwise_inputs: int = 4096
+  fft_levels: int = 128
+  product_convolve: float = 1e9
+  matrix_levels: int = 512
+  attained_operations: float = 1e9
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class CostError(ValueError):
+  """An evaluation refused before it starts: its estimated cost exceeds
+  `Limits.max_operations` (or its laws `Limits.max_bytes`)."""
