@@ -243,9 +243,20 @@ class RoundAccountant:
     return self._attained or None
 
   def epsilon_attained(self, rounds: int):
-    """(ε, order) after `rounds` rounds by the RDP route from the attained
-    per-round RDP (None, nan where none is attained): the lower end of
-    ε ∈ [attained, proved] (`attained` module docstring)."""
+    """The lower end of ε ∈ [attained, proved] (`attained` module
+    docstring): the RDP route from the attained per-round RDP.
+
+    Args:
+      rounds: T >= 1, rounds composed.
+
+    Returns:
+      (ε, order): ε at self.delta after T rounds and the Rényi order it came
+      from; (None, nan) where no configuration search applies.
+
+    Raises:
+      TypeError: `rounds` not an integer.
+      ValueError: `rounds` < 1.
+    """
     validation.check_integer('rounds', rounds, 1)
     if self.attained is None:
       return None, math.nan
@@ -258,11 +269,30 @@ class RoundAccountant:
                      orders: Sequence[int] = rdp_route.DEFAULT_ORDERS,
                      conditioned=None) -> 'RoundAccountant':
     """An accountant for a mechanism outside the registry (TFF's own
-    aggregators) from its per-round RDP {order: ε} (every integer order up to
-    max(orders), and math.inf): subsampled (WBK19 Thm 9; docs/references.md)
-    and composed as for the registry's; `assumptions` is reported with each
-    guarantee. `conditioned` (a `base.ConditionedSum`): `rdp` is of that
-    conditioned sum, and ε is composed as for it (δ - T·d·η, + T·d·λ)."""
+    aggregators, the lower bound's one configuration) from its per-round
+    RDP, subsampled (WBK19 Thm 9; docs/references.md) and composed as for
+    the registry's.
+
+    Args:
+      rdp: {order: per-round RDP >= 0} at every integer order up to
+        max(orders), and math.inf.
+      clients_per_round: n >= 1.
+      total_clients: N >= n.
+      delta: target δ in (0, 1).
+      dim: d >= 1, coordinates per client.
+      assumptions: reported with each guarantee.
+      orders: integer Rényi orders >= 2 at which ε is converted.
+      conditioned: a `base.ConditionedSum` when `rdp` is of that conditioned
+        sum: ε is then composed as for it (δ - T·d·η, plus T·d·λ).
+
+    Returns:
+      The RoundAccountant (no mechanism: its guarantee has the RDP route
+      only).
+
+    Raises:
+      TypeError, ValueError: a schedule argument of the wrong type or out of
+        range (named).
+    """
     _check_schedule(clients_per_round, total_clients, delta, dim)
     self = cls.__new__(cls)
     self.mech, self.n, self.population = None, clients_per_round, total_clients
@@ -280,7 +310,19 @@ class RoundAccountant:
     return any(math.isfinite(v) for v in self._sub)
 
   def epsilon_rdp(self, rounds: int):
-    """(ε, order) after `rounds` rounds by the RDP route."""
+    """The proved ε after `rounds` rounds by the RDP route.
+
+    Args:
+      rounds: T >= 1, rounds composed.
+
+    Returns:
+      (ε, order): ε at self.delta and the Rényi order it came from ((inf,
+      nan) for a conditioned sum whose T·d·η reaches δ).
+
+    Raises:
+      TypeError: `rounds` not an integer.
+      ValueError: `rounds` < 1.
+    """
     validation.check_integer('rounds', rounds, 1)
     return self._epsilon(self._sub, rounds)
 
@@ -301,9 +343,25 @@ class RoundAccountant:
                 pld_interval: float = 1e-3,
                 pld_max_points: int = pld_route.DEFAULT_PLD_MAX_POINTS,
                 attained: bool = True) -> Guarantee:
-    """(ε, δ) after `rounds` rounds: the RDP route, and the PLD route when
-    `use_pld` and its grid fits `pld_max_points` (else `pld_note` says why);
-    with `attained`, the lower end of ε ∈ [attained, proved] too."""
+    """(ε, δ) after `rounds` rounds: the tighter of the RDP route and the
+    PLD route.
+
+    Args:
+      rounds: T >= 1, rounds composed.
+      use_pld: try the PLD route (`pld_route.pld_epsilon`).
+      pld_interval: the PLD loss grid's spacing.
+      pld_max_points: the largest PLD grid allocated (else `pld_note` says
+        why the route was skipped).
+      attained: also compute the lower end of ε ∈ [attained, proved].
+
+    Returns:
+      A `Guarantee`.
+
+    Raises:
+      TypeError: `rounds` not an integer.
+      ValueError: `rounds` < 1, or the accountant's own errors (a cost over
+        `secure_sum.Limits`: `secure_sum.CostError`).
+    """
     eps_rdp, order = self.epsilon_rdp(rounds)
     if self.mech is None:
       return Guarantee(eps_rdp, self.delta, 'RDP', eps_rdp, order, None, rounds,
