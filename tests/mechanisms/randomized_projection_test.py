@@ -80,3 +80,17 @@ def test_lattice_and_range_from_the_coordinate_bound():
   checks.assert_local_bound_holds(mech)
   np.testing.assert_allclose(
       rp.RandomizedProjection(**mech.params()).pmf(0.3), mech.pmf(0.3), rtol=0)
+
+
+def test_the_default_q_follows_the_bits_and_a_given_q_wins():
+  complete = rp.RandomizedProjection.complete_params
+  assert complete({})['q'] == 0.9 and complete({'bits': 4})['q'] == 0.9
+  assert complete({'bits': 7})['q'] == 0.9
+  assert complete({'bits': 8})['q'] == 0.99
+  assert complete({'bits': 12})['q'] == 0.99
+  assert complete({'bits': 8, 'q': 0.5})['q'] == 0.5
+  assert rp.RandomizedProjection.for_coordinate_bound(0.1, bits=8).q == 0.99
+  for bits in range(1, 25):   # the default is a valid q at every width
+    assert complete({'bits': bits})['q'] >= 1 / 2**bits
+  with pytest.raises(ValueError, match='bits'):
+    complete({'bits': 0})
