@@ -81,8 +81,9 @@ def test_aligned_blanket_keeps_far_more_than_the_unshifted_one():
   assert math.exp(blankets.aligned_part(rows).log_beta) > 0.8
 
 
-def test_block_parts_over_the_limits_are_not_built(monkeypatch):
+def test_block_parts_over_the_limits_are_not_built():
   rows = _rows(_mech('rqm', **MECHANISMS['rqm']))
-  monkeypatch.setattr(blankets, 'MAX_BLOCK_LAWS', 10)
-  assert blankets.aligned_part(rows, 2) is None
-  assert [b.block for b in blankets.blankets(rows, 40)] == [1, 1]
+  assert blankets.aligned_part(rows, 2, max_laws=10) is None
+  assert blankets.aligned_part(rows, 2, max_operations=10.0) is None
+  assert [b.block for b in blankets.blankets(rows, 40, max_laws=10)] == [1, 1]
+  assert len({b.block for b in blankets.blankets(rows, 40)}) > 1

@@ -242,13 +242,15 @@ def _block_laws(log_rows: np.ndarray, block: int
 
 
 def aligned_part(log_rows: np.ndarray, block: int = 1,
-                 by_rows: bool = False) -> Optional[Blanket]:
+                 by_rows: bool = False, max_laws: int = MAX_BLOCK_LAWS,
+                 max_operations: float = MAX_BLOCK_OPERATIONS
+                 ) -> Optional[Blanket]:
   """The aligned blanket of blocks of `block` others: R ∝ the elementwise
   minimum, over every multiset of `block` rows, of the law of their sum
   translated to a common centre: each block law's own (`aligned_shifts`),
   or with `by_rows` the sum of its rows' (which keeps more of the laws'
   spread where the blocks' own alignment trades it for mass). None when the
-  multisets are over MAX_BLOCK_LAWS or MAX_BLOCK_OPERATIONS.
+  multisets are over `max_laws` or `max_operations`.
 
   Args:
     log_rows: [K, L] log-pmfs of one client's level (vertex laws or lower
@@ -256,12 +258,14 @@ def aligned_part(log_rows: np.ndarray, block: int = 1,
     block: g >= 1, other clients per block.
     by_rows: centre each block law by the sum of its rows' shifts instead
       of its own.
+    max_laws: the most block laws (multisets of g rows) built.
+    max_operations: the most multiply-adds their convolutions may take.
 
   Returns:
     A `Blanket` for blocks of g others, or None over the cost limits.
   """
   laws, ops = block_cost(*log_rows.shape, block)
-  if laws > MAX_BLOCK_LAWS or ops > MAX_BLOCK_OPERATIONS:
+  if laws > max_laws or ops > max_operations:
     return None
   log_laws, partner = _block_laws(log_rows, block)
   if partner is not None and np.any(partner == np.arange(len(partner))) and (
@@ -288,7 +292,9 @@ def aligned_part(log_rows: np.ndarray, block: int = 1,
 BLOCKS = (1, 2, 3)   # block sizes `blankets` offers (within the cost limits)
 
 
-def blankets(log_rows: np.ndarray, num_others: int) -> List[Blanket]:
+def blankets(log_rows: np.ndarray, num_others: int,
+             max_laws: int = MAX_BLOCK_LAWS,
+             max_operations: float = MAX_BLOCK_OPERATIONS) -> List[Blanket]:
   """Every construction of this module for `log_rows` (the vertex laws, or
   the cells' lower envelopes): the unshifted blanket and the aligned ones
   (both centrings) for blocks of BLOCKS others that the others fill at
@@ -297,6 +303,7 @@ def blankets(log_rows: np.ndarray, num_others: int) -> List[Blanket]:
   Args:
     log_rows: [K, L] log-pmfs of one client's level.
     num_others: n - 1 >= 0, the other clients.
+    max_laws, max_operations: the cost limits of `aligned_part`.
 
   Returns:
     A list of `Blanket`s: `common_part` first, then every aligned one within
@@ -307,7 +314,7 @@ def blankets(log_rows: np.ndarray, num_others: int) -> List[Blanket]:
     if block > max(num_others, 1):
       break
     for by_rows in ((False, True) if block > 1 else (False,)):
-      part = aligned_part(log_rows, block, by_rows)
+      part = aligned_part(log_rows, block, by_rows, max_laws, max_operations)
       if part is not None and math.isfinite(part.log_beta):
         out.append(part)
   return out
