@@ -342,21 +342,6 @@ def tuned_line(s) -> str:
   return ''.join(' ' + p for p in parts)
 
 
-def slow_peers_line(cells_) -> str:
-  """Why TFF's distributed aggregators have fewer seeds, where they do."""
-  slow = [c for c in cells_ if c.mechanism in SLOW and not c.reason]
-  fast = [c.seeds for c in cells_ if c.mechanism not in SLOW and not c.reason]
-  if not slow or not fast or min(c.seeds for c in slow) >= max(fast):
-    return ''
-  return (' TFF\'s distributed aggregators (' +
-          ', '.join(sorted({c.mechanism for c in slow})) + f') have '
-          f'{min(c.seeds for c in slow)}-{max(c.seeds for c in slow)} seeds '
-          f'against up to {max(fast)}: their factory runs one client per TFF '
-          'slot (it has no packed form here), 20-35 min a run on this '
-          'machine against minutes for the packed cells, so they got the '
-          'seeds the time allowed; their intervals are wider for it.')
-
-
 def report(all_cells, calibrations, seconds):
   cells_, endpoint = collect(all_cells, calibrations)
   s = settings()
@@ -373,7 +358,7 @@ def report(all_cells, calibrations, seconds):
             f'(what they fix: docs/fl_table.md). {done} runs, '
             f'{seconds / 3600:.1f} h of training (sum of run wall times on '
             'this 2-core machine). How to read it: docs/fl_table.md.' +
-            tuned_line(s) + slow_peers_line(cells_))
+            tuned_line(s) + fl_table.slow_peers_line(cells_, SLOW))
   text = fl_table.write_report(cells_, FLAGS.output_dir,
                                [int(b) for b in FLAGS.bits], header, endpoint,
                                rounds=FLAGS.rounds)

@@ -120,15 +120,3 @@ def test_a_tuned_schedule_is_kept_and_its_rounds_must_match(tmp_path):
                  f'--tuned={choice}', '--rounds=300', '--plan')
   assert other.returncode != 0 and '--rounds=500' in other.stderr
 
-
-def test_the_header_says_why_tffs_distributed_peers_have_fewer_seeds():
-  from experiments import fl_table as binary  # pylint: disable=g-import-not-at-top
-  from tff_quant.program import fl_table  # pylint: disable=g-import-not-at-top
-  cell = lambda name, seeds: fl_table.Cell(
-      name, 10.0, 16, accuracies={s: 0.8 for s in range(seeds)})
-  line = binary.slow_peers_line([cell('rqm', 8), cell('tff_dgauss', 2),
-                                 cell('tff_skellam', 3)])
-  assert 'tff_dgauss, tff_skellam' in line and '2-3 seeds' in line
-  assert 'up to 8' in line and 'one client per TFF slot' in line
-  assert binary.slow_peers_line([cell('rqm', 3), cell('tff_dgauss', 3)]) == ''
-  assert binary.slow_peers_line([cell('rqm', 3)]) == ''

@@ -212,3 +212,16 @@ def test_eta_takes_each_run_at_its_mechanisms_pace():
   hours = fl_table.eta_hours(['pbm', 'tff_skellam', 'qmgeo'], done)
   assert abs(hours * 3600 - (90 + 2400 + 860)) < 1e-6
   assert fl_table.eta_hours(['pbm'], []) is None
+
+
+def test_the_header_says_why_tffs_distributed_peers_have_fewer_seeds():
+  cell = lambda name, seeds: fl_table.Cell(
+      name, 10.0, 16, accuracies={s: 0.8 for s in range(seeds)})
+  slow = ('tff_skellam', 'tff_dgauss')
+  line = fl_table.slow_peers_line(
+      [cell('rqm', 8), cell('tff_dgauss', 2), cell('tff_skellam', 3)], slow)
+  assert 'tff_dgauss, tff_skellam' in line and '2-3 seeds' in line
+  assert 'up to 8' in line and 'one client per TFF slot' in line
+  assert fl_table.slow_peers_line([cell('rqm', 3), cell('tff_dgauss', 3)],
+                                  slow) == ''
+  assert fl_table.slow_peers_line([cell('rqm', 3)], slow) == ''
