@@ -1,0 +1,11 @@
+#!/bin/bash
+# The tuned FL table (docs/fl_table.md): the training chosen on the
+# validation split (results/fl_tune_rounds/choice.json), 500 rounds. It
+# resumes: a finished run is skipped, so the same folder grows across
+# sessions. Started as a pilot (gaussian and pbm at 8 bits, both ε) to size
+# the seeds from the paired variance; the other mechanisms and bit widths
+# join the same folder (add them to --mechanisms and --bits).
+nice -n 15 python -m experiments.fl_table --output_dir=results/fl_table_tuned \
+  --tuned=results/fl_tune_rounds/choice.json --rounds=500 --eval_every=10 \
+  --client_lr=0.2 --clip_norm=0.518 --mechanisms=gaussian,pbm --bits=8 \
+  --epsilons=10,3 --seeds=4
