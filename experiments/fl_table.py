@@ -37,6 +37,7 @@ from tff_quant import mechanisms
 from tff_quant import models
 from tff_quant.common import validation
 from tff_quant.program import cli, fl_table, results_io, runtime
+from tff_quant.training import federated_training as ft
 
 FLAGS = flags.FLAGS
 DEFAULT_MECHANISMS = ('rqm', 'pbm', 'qmgeo', 'quantized_gaussian',
@@ -122,7 +123,9 @@ def tuned_settings():
                        f'rounds (ε = {key}); pass --rounds={tuned_rounds} '
                        f'(got --rounds={FLAGS.rounds}).')
     out[key] = {k: float(choice[key][k]) for k in TUNED_KEYS}
-    schedule = choice[key].get('server_lr_schedule', 'constant')
+    schedule = validation.check_one_of(
+        'server_lr_schedule', choice[key].get('server_lr_schedule', 'constant'),
+        ft.SERVER_LR_SCHEDULES)
     if schedule != 'constant':   # absent when constant: earlier folders resume
       out[key]['server_lr_schedule'] = schedule
   return out

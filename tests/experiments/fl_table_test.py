@@ -119,4 +119,12 @@ def test_a_tuned_schedule_is_kept_and_its_rounds_must_match(tmp_path):
   other = _table(str(tmp_path / 'other'), '--mechanisms=gaussian',
                  f'--tuned={choice}', '--rounds=300', '--plan')
   assert other.returncode != 0 and '--rounds=500' in other.stderr
+  bad = tmp_path / 'bad.json'
+  bad.write_text(json.dumps({'10': dict(
+      client_lr=0.2, server_momentum=0.0, server_lr=1.0, clip_norm=0.5,
+      rounds=500, server_lr_schedule='linear')}))
+  refused = _table(str(tmp_path / 'bad'), '--mechanisms=gaussian',
+                   f'--tuned={bad}', '--rounds=500', '--eval_every=10',
+                   '--plan')
+  assert refused.returncode != 0 and 'server_lr_schedule' in refused.stderr
 
