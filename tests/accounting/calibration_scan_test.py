@@ -45,7 +45,7 @@ def test_a_near_tie_at_the_scans_width_is_searched_to_rtol_before_a_rise(
   widths = []
 
   def stub(build_, spec, target, epsilon_of, bits, rtol, hint, hint_eps,
-           known=None, limits=None):
+           known=None, limits=None, guess=None):
     widths.append(rtol)
     return (search.SearchResult(tie, 9.946, 9.946) if len(widths) == 1
             else search.SearchResult(better, 9.99, 9.946))

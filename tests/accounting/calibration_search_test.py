@@ -217,3 +217,65 @@ def test_an_integer_valued_epsilon_stops_on_the_first_step_at_the_target():
   fake = FakeOracle(lambda q: float(math.ceil(20.0 * q)))
   found = search.search_last(_identity, Q, 10.0, fake, None, RTOL)
   assert found.epsilon == 10.0 and 0.45 < found.value <= 0.5
+
+
+def test_a_guess_at_the_answer_takes_one_exact_evaluation():
+  """ε = a/σ and a guess inside the window: nothing else is evaluated."""
+  fake = FakeOracle(lambda s: 3.0 / s)
+  guess = 3.0 / (10.0 * (1 - RTOL / 2))
+  found = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL,
+                             guess=guess)
+  assert fake.exact_at == [pytest.approx(guess, rel=1e-12)]
+  assert found.value == fake.exact_at[0] and _within(found.epsilon)
+
+
+@pytest.mark.parametrize('power', [1.0, 2.7, 8.0])
+@pytest.mark.parametrize('off', [0.5, 0.97, 1.3, 4.0])
+def test_a_guess_off_the_answer_finds_the_same_root_in_fewer_evaluations(
+    power, off):
+  """ε = (a/σ)^p, steeper than the 1/σ the first step assumes: the secant
+  steps still meet the window, at most as many exact evaluations as
+  without a guess, and the same root to rtol."""
+  eps = lambda s: (0.4 / s)**power
+  root = 0.4 / 10.0**(1 / power)
+  plain = FakeOracle(eps)
+  unguided = search.search_last(_identity, SIGMA, 10.0, plain, None, RTOL)
+  fake = FakeOracle(eps)
+  found = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL,
+                             guess=off * root)
+  assert _within(found.epsilon)
+  assert found.value == pytest.approx(root, rel=RTOL)
+  assert found.value >= root
+  assert len(fake.exact_at) <= len(plain.exact_at)
+  assert unguided.value == pytest.approx(found.value, rel=RTOL)
+
+
+def test_a_guess_at_the_least_resolvable_value_is_the_answer_at_once():
+  """ε infinite below σ = 1 (a law out of reach: found at once), 2/σ above,
+  so the target is out of reach and the answer is the least resolvable σ.
+  A guess there (`ModularNoiseMechanism.gaussian_matched` clamps to it)
+  takes one finite evaluation; the steps below it cost nothing."""
+  eps = lambda s: math.inf if s < 1.0 else 2.0 / s
+  fake = FakeOracle(eps)
+  found = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL,
+                             guess=1.0)
+  assert found.value == pytest.approx(1.0, rel=1e-12)
+  assert len([v for v in fake.exact_at if v >= 1.0]) == 1
+
+
+def test_a_guess_where_the_law_is_out_of_reach_steps_toward_privacy():
+  """The same ε with a guess at 0.01: 4x steps up to a finite value, then
+  the bracket halves to the least resolvable σ (within rtol)."""
+  eps = lambda s: math.inf if s < 1.0 else 2.0 / s
+  found = search.search_last(_identity, SIGMA, 10.0, FakeOracle(eps), None,
+                             RTOL, guess=0.01)
+  assert found.value == pytest.approx(1.0, rel=RTOL) and found.value >= 1.0
+
+
+def test_a_guess_is_ignored_with_no_guess_steps():
+  eps = lambda s: 3.0 / s
+  plain, fake = FakeOracle(eps), FakeOracle(eps)
+  search.search_last(_identity, SIGMA, 10.0, plain, None, RTOL)
+  search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL, guess=0.2,
+                     limits=interface.SearchLimits(guess_steps=0))
+  assert fake.exact_at == plain.exact_at

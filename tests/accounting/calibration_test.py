@@ -6,6 +6,7 @@ import pytest
 from tff_quant import mechanisms
 from tff_quant.accounting import (calibration, composition, lower_bound,
                                   rdp_route, secure_sum)
+from tff_quant.accounting.calibration import interface
 from tff_quant.accounting.calibration import oracle
 from tff_quant.accounting.calibration import scan as scan_lib
 
@@ -547,3 +548,28 @@ def test_guarantee_at_fewer_rounds_is_smaller_and_needs_a_setting():
                                  10.0, 1e-5, cal.mse)
   with pytest.raises(ValueError, match='setting'):
     bare.guarantee()
+
+
+@pytest.mark.parametrize('name', ['ddgauss', 'skellam'])
+def test_a_modular_sum_started_at_the_gaussians_noise_calibrates_the_same(
+    name):
+  """The search from `gaussian_matched` (the default) against the same
+  calibration with guesses off (`SearchLimits(guess_steps=0)`): both meet
+  the target within rtol at the same rounding steps and noise (to the
+  window's width)."""
+  args = dict(ISSUE, dim=8192, coordinate_clip=3 / 8192**0.5, bits=12)
+  counted = {}
+  for steps in (0, interface.SearchLimits().guess_steps):
+    limits = calibration.Limits(search=interface.SearchLimits(
+        guess_steps=steps))
+    report = calibration.calibration_report(name, 10.0, **args,
+                                            limits=limits)
+    counted[steps] = report
+  off, on = counted[0], counted[interface.SearchLimits().guess_steps]
+  for report in (off, on):
+    assert 10.0 * (1 - 1e-2) <= report.epsilon <= 10.0
+  assert on.mechanism.steps == off.mechanism.steps
+  assert on.mechanism.noise_std == pytest.approx(off.mechanism.noise_std,
+                                                 rel=2e-2)
+  assert on.ratio_to_gaussian == pytest.approx(off.ratio_to_gaussian,
+                                               rel=2e-2)

@@ -2,6 +2,7 @@
 the Chernoff envelope, supports with holes."""
 
 import numpy as np
+from scipy import special
 from scipy import stats
 
 from tff_quant.common import laws
@@ -45,3 +46,14 @@ def test_sum_log_pmf_with_holes():
   np.testing.assert_allclose(np.exp(s), np.convolve(np.convolve(p, p), p),
                              atol=1e-15)
   assert np.isneginf(s[1])
+
+
+def test_log_sum_exp_rows_is_scipys_to_the_bit():
+  rng = np.random.default_rng(3)
+  t = rng.normal(size=(6, 257)) * 40
+  t[1] = -np.inf
+  t[2, 5] = np.inf
+  t[3, :100] = -np.inf
+  want = special.logsumexp(t, axis=1)
+  got = laws.log_sum_exp_rows(t.copy())
+  np.testing.assert_array_equal(got, want)

@@ -97,3 +97,45 @@ def test_noise_sum_with_far_tails_unresolved_equals_the_fully_resolved(
   above = mech._wrapped_above(centred, clients, first)
   if above is not None:
     np.testing.assert_allclose(above, full, rtol=0, atol=1e-12)
+
+
+def test_shift_divergences_equal_scipys_logsumexp_bit_for_bit():
+  """The blocked, in-place sums give the bits of scipy's per-row logsumexp
+  (blocks of several shifts and a partial last block)."""
+  mech = ddgauss.DistributedDiscreteGaussian(0.1, 512, 8, 9.0)
+  log_w = mech.noise_sum_log_pmf(5)
+  orders = [1.0, 1.5, 2.0, 8.0, 64.0, np.inf]
+  got = modular._shift_divergences(log_w, 40, orders)
+  for j in range(41):
+    rolled = np.roll(log_w, j)
+    diff = log_w - rolled
+    for a in orders[2:-1]:
+      want = special.logsumexp(log_w + (a - 1) * diff) / (a - 1)
+      assert got[a][j] == max(want, 0.0)
+    assert got[np.inf][j] == max(diff.max(), 0.0)
+
+
+def test_least_resolvable_noise_is_the_edge_of_the_exact_sum():
+  """Just above it the noise-sum law is computed; just below, refused as
+  out of reach. Skellam's closed form has no such edge."""
+  cls = ddgauss.DistributedDiscreteGaussian
+  edge = cls.least_resolvable_noise(512)
+  assert 0 < edge < 512 / 8
+  cls(0.1, 512, 4, edge * (1 + 1e-6)).noise_sum_log_pmf(3)
+  with pytest.raises(modular.UnresolvableError, match='not resolvable'):
+    cls(0.1, 512, 4, edge * (1 - 1e-6)).noise_sum_log_pmf(3)
+  assert skellam.DistributedSkellam.least_resolvable_noise(512) == 0.0
+
+
+@pytest.mark.parametrize('cls', CLASSES)
+def test_gaussian_matched_noise_is_the_gaussians_in_integer_steps(cls):
+  """noise_std·γ = σ (γ = c/r), as a fraction of M; raised to the least
+  resolvable noise; None past the tunable's range."""
+  params = dict(num_levels=2**12, steps=64, noise_fraction=1 / 128)
+  c = 0.05
+  fraction = cls.gaussian_matched(0.3, c, params)
+  assert fraction * 2**12 * c / 64 == pytest.approx(0.3, rel=1e-12)
+  low = cls.gaussian_matched(1e-6, c, params)
+  assert low * 2**12 == pytest.approx(
+      max(1e-6 * 64 / c, cls.least_resolvable_noise(2**12)), rel=1e-12)
+  assert cls.gaussian_matched(1e3, c, params) is None

@@ -63,6 +63,30 @@ def _logsumexp(t: np.ndarray) -> float:
   return top + math.log(float(np.sum(np.exp(t - top))))
 
 
+def log_sum_exp_rows(t: np.ndarray) -> np.ndarray:
+  """log Σ_j exp(t[i, j]) for each row i of a 2-d array, overwriting `t`.
+
+  The same floating-point operations as scipy.special.logsumexp(t, axis=1)
+  (max, shift, exp, sum, log; a row without a finite max is shifted by 0),
+  so the same bits, without its copies: on 2^20-entry blocks of 65,536-point
+  laws, 1.4 s where scipy's took 1.85 s (docs/performance.md).
+
+  Args:
+    t: a 2-d float64 array; its contents are destroyed.
+
+  Returns:
+    The [rows] array of row sums in the log domain.
+  """
+  top = np.max(t, axis=1, keepdims=True)
+  top[~np.isfinite(top)] = 0
+  np.subtract(t, top, out=t)
+  np.exp(t, out=t)
+  with np.errstate(divide='ignore'):
+    out = np.log(np.sum(t, axis=1))
+  out += top[:, 0]
+  return out
+
+
 def _bool_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   n = a.size + b.size - 1
   size = 1 << (n - 1).bit_length()

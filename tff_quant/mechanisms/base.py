@@ -471,6 +471,28 @@ class Mechanism(abc.ABC):
     return {t.name: t.check(params.get(t.name, t.default)) for t in cls.TUNABLES}
 
   @classmethod
+  def gaussian_matched(cls, sigma: float, c_inf: float,
+                       params: Dict[str, object]) -> Optional[float]:
+    """A first guess of the last calibrated parameter: its value at which one
+    client's noise has the continuous Gaussian's std `sigma` (input units).
+
+    Calibration starts its search there (`calibration.search.search_last`'s
+    `guess`) where the mechanism's ε is close to the Gaussian's at equal
+    noise. Only a guess: the search still evaluates ε exactly.
+
+    Args:
+      sigma: the continuous Gaussian's per-client std calibrated at the same
+        target (input units).
+      c_inf: the coordinate bound.
+      params: every other parameter (complete).
+
+    Returns:
+      The value, or None (the default) where no value matches.
+    """
+    del sigma, c_inf, params
+    return None
+
+  @classmethod
   def parse_params(cls, text: str) -> Dict[str, object]:
     """'key=value,key=value' (a flag's text) -> validated dict of given params."""
     return validation.parse_key_values(

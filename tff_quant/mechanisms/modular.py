@@ -56,7 +56,10 @@ class UnresolvableError(ValueError):
   """The exact noise-sum law is out of reach at these parameters (checked first)."""
 
 
-_SHIFT_BLOCK_ENTRIES = 2**22   # shifts x M entries evaluated at once (32 MiB)
+# Shifts x M entries evaluated at once (8 MiB). Blocks of 32 MiB sat at
+# glibc's largest mmap threshold, so every one was mapped and faulted in
+# afresh: 2.8x slower (docs/performance.md).
+_SHIFT_BLOCK_ENTRIES = 2**20
 
 
 def _shift_divergences(log_w: np.ndarray, top: int, orders):
@@ -79,14 +82,16 @@ def _shift_divergences(log_w: np.ndarray, top: int, orders):
     js = np.arange(start, min(top + 1, start + block))
     rolled = log_w[(idx[None, :] - js[:, None]) % m]   # row j: np.roll(log_w, j)
     diff = log_w[None, :] - rolled
+    terms = np.empty_like(diff)
     for a in orders:
       if math.isinf(a):
         out[a][js] = diff.max(axis=1)
       elif a == 1:
         out[a][js] = np.sum(np.exp(log_w)[None, :] * diff, axis=1)
-      else:
-        out[a][js] = special.logsumexp(log_w[None, :] + (a - 1) * diff,
-                                       axis=1) / (a - 1)
+      else:   # log_w + (a - 1)·diff, summed in the log domain per row
+        np.multiply(diff, a - 1, out=terms)
+        terms += log_w[None, :]
+        out[a][js] = laws.log_sum_exp_rows(terms) / (a - 1)
   return {a: np.maximum(v, 0.0) for a, v in out.items()}
 
 
@@ -126,6 +131,50 @@ class ModularNoiseMechanism(base.Mechanism):
   def params(self):
     return dict(clip=self.clip, num_levels=self.m, steps=self.steps,
                 noise_std=self.noise_std)
+
+  @classmethod
+  def gaussian_matched(cls, sigma, c_inf, params):
+    """noise_fraction = σ·r/(c·M): the integer noise std whose value in input
+    units (γ = c/r per step) is σ; None outside the tunable's range. The
+    rounding adds under γ²/4 of variance, and a sum that wraps is more
+    private, so the exact ε at the guess is near the Gaussian's (discrete
+    Gaussian at 16 bits, r = 64: the noise it calibrates to is within 0.1%
+    of the guess)."""
+    m = params['num_levels']
+    fraction = max(sigma * params['steps'] / c_inf,
+                   cls.least_resolvable_noise(m)) / m
+    spec = cls.tunable('noise_fraction')
+    return fraction if spec.low < fraction <= spec.high else None
+
+  @classmethod
+  def least_resolvable_noise(cls, num_levels: int) -> float:
+    """The least noise std (integer units) whose n-client sum law
+    `noise_sum_log_pmf` resolves at modulus M: one client's wrapped
+    probabilities must span at most e^-MAX_LOG_SPAN (the span falls as
+    the std grows); within 1e-9 relative, from above. Cached per M.
+
+    Args:
+      num_levels: M.
+
+    Returns:
+      The std.
+    """
+    cache = cls.__dict__.get('_least_resolvable')
+    if cache is None:
+      cache = {}
+      setattr(cls, '_least_resolvable', cache)
+    if num_levels not in cache:
+      span = lambda std: -float(np.min(cls(1.0, num_levels, 1, std)
+                                       ._wrapped_noise()))
+      lo, hi = math.log(1e-3), math.log(num_levels / 8)
+      if span(math.exp(lo)) <= MAX_LOG_SPAN:
+        cache[num_levels] = 0.0
+      else:
+        while hi - lo > 1e-9:
+          mid = 0.5 * (lo + hi)
+          lo, hi = (lo, mid) if span(math.exp(mid)) <= MAX_LOG_SPAN else (mid, hi)
+        cache[num_levels] = math.exp(hi)
+    return cache[num_levels]
 
   # --- the noise (subclasses) ------------------------------------------------
   @abc.abstractmethod

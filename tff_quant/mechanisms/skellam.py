@@ -73,6 +73,12 @@ class DistributedSkellam(modular.ModularNoiseMechanism):
   def noise_log_pmf(self, z):
     return skellam_log_pmf(z, self.noise_std**2)
 
+  @classmethod
+  def least_resolvable_noise(cls, num_levels):
+    """0: the noise sum's law is closed form at every std."""
+    del num_levels
+    return 0.0
+
   def noise_sum_log_pmf(self, num_clients):
     """Skellam with variance nσ², wrapped mod M (closed form).
 

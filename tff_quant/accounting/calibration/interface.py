@@ -93,6 +93,8 @@ class SearchLimits:
     no_plateau: Brent's method shifts ε by a floor only where the least ε
       seen is below (1 - this) × the target.
     safe_end_first: `SAFE_END_FIRST`.
+    guess_steps: exact evaluations the secant steps from a guess may take
+      (`search._from_guess`); 0 ignores guesses.
   """
   max_iterations: int = 60
   proxy_steps: int = 4
@@ -100,6 +102,7 @@ class SearchLimits:
   aim_slack: float = 0.03
   no_plateau: float = 0.05
   safe_end_first: float = SAFE_END_FIRST
+  guess_steps: int = 5
 
 
 def float_interval(spec):

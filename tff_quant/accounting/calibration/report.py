@@ -430,27 +430,38 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
                   total_clients=total_clients, delta=delta, dim=dim,
                   use_pld=use_pld, l2_clip=l2_clip, others=others)
+  gauss = None
+  if compare_gaussian or _guided(mechanism):
+    gauss = calibration_report('gaussian', epsilon, delta, rounds,
+                               clients_per_round, total_clients, dim, clip,
+                               use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
+                               compare_gaussian=False, limits=limits)
   scan = scan_lib.Scan(
       mechanism, epsilon, clip, tune, bits, rtol, params,
       oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant),
       # The signal the debiased error is judged on (package docstring).
       clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim)),
-      clients_per_round, limits.search)
+      clients_per_round, limits.search,
+      gaussian_sigma=None if gauss is None else gauss.mechanism.sigma)
   scan.run(progress, limits.progress_after)
   if scan.best is None:
     raise refusals.no_answer(scan, bound, use_pld)
   report = _report(scan, schedule, mechanism, epsilon, bound)
   _attach_attained(report, scan, schedule, bound, limits.accountant)
   if compare_gaussian:
-    gauss = calibration_report('gaussian', epsilon, delta, rounds,
-                               clients_per_round, total_clients, dim, clip,
-                               use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
-                               compare_gaussian=False, limits=limits)
     report.gaussian = gauss.mechanism
     report.gaussian_mse = gauss.mse
     report.ratio_to_gaussian = report.debiased_error / gauss.debiased_error
     report.mse_ratio_to_gaussian = report.mse / gauss.mse
   return report
+
+
+def _guided(mechanism) -> bool:
+  """Whether the mechanism's searches start from the Gaussian's noise
+  (it overrides `Mechanism.gaussian_matched`)."""
+  cls = mechanisms.get(mechanism)
+  return (cls.gaussian_matched.__func__ is not
+          mechanisms.Mechanism.gaussian_matched.__func__)
 
 
 def _report(scan, schedule, mechanism, epsilon, bound) -> Calibration:

@@ -152,6 +152,9 @@ class Scan:
     signal: a, the common input the debiased error is judged on.
     clients: n, the clients a round.
     limits: the root search's `interface.SearchLimits`.
+    gaussian_sigma: the continuous Gaussian's per-client std at the same
+      target, or None: where the mechanism matches it
+      (`Mechanism.gaussian_matched`), each grid point's search starts there.
 
   Raises:
     ValueError: no parameter to search, one without a privacy direction, an
@@ -160,10 +163,11 @@ class Scan:
 
   def __init__(self, mechanism, epsilon, clip, tune, bits, rtol, params,
                epsilon_of, signal, clients,
-               limits=interface.SearchLimits()):
+               limits=interface.SearchLimits(), gaussian_sigma=None):
     self.mechanism, self.epsilon, self.clip = mechanism, epsilon, clip
     self.bits, self.rtol, self.epsilon_of = bits, rtol, epsilon_of
     self.signal, self.clients, self.limits = signal, clients, limits
+    self.gaussian_sigma = gaussian_sigma
     self.cls = cls = mechanisms.get(mechanism)
     self.tune, self.specs = _tuned(cls, mechanism, tune, bits)
     self.last = self.specs[-1]
@@ -266,10 +270,18 @@ class Scan:
     return repr(sorted((k, v) for k, v in params.items()
                        if k != self.last.name))
 
-  def _search(self, build, rtol, hint, hint_eps, known):
+  def _search(self, build, rtol, hint, hint_eps, known, guess=None):
     return search.search_last(build, self.last, self.epsilon, self.epsilon_of,
                               self.bits, rtol, hint, hint_eps, known,
-                              limits=self.limits)
+                              limits=self.limits, guess=guess)
+
+  def _guess(self, base):
+    """The mechanism's value of the last parameter matching the Gaussian's
+    noise at this grid point (`Mechanism.gaussian_matched`), or None."""
+    if self.gaussian_sigma is None:
+      return None
+    return self.cls.gaussian_matched(self.gaussian_sigma, self.clip,
+                                     self.cls.complete_params(base))
 
   def settle(self):
     """The answer's ε from the whole accountant (`oracle.Epsilon.full`);
@@ -508,7 +520,8 @@ class Scan:
       self.hint, hint_eps = start.value, start.epsilon
     try:
       found = self._search(build, self.scan_rtol, self.hint, hint_eps,
-                           self.known.setdefault(self._key(base), {}))
+                           self.known.setdefault(self._key(base), {}),
+                           self._guess(base))
     except secure_sum.CostError as err:   # e.g. RQM with many levels inside ±c
       self._refuse(grid_point, err)
       return self._missed()
