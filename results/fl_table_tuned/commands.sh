@@ -7,5 +7,5 @@
 # join the same folder (add them to --mechanisms and --bits).
 nice -n 15 python -m experiments.fl_table --output_dir=results/fl_table_tuned \
   --tuned=results/fl_tune_rounds/choice.json --rounds=500 --eval_every=10 \
-  --client_lr=0.2 --clip_norm=0.518 --mechanisms=gaussian,pbm --bits=8 \
+  --client_lr=0.2 --clip_norm=0.518 --mechanisms=gaussian,pbm,rqm --bits=8 \
   --epsilons=10,3 --seeds=4
