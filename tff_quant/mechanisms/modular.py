@@ -19,6 +19,7 @@ order; W_n is symmetric, so the sign of the shift does not matter.
 """
 
 import abc
+import functools
 import math
 
 from typing import Optional
@@ -147,11 +148,12 @@ class ModularNoiseMechanism(base.Mechanism):
     return fraction if spec.low < fraction <= spec.high else None
 
   @classmethod
+  @functools.lru_cache(maxsize=None)
   def least_resolvable_noise(cls, num_levels: int) -> float:
     """The least noise std (integer units) whose n-client sum law
     `noise_sum_log_pmf` resolves at modulus M: one client's wrapped
     probabilities must span at most e^-MAX_LOG_SPAN (the span falls as
-    the std grows); within 1e-9 relative, from above. Cached per M.
+    the std grows); within 1e-9 relative, from above. Cached per class and M.
 
     Args:
       num_levels: M.
@@ -159,22 +161,19 @@ class ModularNoiseMechanism(base.Mechanism):
     Returns:
       The std.
     """
-    cache = cls.__dict__.get('_least_resolvable')
-    if cache is None:
-      cache = {}
-      setattr(cls, '_least_resolvable', cache)
-    if num_levels not in cache:
-      span = lambda std: -float(np.min(cls(1.0, num_levels, 1, std)
-                                       ._wrapped_noise()))
-      lo, hi = math.log(1e-3), math.log(num_levels / 8)
-      if span(math.exp(lo)) <= MAX_LOG_SPAN:
-        cache[num_levels] = 0.0
-      else:
-        while hi - lo > 1e-9:
-          mid = 0.5 * (lo + hi)
-          lo, hi = (lo, mid) if span(math.exp(mid)) <= MAX_LOG_SPAN else (mid, hi)
-        cache[num_levels] = math.exp(hi)
-    return cache[num_levels]
+    span = lambda std: cls(1.0, num_levels, 1, std)._log_span()
+    lo, hi = math.log(1e-3), math.log(num_levels / 8)
+    if span(math.exp(lo)) <= MAX_LOG_SPAN:
+      return 0.0
+    while hi - lo > 1e-9:
+      mid = 0.5 * (lo + hi)
+      lo, hi = (lo, mid) if span(math.exp(mid)) <= MAX_LOG_SPAN else (mid, hi)
+    return math.exp(hi)
+
+  def _log_span(self) -> float:
+    """-log of one client's smallest wrapped noise probability (what
+    MAX_LOG_SPAN limits)."""
+    return -float(np.min(self._wrapped_noise()))
 
   # --- the noise (subclasses) ------------------------------------------------
   @abc.abstractmethod
@@ -201,7 +200,7 @@ class ModularNoiseMechanism(base.Mechanism):
           f'The exact noise sum of {num_clients} clients at num_levels={self.m} '
           f'has {support:.3g} points (limit {MAX_SUM_SUPPORT:.3g}, about 10 s): '
           'lower num_levels or clients_per_round.')
-    span = -float(np.min(self._wrapped_noise()))
+    span = self._log_span()
     if span > MAX_LOG_SPAN:
       raise UnresolvableError(
           f'The exact law of {num_clients} clients\' noise sum is not resolvable '

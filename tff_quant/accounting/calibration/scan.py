@@ -280,8 +280,7 @@ class Scan:
     noise at this grid point (`Mechanism.gaussian_matched`), or None."""
     if self.gaussian_sigma is None:
       return None
-    return self.cls.gaussian_matched(self.gaussian_sigma, self.clip,
-                                     self.cls.complete_params(base))
+    return self.cls.gaussian_matched(self.gaussian_sigma, self.clip, base)
 
   def settle(self):
     """The answer's ε from the whole accountant (`oracle.Epsilon.full`);
