@@ -50,6 +50,9 @@ flags.DEFINE_list('mechanisms', list(DEFAULT_MECHANISMS), 'Mechanisms (registry 
                   'names, TFF peers gaussian/tff_skellam/tff_dgauss, none).')
 flags.DEFINE_list('epsilons', ['3', '10'], 'Whole-model ε targets.')
 flags.DEFINE_list('bits', ['4', '8', '16'], 'Bits per coordinate.')
+flags.DEFINE_string('mechanism_bits', '', 'Bits of single mechanisms in '
+                    'place of --bits, as name=bits entries (several widths '
+                    'joined by +): e.g. ddgauss=16,bq=10,qmgeo=4+8.')
 flags.DEFINE_list('peer_bits', ['16'], 'Bits of TFF\'s distributed aggregators '
                   '(tff_skellam, tff_dgauss): one client per TFF slot and '
                   'pure-Python protobuf make each run ~10x slower.')
@@ -150,6 +153,7 @@ def cells():
   peer_bits = [validation.check_integer('--peer_bits', int(b), 1, 32)
                for b in FLAGS.peer_bits]
   known = set(mechanisms.registry()) | set(PEERS) | {'none'}
+  own = mechanism_bits(FLAGS.mechanism_bits, FLAGS.mechanisms)
   out = []
   for name in FLAGS.mechanisms:
     validation.check_one_of('--mechanisms', name, sorted(known))
@@ -157,11 +161,36 @@ def cells():
       out.append((name, None, fl_table.FLOAT_BITS))
       continue
     widths = {'gaussian': [fl_table.FLOAT_BITS], 'tff_skellam': peer_bits,
-              'tff_dgauss': peer_bits}.get(name, bits)
+              'tff_dgauss': peer_bits, **own}.get(name, bits)
     for eps in epsilons:
       for b in widths:
         out.append((name, eps, b))
   return out
+
+
+def mechanism_bits(text, names):
+  """{name: [bits]} from --mechanism_bits' text (ValueError naming the
+  flag for a name not in `names`, the Gaussian or the noise-free cell, or
+  bits outside 1..24)."""
+  fixed = ('gaussian', 'none')
+  def parse(name, value):
+    validation.check_one_of('--mechanism_bits',
+                            name, sorted(set(names) - set(fixed)))
+    return [validation.check_integer('--mechanism_bits', int(b), 1, 24)
+            for b in value.split('+')]
+  try:
+    return validation.parse_key_values('--mechanism_bits', text, parse)
+  except ValueError as err:
+    if 'invalid literal' in str(err):
+      raise ValueError(f'--mechanism_bits must be name=bits entries with '
+                       f'integer bits, got {text!r}.') from None
+    raise
+
+
+def budgets(all_cells):
+  """The bit budgets the report answers for: every quantized cell's width."""
+  return sorted({b for name, _, b in all_cells
+                 if name not in ('gaussian', 'none')})
 
 
 def wide(cell) -> bool:
@@ -235,7 +264,7 @@ def _calibrated(cell, dim, s):
           name, eps, s['delta'], s['rounds'], s['clients_per_round'],
           s['total_clients'], dim, l2_clip=s['clip_norm'],
           coordinate_clip=s['coordinate_clip_multiple'] * s['clip_norm'] /
-          math.sqrt(dim), bits=bits,
+          math.sqrt(dim), bits=bits, rtol=fl_table.EQUAL_EPSILON_RTOL,
           progress=lambda line: print(f'  {line}', flush=True))
       out = dict(params=report.tunables, mechanism=repr(report.mechanism),
                  epsilon=report.epsilon,
@@ -363,7 +392,7 @@ def report(all_cells, calibrations, seconds):
             'this 2-core machine). How to read it: docs/fl_table.md.' +
             tuned_line(s) + fl_table.slow_peers_line(cells_, SLOW))
   text = fl_table.write_report(cells_, FLAGS.output_dir,
-                               [int(b) for b in FLAGS.bits], header, endpoint,
+                               budgets(all_cells), header, endpoint,
                                rounds=FLAGS.rounds)
   setting = header.splitlines()[2][:160]
   fl_table.plot(cells_, os.path.join(FLAGS.output_dir, 'table.png'), setting)

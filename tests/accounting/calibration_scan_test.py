@@ -45,7 +45,7 @@ def test_a_near_tie_at_the_scans_width_is_searched_to_rtol_before_a_rise(
   widths = []
 
   def stub(build_, spec, target, epsilon_of, bits, rtol, hint, hint_eps,
-           known=None, limits=None, guess=None):
+           known=None, **kwargs):
     widths.append(rtol)
     return (search.SearchResult(tie, 9.946, 9.946) if len(widths) == 1
             else search.SearchResult(better, 9.99, 9.946))
@@ -95,3 +95,35 @@ def test_the_grid_top_is_probed_first_and_points_ruled_out_are_out_of_reach(
       calibration.calibrate('rqm', 10.0, **schedule, bits=3, tune='q',
                             delta_ratio=ratio)
   assert report.epsilon <= 10.0
+
+
+def test_a_grid_point_out_of_reach_at_its_least_private_end_is_pruned_on_its_evaluations(
+    monkeypatch):
+  """A modular sum's least private values are out of reach, so the floor
+  to beat the incumbent cannot be found; the search is given `hopeless`
+  instead: true where a value's error reaches the incumbent's (that value
+  and any more private one cannot win), false below it and where the law
+  is out of reach. A search ended so prunes the point and counts a rise
+  (the search stubbed; discrete Gaussian, 12 bits)."""
+  clip, signal = 0.03, 0.01
+  scan = scan_lib.Scan('ddgauss', 10.0, clip, None, 12, 2e-3, {},
+                       _ConstantOracle(12.0), signal, 100)
+  build = lambda f: mechanisms.get('ddgauss').for_coordinate_bound(
+      clip, num_levels=4096, steps=16, noise_fraction=f)
+  level = 0.004
+  incumbent = build(level).signal_utility(100, signal)
+  scan.best = scan_lib.Incumbent(incumbent.error, build(level),
+                                 {'steps': 8, 'noise_fraction': level}, 9.99,
+                                 incumbent)
+  given = {}
+
+  def stub(build_, spec, target, epsilon_of, bits, rtol, hint, hint_eps,
+           known=None, **kwargs):
+    given.update(kwargs)
+    return search.SearchResult(None, 12.0, 12.0, hopeless=True)
+  monkeypatch.setattr(search, 'search_last', stub)
+  assert scan.visit({'steps': 16}) is scan_lib.Steer.CONTINUE
+  assert scan.pruned == 1 and scan.rising == 1 and scan.best.params['steps'] == 8
+  hopeless = given['hopeless']
+  assert hopeless(level * 1.01) and not hopeless(level * 0.9)
+  assert not hopeless(1e-6)   # out of reach: no answer there either way

@@ -279,3 +279,47 @@ def test_a_guess_is_ignored_with_no_guess_steps():
   search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL, guess=0.2,
                      limits=interface.SearchLimits(guess_steps=0))
   assert fake.exact_at == plain.exact_at
+
+
+@pytest.mark.parametrize('power', [2.7, 8.0])
+def test_a_measured_rate_carried_to_the_first_step_lands_at_once(power):
+  """ε = (a/σ)^p, a guess 2% below the root: without a rate the first step
+  assumes p = 1 and needs more steps; with the slope the search measured
+  (`SearchResult.rate`, ≈ p), the first step lands in the window: two exact
+  evaluations."""
+  eps = lambda s: (0.4 / s)**power
+  root = 0.4 / 10.0**(1 / power)
+  plain = FakeOracle(eps)
+  first = search.search_last(_identity, SIGMA, 10.0, plain, None, RTOL,
+                             guess=0.98 * root)
+  assert first.rate == pytest.approx(power, rel=0.02)
+  fake = FakeOracle(eps)
+  found = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL,
+                             guess=0.98 * root, guess_rate=first.rate)
+  assert _within(found.epsilon) and len(fake.exact_at) == 2
+  assert len(plain.exact_at) > 2
+
+
+def test_a_hopeless_value_ends_the_search():
+  """ε = 3/σ: `hopeless` is asked only at evaluated values missing the
+  target; where it holds the search ends there (`SearchResult.hopeless`,
+  no value); where it never holds the search is the one without it."""
+  eps = lambda s: 3.0 / s
+  asked = []
+
+  def never(value):
+    asked.append(value)
+    return False
+  plain, fake = FakeOracle(eps), FakeOracle(eps)
+  base = search.search_last(_identity, SIGMA, 10.0, plain, None, RTOL,
+                            guess=0.1)
+  same = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL,
+                            guess=0.1, hopeless=never)
+  assert fake.exact_at == plain.exact_at and same.value == base.value
+  assert asked and all(eps(v) > 10.0 for v in asked)
+  stopped = FakeOracle(eps)
+  found = search.search_last(_identity, SIGMA, 10.0, stopped, None, RTOL,
+                             guess=0.1, hopeless=lambda value: True)
+  assert found.hopeless and found.value is None
+  assert stopped.exact_at == [pytest.approx(0.1)]
+  assert found.epsilon == pytest.approx(30.0)

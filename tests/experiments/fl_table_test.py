@@ -50,6 +50,20 @@ def test_bad_flags_are_refused(tmp_path):
   assert bad.returncode != 0 and '--mechanisms' in bad.stderr
 
 
+def test_mechanism_bits_replace_the_bits_of_the_mechanisms_named(tmp_path):
+  """pbm at --bits (4), skellam at its own 16 and 12: three cells; a name
+  not in --mechanisms, the Gaussian, or bits that are not integers in
+  1..24 are refused naming the flag."""
+  plan = _table(str(tmp_path / 't'), '--mechanisms=pbm,skellam',
+                '--mechanism_bits=skellam=16+12', '--plan')
+  assert plan.returncode == 0, plan.stderr[-2000:]
+  assert '2 cells' not in plan.stdout and '3 cells, 3 runs' in plan.stdout
+  for bad in ('rqm=8', 'gaussian=8', 'pbm=x', 'pbm=30', 'pbm'):
+    got = _table(str(tmp_path / 'u'), '--mechanisms=pbm,gaussian',
+                 f'--mechanism_bits={bad}', '--plan')
+    assert got.returncode != 0 and '--mechanism_bits' in got.stderr, bad
+
+
 def _children(pid):
   path = f'/proc/{pid}/task/{pid}/children'
   return [int(c) for c in open(path).read().split()] if os.path.exists(path) else []

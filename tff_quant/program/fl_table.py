@@ -54,6 +54,9 @@ CLIPPED = 0.10
 HALF_WIDTH_TARGETS = {3.0: 0.03, 10.0: 0.02}
 #: The power the seed counts for TOST are computed at.
 POWER = 0.8
+#: "Equal ε": every run's reported ε within this relative distance of its
+#: cell's target (the table's calibrations search to this width).
+EQUAL_EPSILON_RTOL = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +213,14 @@ class Cell:
   @property
   def label(self) -> str:
     return f'{self.mechanism} ({self.bits} bits)'
+
+  def epsilon_gap(self) -> float:
+    """The largest relative distance of a run's reported ε from the
+    cell's target (0 without runs or for the noise-free cell)."""
+    if self.epsilon is None or not self.epsilons:
+      return 0.0
+    return max(abs(e - self.epsilon) / self.epsilon
+               for e in self.epsilons.values())
 
   def add_run(self, seed: int, run: Run, endpoint: Endpoint, rounds: int,
               epsilon: float) -> None:
@@ -569,6 +580,14 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
     note = row[13] or (row[12] if seeds else 'not run yet')
     md.append(f'| {name} | {eps} | {bits} | {seeds} | {acc} | {last} | '
               f'{row[9]} | {row[10]} | {reported} | {note} |')
+  unequal = [f'{c.label} at ε = {c.epsilon:g} ({c.epsilon_gap():.2%})'
+             for c in sorted(cells, key=lambda c: (c.epsilon or math.inf,
+                                                   c.bits, c.mechanism))
+             if c.epsilon_gap() > EQUAL_EPSILON_RTOL]
+  md += ['', f'Equal ε: every run\'s reported ε is within '
+         f'{EQUAL_EPSILON_RTOL:.1%} of its target' + (
+             '.' if not unequal else
+             ' except ' + '; '.join(unequal) + ' (largest distance).')]
   n_ref, n_bits = len(analysis.against_reference), len(analysis.equal_bits)
   md += ['', f'## Against the Gaussian (paired by seed)', '',
          f'Each cell minus the Gaussian at its ε, seed by seed. Family: these '

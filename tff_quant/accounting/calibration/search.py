@@ -29,6 +29,11 @@ class _CloseEnough(Exception):
   """A value whose ε is within rtol below the target: the root search ends."""
 
 
+class _Hopeless(Exception):
+  """A value missing the target at which the search's `hopeless` holds: no
+  value meeting it can win, and the search ends."""
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchResult:
   """What `search_last` found.
@@ -41,18 +46,26 @@ class SearchResult:
     least: the smallest ε seen (nan when no value fits the bits).
     bounded: when `value` is None, the candidate whose ε is known only by
       the oracle's lower bound (`EpsilonEstimate.lower_bound`), else None.
+    hopeless: the search ended at a value missing the target where its
+      `hopeless` held (`value` None, `epsilon` that value's).
+    rate: d log ε / d log value (toward less privacy) last measured by
+      the steps from a guess, or None.
   """
   value: Optional[float]
   epsilon: float
   least: float
   bounded: object = None
+  hopeless: bool = False
+  rate: Optional[float] = None
 
 
 class _Evaluations:
   """A search's evaluations by x, cached; which one was last a lower bound."""
 
-  def __init__(self, oracle, build, to_value):
+  def __init__(self, oracle, build, to_value, target=math.inf,
+               hopeless=None):
     self.oracle, self.build, self.to_value = oracle, build, to_value
+    self.target, self.hopeless = target, hopeless
     self.seen: Dict[float, float] = {}   # x -> ε, every evaluation
     self.bounded = None   # the last evaluated candidate, if only bounded
 
@@ -67,6 +80,10 @@ class _Evaluations:
     estimate = self.oracle.epsilon(candidate, screen)
     self.bounded = candidate if estimate.lower_bound else None
     self.seen[x] = estimate.epsilon
+    if (self.hopeless is not None and
+        self.target < estimate.epsilon < math.inf and
+        self.hopeless(self.to_value(x))):
+      raise _Hopeless(x)
     return estimate.epsilon
 
   def result(self, value, x):
@@ -184,6 +201,7 @@ class _Real:
   rtol: float
   x_tol: float
   limits: interface.SearchLimits
+  rate: Optional[float] = None   # `_from_guess`'s last measured slope
 
   @property
   def span(self):
@@ -205,7 +223,9 @@ def search_last(build, spec, target: float, oracle: interface.Oracle,
                 bits: Optional[int], rtol: float, hint=None, hint_eps=None,
                 known: Optional[Dict[float, float]] = None,
                 limits: interface.SearchLimits = interface.SearchLimits(),
-                guess: Optional[float] = None) -> SearchResult:
+                guess: Optional[float] = None,
+                hopeless: Optional[Callable[[float], bool]] = None,
+                guess_rate: Optional[float] = None) -> SearchResult:
   """The least private value of `spec` whose ε meets `target`.
 
   Bisection for an integer; for a real, a bracket (`_bracket`), then
@@ -231,6 +251,12 @@ def search_last(build, spec, target: float, oracle: interface.Oracle,
       1/value; `Mechanism.gaussian_matched`): where no earlier evaluations
       bracket the target, secant steps on log ε from it come first
       (`_from_guess`), and the hint's bracket only where they find none.
+    guess_rate: d log ε / d log value (toward less privacy, > 0) the first
+      step from `guess` assumes (None: 1); e.g. `SearchResult.rate` of the
+      previous grid point.
+    hopeless: value -> whether no value at least as private can win (a
+      real parameter: asked at each evaluated value whose finite ε misses
+      the target); where it holds, the search ends (`SearchResult.hopeless`).
 
   Returns:
     A `SearchResult`.
@@ -242,14 +268,30 @@ def search_last(build, spec, target: float, oracle: interface.Oracle,
     return SearchResult(None, math.nan, math.nan)
   x_tol = 0.5 * (rtol if axis.geometric else
                  rtol * max(abs(axis.safe), abs(axis.unsafe)))
-  real = _Real(axis, _Evaluations(oracle, build, axis.value), oracle, build,
+  real = _Real(axis, _Evaluations(oracle, build, axis.value, target,
+                                  hopeless), oracle, build,
                target, rtol, x_tol, limits)
   if known:   # this grid point's earlier evaluations (`scan.Scan.refine`)
     real.ev.seen.update({axis.x(v): e for v, e in known.items()
                          if axis.lo < v < axis.hi})
+  try:
+    found = _search_real(real, spec, known, guess, guess_rate, hint,
+                         hint_eps)
+  except _Hopeless as stop:
+    seen = real.ev.seen
+    if known is not None:
+      known.update({axis.value(x): e for x, e in seen.items()})
+    found = SearchResult(None, seen[stop.args[0]], min(seen.values()),
+                         hopeless=True)
+  return dataclasses.replace(found, rate=real.rate)
+
+
+def _search_real(real, spec, known, guess, guess_rate, hint, hint_eps):
+  """`search_last` for a real parameter, from its `_Real`."""
+  axis, target, limits = real.axis, real.target, real.limits
   ends = real.known_bracket()
   if ends is None and guess is not None:
-    ends = _from_guess(real, guess, limits.guess_steps)
+    ends = _from_guess(real, guess, limits.guess_steps, guess_rate)
   if ends is None:
     ends = _bracket(real, hint, hint_eps)
     if isinstance(ends, SearchResult):
@@ -265,14 +307,15 @@ def search_last(build, spec, target: float, oracle: interface.Oracle,
   return real.ev.result(axis.value(x_best), x_best)
 
 
-def _from_guess(real, guess, steps):
+def _from_guess(real, guess, steps, rate=None):
   """(x_ok, x_bad) around the target after secant steps on log ε from
   `guess`, or (x, None) at a value whose ε is within `rtol` below the
   target; None where the steps bracket nothing (the hint's bracket takes
   over, these evaluations kept).
 
-  The first step takes ε ∝ 1/value (a noise scale: x = log value), the
-  later ones the slope through the last two finite points, each aimed at
+  The first step takes ε ∝ value^-rate (a noise scale: x = log value;
+  rate 1 unless given), the later ones the slope through the last two
+  finite points (kept in `real.rate`), each aimed at
   the window's middle and kept inside a bracket once there is one (else
   its midpoint). A value whose law is out of reach (ε infinite, found at
   once) moves 4x toward privacy, or halves the bracket; such values do
@@ -287,7 +330,8 @@ def _from_guess(real, guess, steps):
   toward = math.copysign(1.0, real.span)   # x grows toward less privacy
   middle = target * (1 - real.rtol / 2)
   ends_x = sorted((axis.x(axis.lo), axis.x(axis.hi)))
-  x, rate, last = axis.x(guess), 1.0, None   # rate: d log ε / d(toward·x)
+  # rate: d log ε / d(toward·x)
+  x, rate, last = axis.x(guess), (rate if rate and rate > 0 else 1.0), None
   finite = 0
   for _ in range(6 * steps):
     e = ev(x)
@@ -298,7 +342,8 @@ def _from_guess(real, guess, steps):
         return x, None
       if last is not None:
         measured = (math.log(e) - math.log(last[1])) / (toward * (x - last[0]))
-        rate = measured if measured > 0 else rate
+        if measured > 0:
+          rate = real.rate = measured
       last = (x, e)
       step = x + toward * math.log(middle / e) / rate
     elif e <= 0:   # no divergence at all: far too private
