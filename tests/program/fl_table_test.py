@@ -225,3 +225,18 @@ def test_the_header_says_why_tffs_distributed_peers_have_fewer_seeds():
   assert fl_table.slow_peers_line([cell('rqm', 3), cell('tff_dgauss', 3)],
                                   slow) == ''
   assert fl_table.slow_peers_line([cell('rqm', 3)], slow) == ''
+
+
+def test_equal_epsilon_names_the_cells_outside_the_tolerance(tmp_path):
+  """A run at 9.987 for a target of 10 is 0.13% off, over EQUAL_EPSILON_RTOL
+  (0.1%): the report names its cell and distance; at 9.995 (0.05%) every
+  cell is within it. The noise-free cell has no target."""
+  cells = [_cell('gaussian', [0.80, 0.81], bits=32), _cell('pbm', [0.8, 0.8])]
+  cells[1].epsilons[1] = 9.987
+  assert cells[1].epsilon_gap() == pytest.approx(1.3e-3)
+  assert fl_table.Cell('none', None, 32).epsilon_gap() == 0.0
+  text = fl_table.write_report(cells, str(tmp_path), [8], '# T')
+  assert 'within 0.1% of its target except pbm (8 bits) at ε = 10 (0.13%)' in text
+  cells[1].epsilons[1] = 9.995
+  text = fl_table.write_report(cells, str(tmp_path), [8], '# T')
+  assert "every run's reported ε is within 0.1% of its target." in text
