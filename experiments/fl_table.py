@@ -391,9 +391,15 @@ def report(all_cells, calibrations, seconds):
             f'{seconds / 3600:.1f} h of training (sum of run wall times on '
             'this 2-core machine). How to read it: docs/fl_table.md.' +
             tuned_line(s) + fl_table.slow_peers_line(cells_, SLOW))
+  provenance = (
+      f'From {done} runs, {seconds / 3600:.1f} h of training (the sum of the '
+      'runs\' wall times on this 2-core machine). The paired differences with '
+      'their 95% intervals, each seed a dot, the ±'
+      f'{fl_table.MARGIN:g} margin shaded: '
+      '![paired differences to the Gaussian](differences.png)')
   text = fl_table.write_report(cells_, FLAGS.output_dir,
                                budgets(all_cells), header, endpoint,
-                               rounds=FLAGS.rounds)
+                               rounds=FLAGS.rounds, provenance=provenance)
   setting = header.splitlines()[2][:160]
   fl_table.plot(cells_, os.path.join(FLAGS.output_dir, 'table.png'), setting)
   fl_table.plot_differences(

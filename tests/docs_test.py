@@ -149,6 +149,19 @@ def test_the_tool_copies_the_section_and_says_when_it_is_absent(tmp_path, repo_t
     tool.which_mechanism(str(table))
 
 
+def test_the_tools_block_links_files_beside_the_table_from_the_root(
+    tmp_path, repo_tool):
+  """A plot linked beside the table is linked from README.md's folder (the
+  root); links with a folder or a scheme stay as they are."""
+  tool = repo_tool('readme_tables')
+  table = tmp_path / 'table.md'
+  table.write_text('## Which mechanism should I use?\n\n| a |\n\n'
+                   '![d](differences.png) [t](docs/x.md) [w](https://e.org)\n')
+  folder = os.path.relpath(str(tmp_path), tool.ROOT).replace(os.sep, '/')
+  assert tool.which_mechanism(str(table)).splitlines()[-1] == (
+      f'![d]({folder}/differences.png) [t](docs/x.md) [w](https://e.org)')
+
+
 PUBLIC = ('tff_quant.aggregators', 'tff_quant.accounting', 'tff_quant.mechanisms')
 
 

@@ -1,7 +1,7 @@
 """Writes README.md's generated tables from the results files: python tools/readme_tables.py
 
 The "Which mechanism should I use?" table is the section of that name in
-results/fl_table/table.md (written by experiments/fl_table.py through
+results/fl_table_tuned/table.md (written by experiments/fl_table.py through
 tff_quant/program/fl_table.py). It is copied, as is, between the markers
 
   <!-- which-mechanism:begin -->
@@ -16,16 +16,17 @@ in README.md. While the results file does not exist, the block is the one line
 
 import argparse
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
-TABLE = os.path.join(ROOT, 'results', 'fl_table', 'table.md')
+TABLE = os.path.join(ROOT, 'results', 'fl_table_tuned', 'table.md')
 SECTION = '## Which mechanism should I use?'
 BEGIN = '<!-- which-mechanism:begin -->'
 END = '<!-- which-mechanism:end -->'
-ABSENT = ('*No FL table yet: `results/fl_table/table.md` does not exist '
-          '(`python -m experiments.fl_table` writes it).*')
+ABSENT = ('*No FL table yet: `results/fl_table_tuned/table.md` does not '
+          'exist (`bash results/fl_table_tuned/commands.sh` writes it).*')
 
 
 def which_mechanism(table_path: str = TABLE) -> str:
@@ -47,7 +48,17 @@ def which_mechanism(table_path: str = TABLE) -> str:
   text = '\n'.join(body).strip()
   if not text:
     raise ValueError(f'{table_path}: the section {SECTION!r} is empty')
-  return text
+  return _links_from_root(text, table_path)
+
+
+def _links_from_root(text: str, table_path: str) -> str:
+  """`text` with its relative Markdown link targets (a file beside the
+  table, e.g. its plot) made relative to the repository root, where
+  README.md is."""
+  folder = os.path.relpath(os.path.dirname(os.path.abspath(table_path)), ROOT)
+  return re.sub(r'\]\(([^/():]+)\)',
+                lambda m: f']({folder}/{m.group(1)})'.replace(os.sep, '/'),
+                text)
 
 
 def current_block(readme_text: str) -> str:

@@ -520,7 +520,7 @@ def _comparison_table(family: Sequence[comparisons.Comparison], first: str,
 def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
                  header: str, endpoint: Endpoint = PRESPECIFIED,
                  margin: float = MARGIN, alpha: float = ALPHA,
-                 rounds: Optional[int] = None) -> str:
+                 rounds: Optional[int] = None, provenance: str = '') -> str:
   """table.csv and table.md (cells, comparisons, precision, which mechanism)
   in `output_dir`.
 
@@ -533,6 +533,8 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
     margin: the equivalence margin.
     alpha: each family's family-wise error rate.
     rounds: the runs' rounds, to name the endpoint's window (optional).
+    provenance: Markdown closing "which mechanism" (e.g. the runs and hours
+      behind it, and the differences' plot).
 
   Returns:
     The Markdown.
@@ -629,6 +631,8 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
          'minus the Gaussian [95% CI] |', '|---|---|---|---|---|']
   for eps, budget, same, cheapest, listed in which_mechanism(analysis, budgets):
     md.append(f'| {eps:g} | {budget} | {same} | {cheapest} | {listed} |')
+  if provenance:
+    md += ['', provenance]
   text = '\n'.join(md) + '\n'
   with open(os.path.join(output_dir, 'table.md'), 'w') as f:
     f.write(text)
