@@ -323,3 +323,31 @@ def test_a_hopeless_value_ends_the_search():
   assert found.hopeless and found.value is None
   assert stopped.exact_at == [pytest.approx(0.1)]
   assert found.epsilon == pytest.approx(30.0)
+
+
+def test_a_guess_past_the_least_private_end_settles_there_at_once():
+  """ε = 2/σ on σ in (0, ∞) axis-clamped: a guess below the axis (the
+  least private end) where that end meets the target is the answer in one
+  exact evaluation; where it misses, the search goes on as usual."""
+  axis = interface.Axis.of(SIGMA)
+  fake = FakeOracle(lambda s: 1e-9 / s)
+  found = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL,
+                             guess=axis.lo / 2)
+  assert found.value == axis.unsafe and len(fake.exact_at) == 1
+  steep = FakeOracle(lambda s: 3.0 / s)
+  found = search.search_last(_identity, SIGMA, 10.0, steep, None, RTOL,
+                             guess=axis.lo / 2)
+  assert _within(found.epsilon)
+
+
+def test_an_evaluated_hint_near_the_guess_starts_the_steps_for_free():
+  """ε = (a/σ)^4 with the measured rate: a hint whose ε is known, 1% off the
+  guess, is where the steps start: one exact evaluation in all."""
+  eps = lambda s: (0.4 / s)**4
+  root = 0.4 / 10.0**0.25
+  hint = 0.99 * root
+  fake = FakeOracle(eps)
+  found = search.search_last(_identity, SIGMA, 10.0, fake, None, RTOL,
+                             hint=hint, hint_eps=eps(hint), guess=1.01 * hint,
+                             guess_rate=4.0)
+  assert _within(found.epsilon) and len(fake.exact_at) == 1

@@ -28,6 +28,11 @@ from tff_quant.mechanisms import utility
 #: into a 0.2% window took 2-3 exact evaluations per grid point.
 SCAN_RTOL = 1e-2
 PROGRESS_AFTER = 10.0   # seconds a calibration runs before it reports progress
+#: Halvings after its samples that locate the floor to beat the incumbent:
+#: 2^-24 of a sample step (the floor errs toward privacy, so a coarser one
+#: prunes less, never wrongly). Skellam at 16 bits: 60 took 3 s of error
+#: evaluations a grid point.
+BEAT_ITERATIONS = 24
 
 
 class Steer(enum.Enum):
@@ -312,8 +317,9 @@ class Scan:
 
   def _learn_scale(self, guess, found):
     """`guess_scale` from a grid point's answer over its guess (the hook's
-    value is proportional to the noise; where it was clamped, the answer is
-    the clamp and the scale stays), kept within [1/4, 4]; and `guess_rate`,
+    value is proportional to the noise), kept within [1/4, 4], where the
+    target set the answer (its ε within the scan's window: not an end of
+    the range or the least resolvable noise); and `guess_rate`,
     the slope of log ε its steps measured. Discrete Gaussian at 16 bits,
     ε = 10: each grid point needed 0.13-0.27% more noise than the
     Gaussian's, and ε fell as about σ^-3.9 there (the first step assumed
@@ -321,7 +327,8 @@ class Scan:
     grid point instead of three."""
     if found.rate is not None:
       self.guess_rate = found.rate
-    if guess is not None and found.value is not None:
+    if (guess is not None and found.value is not None and
+        found.epsilon >= self.epsilon * (1 - self.scan_rtol)):   # not an end
       self.guess_scale = min(4.0, max(0.25, self.guess_scale *
                                       found.value / guess))
 
@@ -516,7 +523,8 @@ class Scan:
     usual, or a `Steer` (pruned, or refused for its cost)."""
     try:
       floor = search.least_private_to_beat(build, self.last, self.best.error,
-                                           self.error_of)
+                                           self.error_of,
+                                           iterations=BEAT_ITERATIONS)
     except modular.UnresolvableError:
       return _Start(None, None, self._hopeless(build))
     except search.NotMonotone:
@@ -585,14 +593,18 @@ class Scan:
       self.reached.append(refusals.Reached(found.least, grid_point,
                                            found.bounded))
       return self._missed()
-    return self._judge(build, base, grid_point, found, hint_eps)
+    # Whether a value meeting the target may tie the incumbent: the floor
+    # to beat it met the target, or no value missing it had reached its
+    # error (the search was not hopeless).
+    return self._judge(build, base, grid_point, found,
+                       hint_eps is not None or hopeless is not None)
 
-  def _judge(self, build, base, grid_point, found, hint_eps) -> Steer:
+  def _judge(self, build, base, grid_point, found, can_tie) -> Steer:
     """The search's answer at a grid point against the incumbent."""
     value, value_eps = found.value, found.epsilon
     mech = build(value)
     util = mech.signal_utility(self.clients, self.signal)
-    if (hint_eps is not None and self.best is not None and
+    if (can_tie and self.best is not None and
         util.error >= self.best.error and self.scan_rtol > self.rtol and
         value_eps < self.epsilon * (1 - self.rtol)):
       # It can beat the incumbent (ε meets the target where the error ties)

@@ -290,8 +290,19 @@ def _search_real(real, spec, known, guess, guess_rate, hint, hint_eps):
   """`search_last` for a real parameter, from its `_Real`."""
   axis, target, limits = real.axis, real.target, real.limits
   ends = real.known_bracket()
-  if ends is None and guess is not None:
-    ends = _from_guess(real, guess, limits.guess_steps, guess_rate)
+  if ends is None and guess is not None and limits.guess_steps:
+    if hint_eps is not None and axis.lo < hint < axis.hi:
+      # An evaluated start (the scan's floor) within 5% of the guess: the
+      # steps begin there, free (Skellam at 16 bits: one exact evaluation
+      # fewer a grid point).
+      real.ev.seen.setdefault(axis.x(hint), hint_eps)
+      if guess > 0 and abs(math.log(hint / guess)) < 0.05:
+        guess = hint
+    at_end = _least_private_end_if_safe(real, guess)
+    if at_end is not None:
+      return at_end
+    ends = real.known_bracket() or _from_guess(real, guess,
+                                               limits.guess_steps, guess_rate)
   if ends is None:
     ends = _bracket(real, hint, hint_eps)
     if isinstance(ends, SearchResult):
@@ -307,6 +318,20 @@ def _search_real(real, spec, known, guess, guess_rate, hint, hint_eps):
   return real.ev.result(axis.value(x_best), x_best)
 
 
+def _least_private_end_if_safe(real, guess):
+  """Where `guess` lies at or past the least private end of the axis (a
+  noise the Gaussian's matches below the range: the discrete Gaussian's and
+  Skellam's at one rounding step): that end's `SearchResult` if its ε meets
+  the target (one evaluation where the bracket from the most private end
+  took ten), else None."""
+  axis = real.axis
+  past = (guess <= axis.lo) if axis.unsafe == axis.lo else (guess >= axis.hi)
+  if not past:
+    return None
+  x = axis.x(axis.unsafe)
+  return real.ev.result(axis.unsafe, x) if real.ev(x) <= real.target else None
+
+
 def _from_guess(real, guess, steps, rate=None):
   """(x_ok, x_bad) around the target after secant steps on log ε from
   `guess`, or (x, None) at a value whose ε is within `rtol` below the
@@ -317,7 +342,7 @@ def _from_guess(real, guess, steps, rate=None):
   rate 1 unless given), the later ones the slope through the last two
   finite points (kept in `real.rate`), each aimed at
   the window's middle and kept inside a bracket once there is one (else
-  its midpoint). A value whose law is out of reach (ε infinite, found at
+  its midpoint; a step past the axis, its end). A value whose law is out of reach (ε infinite, found at
   once) moves 4x toward privacy, or halves the bracket; such values do
   not count against the `steps` finite evaluations, and the steps end
   once the bracket is `x_tol` wide. Discrete Gaussian at 16 bits, r = 64:
@@ -354,7 +379,10 @@ def _from_guess(real, guess, steps, rate=None):
                            abs(ends[0] - ends[1]) <= real.x_tol):
       break
     lo, hi = sorted(ends) if ends is not None else ends_x
-    x = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
+    if step is not None and ends is None:
+      x = min(max(step, lo), hi)   # past the axis: its end
+    else:
+      x = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
     if x in ev.seen:
       break
   return real.known_bracket()
