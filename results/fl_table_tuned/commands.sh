@@ -4,8 +4,12 @@
 # resumes: a finished run is skipped, so the same folder grows across
 # sessions. Started as a pilot (gaussian and pbm at 8 bits, both ε) to size
 # the seeds from the paired variance; the other mechanisms and bit widths
-# join the same folder (add them to --mechanisms and --bits).
+# join the same folder (add them to --mechanisms, --bits and
+# --mechanism_bits). Two processes may share the work: one in a second
+# folder of the same settings (--output_dir), its finished runs, calibrations
+# and run seconds then copied into this one.
 nice -n 15 python -m experiments.fl_table --output_dir=results/fl_table_tuned \
   --tuned=results/fl_tune_rounds/choice.json --rounds=500 --eval_every=10 \
-  --client_lr=0.2 --clip_norm=0.518 --mechanisms=gaussian,pbm,rqm --bits=8 \
-  --epsilons=10,3 --seeds=4
+  --client_lr=0.2 --clip_norm=0.518 \
+  --mechanisms=gaussian,pbm,rqm,quantized_gaussian,qmgeo,randomized_projection,ddgauss,skellam,none \
+  --bits=8 --mechanism_bits=ddgauss=16,skellam=16 --epsilons=10,3 --seeds=4
