@@ -168,35 +168,36 @@ def cells():
   return out
 
 
+#: The reference cells: the Gaussian's floats and the noise-free baseline.
+REFERENCES = ('gaussian', 'none')
+
+
 def mechanism_bits(text, names):
   """{name: [bits]} from --mechanism_bits' text (ValueError naming the
-  flag for a name not in `names`, the Gaussian or the noise-free cell, or
-  bits outside 1..24)."""
-  fixed = ('gaussian', 'none')
+  flag for a name not in `names`, a reference cell, or bits that are not
+  integers in 1..24)."""
+  def width(b):
+    if not b.strip().isdigit():
+      raise ValueError(f'--mechanism_bits must be name=bits entries with '
+                       f'integer bits, got {text!r}.')
+    return validation.check_integer('--mechanism_bits', int(b), 1, 24)
+
   def parse(name, value):
     validation.check_one_of('--mechanism_bits',
-                            name, sorted(set(names) - set(fixed)))
-    return [validation.check_integer('--mechanism_bits', int(b), 1, 24)
-            for b in value.split('+')]
-  try:
-    return validation.parse_key_values('--mechanism_bits', text, parse)
-  except ValueError as err:
-    if 'invalid literal' in str(err):
-      raise ValueError(f'--mechanism_bits must be name=bits entries with '
-                       f'integer bits, got {text!r}.') from None
-    raise
+                            name, sorted(set(names) - set(REFERENCES)))
+    return [width(b) for b in value.split('+')]
+  return validation.parse_key_values('--mechanism_bits', text, parse)
 
 
 def budgets(all_cells):
   """The bit budgets the report answers for: every quantized cell's width."""
-  return sorted({b for name, _, b in all_cells
-                 if name not in ('gaussian', 'none')})
+  return sorted({b for name, _, b in all_cells if name not in REFERENCES})
 
 
 def wide(cell) -> bool:
   """A quantized cell over 8 bits (the Gaussian's floats and the noise-free
   baseline are references: they run with the narrow cells)."""
-  return cell[2] > 8 and cell[0] not in ('gaussian', 'none')
+  return cell[2] > 8 and cell[0] not in REFERENCES
 
 
 def cell_name(cell) -> str:

@@ -541,8 +541,9 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
   """
   analysis = analyse(cells, margin, alpha)
   rows = []
-  for c in sorted(cells, key=lambda c: (c.epsilon or math.inf, c.bits,
-                                        c.mechanism)):
+  ordered = sorted(cells, key=lambda c: (c.epsilon or math.inf, c.bits,
+                                         c.mechanism))
+  for c in ordered:
     mean, lo, hi = c.interval()
     drop, clip = c.excursions()
     rows.append([c.mechanism, '' if c.epsilon is None else c.epsilon, c.bits,
@@ -571,8 +572,7 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
         '| mechanism | ε | bits | seeds | endpoint (95% CI) | last round | '
         'runs with a drop | rounds clipped (in runs) | ε reported | note |',
         '|---|---|---|---|---|---|---|---|---|---|']
-  for c, row in zip(sorted(cells, key=lambda c: (c.epsilon or math.inf,
-                                                 c.bits, c.mechanism)), rows):
+  for c, row in zip(ordered, rows):
     name, eps, bits, seeds, mean, lo, hi = row[:7]
     acc = ('' if not seeds else
            f'{mean:.3f} [{lo:.3f}, {hi:.3f}]' if math.isfinite(lo)
@@ -583,9 +583,7 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
     md.append(f'| {name} | {eps} | {bits} | {seeds} | {acc} | {last} | '
               f'{row[9]} | {row[10]} | {reported} | {note} |')
   unequal = [f'{c.label} at ε = {c.epsilon:g} ({c.epsilon_gap():.2%})'
-             for c in sorted(cells, key=lambda c: (c.epsilon or math.inf,
-                                                   c.bits, c.mechanism))
-             if c.epsilon_gap() > EQUAL_EPSILON_RTOL]
+             for c in ordered if c.epsilon_gap() > EQUAL_EPSILON_RTOL]
   md += ['', f'Equal ε: every run\'s reported ε is within '
          f'{EQUAL_EPSILON_RTOL:.1%} of its target' + (
              '.' if not unequal else

@@ -279,8 +279,7 @@ def search_last(build, spec, target: float, oracle: interface.Oracle,
                          hint_eps)
   except _Hopeless as stop:
     seen = real.ev.seen
-    if known is not None:
-      known.update({axis.value(x): e for x, e in seen.items()})
+    _remember(known, real)
     found = SearchResult(None, seen[stop.args[0]], min(seen.values()),
                          hopeless=True)
   return dataclasses.replace(found, rate=real.rate)
@@ -313,9 +312,15 @@ def _search_real(real, spec, known, guess, guess_rate, hint, hint_eps):
   sign = -1 if spec.more_private == 'higher' else 1
   x_best = max((x for x, e in seen.items() if e <= target),
                key=lambda x: sign * axis.value(x))
-  if known is not None:
-    known.update({axis.value(x): e for x, e in seen.items()})
+  _remember(known, real)
   return real.ev.result(axis.value(x_best), x_best)
+
+
+def _remember(known, real):
+  """`known` (the grid point's {value: ε}, or None) updated with the
+  search's evaluations."""
+  if known is not None:
+    known.update({real.axis.value(x): e for x, e in real.ev.seen.items()})
 
 
 def _least_private_end_if_safe(real, guess):
@@ -340,10 +345,10 @@ def _from_guess(real, guess, steps, rate=None):
 
   The first step takes ε ∝ value^-rate (a noise scale: x = log value;
   rate 1 unless given), the later ones the slope through the last two
-  finite points (kept in `real.rate`), each aimed at
-  the window's middle and kept inside a bracket once there is one (else
-  its midpoint; a step past the axis, its end). A value whose law is out of reach (ε infinite, found at
-  once) moves 4x toward privacy, or halves the bracket; such values do
+  finite points (kept in `real.rate`), each aimed at the window's middle
+  and kept inside a bracket once there is one (else its midpoint; a step
+  past the axis, its end). A value whose law is out of reach (ε infinite,
+  found at once) moves 4x toward privacy, or halves the bracket; such values do
   not count against the `steps` finite evaluations, and the steps end
   once the bracket is `x_tol` wide. Discrete Gaussian at 16 bits, r = 64:
   one exact evaluation where the hint's bracket took six; r = 1, its
