@@ -34,6 +34,7 @@ from absl import app
 from absl import flags
 
 from tff_quant import mechanisms
+from tff_quant.accounting import provenance
 from tff_quant import models
 from tff_quant.common import validation
 from tff_quant.program import cli, fl_table, results_io, runtime
@@ -211,14 +212,19 @@ def model_dim() -> int:
   return 2**math.ceil(math.log2(raw))
 
 
-def calibrate(cell, dim):
-  """{'params': ...} or {'reason': ...} for one cell, with its seconds: in a
-  child process stopped after --max_calibration_seconds (then the reason)."""
+def calibrate(cell, dim, stored=None):
+  """{'params': ...} or {'reason': ...} for one cell, with its seconds and
+  the digest of the accountant that computed it (`accountant`): in a child
+  process (fresh imports: the code on disk now) stopped after
+  --max_calibration_seconds (then the reason). With `stored` (a calibration
+  of ours from other accountant code), its mechanism is re-accounted first
+  and kept where its ε still holds (`fl_table.epsilon_holds`); else the cell
+  is calibrated afresh."""
   context = multiprocessing.get_context('spawn')
   queue = context.Queue()
   child = context.Process(target=_calibrate_child,
                           args=(cell, dim, dict(settings(), **training(
-                              settings(), cell[1])), queue))
+                              settings(), cell[1])), queue, stored))
   t0 = time.time()
   child.start()
   try:
@@ -238,10 +244,38 @@ def calibrate(cell, dim):
     child.join()
 
 
-def _calibrate_child(cell, dim, s, queue):
+def _calibrate_child(cell, dim, s, queue, stored=None):
   # Ctrl-C is the parent's to handle: it ends this child (`calibrate`).
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  queue.put(_calibrated(cell, dim, s))
+  out = _rechecked(cell, dim, s, stored) if stored else None
+  queue.put(out or _calibrated(cell, dim, s))
+
+
+def _rechecked(cell, dim, s, stored):
+  """`stored` with this accountant's ε of its mechanism (as a run computes
+  it: `accounting.training_guarantee` over the whole schedule), or None
+  where that ε has left the target (then the cell is calibrated afresh)."""
+  from tff_quant import accounting  # pylint: disable=g-import-not-at-top
+  name, eps, _ = cell
+  t0 = time.time()
+  mech = mechanisms.get(name).for_coordinate_bound(
+      coordinate_clip(s, dim), **stored['params'])
+  g = accounting.training_guarantee(
+      mech, s['rounds'], s['clients_per_round'], s['total_clients'],
+      s['delta'], dim=dim, l2_clip=s['clip_norm'])
+  print(f'  [recheck] {cell_name(cell)}: calibrated under accountant '
+        f'{stored.get("accountant", "unrecorded")}, ε = {g.epsilon:.6g} under '
+        f'{accounting.provenance.SOURCE_DIGEST}', flush=True)
+  if not fl_table.epsilon_holds(g.epsilon, eps):
+    return None
+  return dict(stored, epsilon=g.epsilon, epsilon_attained=g.epsilon_attained,
+              accountant=accounting.provenance.SOURCE_DIGEST,
+              recheck_seconds=time.time() - t0)
+
+
+def coordinate_clip(s, dim) -> float:
+  """c∞ of the ℓ2 route: --coordinate_clip_multiple · clip / √d."""
+  return s['coordinate_clip_multiple'] * s['clip_norm'] / math.sqrt(dim)
 
 
 def _calibrated(cell, dim, s):
@@ -264,8 +298,8 @@ def _calibrated(cell, dim, s):
       report = accounting.calibration_report(
           name, eps, s['delta'], s['rounds'], s['clients_per_round'],
           s['total_clients'], dim, l2_clip=s['clip_norm'],
-          coordinate_clip=s['coordinate_clip_multiple'] * s['clip_norm'] /
-          math.sqrt(dim), bits=bits, rtol=fl_table.EQUAL_EPSILON_RTOL,
+          coordinate_clip=coordinate_clip(s, dim), bits=bits,
+          rtol=fl_table.EQUAL_EPSILON_RTOL,
           progress=lambda line: print(f'  {line}', flush=True))
       out = dict(params=report.tunables, mechanism=repr(report.mechanism),
                  epsilon=report.epsilon,
@@ -274,7 +308,55 @@ def _calibrated(cell, dim, s):
   except ValueError as err:   # refused: out of reach, or no signal carried
     out = dict(reason=str(err).splitlines()[0][:400])
   out['seconds'] = time.time() - t0
+  out['accountant'] = accounting.provenance.SOURCE_DIGEST
   return out
+
+
+def stale(cell, stored) -> bool:
+  """Whether `stored`, a calibration of one of ours, came from accountant
+  code other than the code on disk now (or from before digests were kept):
+  its ε is then rechecked before the cell trains again (`calibrate`)."""
+  return (stored is not None and 'params' in stored and cell[0] not in PEERS
+          and stored.get('accountant') != provenance.on_disk())
+
+
+def refresh(cell, dim, calibrations, cal_path) -> bool:
+  """Rechecks the cell's stored calibration where it is `stale` (then
+  writes `cal_path` and moves aside the runs of a mechanism it no longer
+  serves: `supersede`); returns whether it did."""
+  key, stored = cell_name(cell), calibrations.get(cell_name(cell))
+  if not stale(cell, stored):
+    return False
+  calibrations[key] = calibrate(cell, dim, stored)
+  results_io.write_json(cal_path, calibrations)
+  announce(key, calibrations[key])
+  supersede(cell, stored, calibrations[key])
+  return True
+
+
+def announce(key, got) -> None:
+  print(f'[calibrate] {key}: '
+        f'{got.get("mechanism") or "refused: " + got["reason"]} '
+        f'({got["seconds"]:.0f} s)', flush=True)
+
+
+def supersede(cell, old, new) -> None:
+  """Moves the cell's finished runs aside (to `superseded/`, named with the
+  accountant they were calibrated under) where its calibration's parameters
+  changed: they ran a mechanism the cell no longer serves. Moved before
+  the table lists its runs (`main`), they run again in the same start; moved
+  later, at the next start."""
+  if new.get('params') == old.get('params'):
+    return
+  folder = os.path.join(FLAGS.output_dir, 'superseded')
+  for seed in range(FLAGS.seeds):
+    path = run_dir(cell, seed)
+    if os.path.isdir(path):
+      os.makedirs(folder, exist_ok=True)
+      target = os.path.join(folder, f'{os.path.basename(path)}_'
+                            f'{old.get("accountant", "unrecorded")}')
+      os.replace(path, target)
+      print(f'  [superseded] {path} -> {target}', flush=True)
 
 
 def run_dir(cell, seed) -> str:
@@ -454,17 +536,18 @@ def main(argv):
           print(report(all_cells, calibrations, sum(times.values())))
         return
       dim = model_dim()
+      for cell in all_cells:   # calibrations from other code, rechecked first
+        refresh(cell, dim, calibrations, cal_path)
       todo = [(c, s) for c, s in runs if not os.path.exists(
           os.path.join(run_dir(c, s), 'summary.json'))]
       for k, (cell, seed) in enumerate(todo):
         key = cell_name(cell)
-        if key not in calibrations and cell[0] != 'none':   # at its first run
+        # Before every run, as the code on disk may have changed since.
+        if (not refresh(cell, dim, calibrations, cal_path) and
+            key not in calibrations and cell[0] != 'none'):   # its first run
           calibrations[key] = calibrate(cell, dim)
           results_io.write_json(cal_path, calibrations)
-          got = calibrations[key]
-          print(f'[calibrate] {key}: '
-                f'{got.get("mechanism") or "refused: " + got["reason"]} '
-                f'({got["seconds"]:.0f} s)', flush=True)
+          announce(key, calibrations[key])
         if 'reason' in calibrations.get(key, {}):
           continue
         left = [(c, s) for c, s in todo[k:]

@@ -142,3 +142,47 @@ def test_a_tuned_schedule_is_kept_and_its_rounds_must_match(tmp_path):
                    '--plan')
   assert refused.returncode != 0 and 'server_lr_schedule' in refused.stderr
 
+
+
+def test_a_calibration_from_other_accountant_code_is_rechecked(tmp_path):
+  """A stored calibration whose accountant digest is not the code's is
+  re-accounted before the cell trains again: kept (and its runs) where its
+  ε still holds; recalibrated, its runs moved to superseded/ and run again,
+  where it does not."""
+  out = str(tmp_path / 'table')
+  cal_path = os.path.join(out, 'calibrations.json')
+  first = _table(out, '--mechanisms=pbm')
+  assert first.returncode == 0, first.stderr[-3000:]
+  with open(cal_path) as f:
+    cal = json.load(f)
+  fresh = cal['pbm_eps10_b4']
+  assert len(fresh['accountant']) == 16
+  with open(os.path.join(out, 'runs', 'pbm_eps10_b4_s0', 'summary.json')) as f:
+    assert json.load(f)['accountant'] == fresh['accountant']
+
+  def rewrite(**entry):
+    cal['pbm_eps10_b4'] = dict(fresh, **entry)
+    with open(cal_path, 'w') as f:
+      json.dump(cal, f)
+
+  rewrite(accountant='0' * 16)   # same mechanism, other code: ε still holds
+  kept = _table(out, '--mechanisms=pbm')
+  assert kept.returncode == 0, kept.stderr[-3000:]
+  assert '[recheck] pbm_eps10_b4' in kept.stdout and '[run ' not in kept.stdout
+  with open(cal_path) as f:
+    assert json.load(f)['pbm_eps10_b4']['accountant'] == fresh['accountant']
+
+  # A mechanism the code now puts off the target (PBM's θ halved: ε well
+  # below 10): recalibrated, its run moved aside and run again.
+  params = dict(fresh['params'], theta=fresh['params']['theta'] / 2)
+  rewrite(accountant='0' * 16, params=params)
+  redone = _table(out, '--mechanisms=pbm')
+  assert redone.returncode == 0, redone.stderr[-3000:]
+  assert '[superseded]' in redone.stdout and '[run 1/1]' in redone.stdout
+  assert os.path.isdir(os.path.join(out, 'superseded',
+                                    'pbm_eps10_b4_s0_' + '0' * 16))
+  with open(cal_path) as f:
+    again = json.load(f)['pbm_eps10_b4']
+  assert again['params'] == fresh['params']
+  assert os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0',
+                                     'summary.json'))

@@ -240,3 +240,13 @@ def test_equal_epsilon_names_the_cells_outside_the_tolerance(tmp_path):
   cells[1].epsilons[1] = 9.995
   text = fl_table.write_report(cells, str(tmp_path), [8], '# T')
   assert "every run's reported ε is within 0.1% of its target." in text
+
+
+def test_epsilon_holds_at_most_the_target_and_within_rtol_below():
+  rtol = fl_table.EQUAL_EPSILON_RTOL
+  assert fl_table.epsilon_holds(3.0, 3.0)
+  assert fl_table.epsilon_holds(3.0 * (1 - rtol), 3.0)
+  assert not fl_table.epsilon_holds(3.0 * (1 - rtol) * 0.9999, 3.0)
+  assert not fl_table.epsilon_holds(3.0 * (1 + 1e-12), 3.0)   # above: never
+  assert not fl_table.epsilon_holds(3.087, 3.0)
+  assert fl_table.epsilon_holds(9.95, 10.0, rtol=0.01)

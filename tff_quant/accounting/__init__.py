@@ -26,13 +26,15 @@ What each export is for (what the numbers mean: docs/privacy.md):
   divergences named inputs attain), `others` (the bound for any inputs of
   the other clients), `blankets` (the part of their noise it rests on),
   `secure_sum` (the ℓ2 route: `divergence_curve`, the `Limits` it runs
-  under), `bounds` (each paper's closed form, for comparison only).
+  under), `bounds` (each paper's closed form, for comparison only),
+  `provenance` (`SOURCE_DIGEST`: which accountant's code computed an ε).
 """
 
 from tff_quant.accounting import attained
 from tff_quant.accounting import blankets
 from tff_quant.accounting import bounds
 from tff_quant.accounting import others
+from tff_quant.accounting import provenance
 from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import (AttainedUnavailable,
                                               CalibratedSetting, Calibration,

@@ -59,6 +59,22 @@ POWER = 0.8
 EQUAL_EPSILON_RTOL = 1e-3
 
 
+def epsilon_holds(epsilon: float, target: float,
+                  rtol: float = EQUAL_EPSILON_RTOL) -> bool:
+  """Whether a calibrated mechanism's ε still serves its cell: at most the
+  target (never above what the table says) and within `rtol` below it.
+
+  Args:
+    epsilon: the ε the accountant now computes for the mechanism.
+    target: the cell's ε.
+    rtol: the relative width of "equal ε".
+
+  Returns:
+    target·(1 - rtol) <= epsilon <= target.
+  """
+  return target * (1 - rtol) <= epsilon <= target
+
+
 @dataclasses.dataclass(frozen=True)
 class Endpoint:
   """The mean test accuracy over the evaluations at rounds >= R - ⌊f·R⌋.

@@ -826,7 +826,8 @@ class _Rounds:
                    epsilon_pld=g.epsilon_pld, pld_note=g.pld_note,
                    privacy_assumptions=g.assumptions,
                    epsilon_attained=g.epsilon_attained,
-                   attained_inputs=g.attained_inputs)
+                   attained_inputs=g.attained_inputs,
+                   accountant=accounting.provenance.SOURCE_DIGEST)
     if mech is not None:
       summary.update(
           epsilon_per_coordinate=self.coord_acct.epsilon_rdp(rounds_done)[0],
