@@ -121,9 +121,12 @@ def test_grid_points_over_the_cost_limit_are_skipped_and_reported():
   schedule = dict(SCHEDULE, dim=100, l2_clip=1.0, coordinate_clip=0.3)
   rungs = len(secure_sum.order_ladder(calibration.FAST_ORDERS))
   mech = lambda ratio: mechanisms.RQM(0.3, ratio * 0.3, 16, 0.5)
-  cost = lambda ratio, n: secure_sum.search_operations(   # t* = S/√d, as vector_rdp
+  # t* = S/√d, as vector_rdp; its narrow grid, which it takes where the
+  # wide one is over the limit.
+  cost = lambda ratio, n: secure_sum.search_operations(
       mech(ratio), n, rungs, secure_sum.off_lattice(
-          mech(ratio), secure_sum.l2_grid(mech(ratio), 2.0 / 100**0.5, 24, n)),
+          mech(ratio), secure_sum.l2_grid(mech(ratio), 2.0 / 100**0.5, 24, n,
+                                          wide=False)),
       secure_sum.DEFAULT_CELLS)
   limits = lambda ops: calibration.Limits(
       accountant=secure_sum.Limits(max_operations=ops))
@@ -464,16 +467,18 @@ _VERTEX_RQM = dict(num_levels=16, delta_ratio=16.0)   # the ends are vertices
 
 
 def test_end_mixes_that_lower_epsilon_stay_in_the_search():
-  """n = 30: the ±c mixes are 14% tighter than the mixture bound, so the
-  search keeps them. The answer is as tight as the search's width (a search
-  on the mixture alone would stop ~10% under the target) and its ε is the
-  accountant's at the report's orders."""
+  """n = 30: the ±c mixes are far tighter than the mixture bound (ε 3.99
+  against 6.99 at the answer), so the search keeps them. The answer is as
+  tight as the search's width, which is in q: here ε moves about 10x as
+  fast as q, so within 0.5% of the target (a search on the mixture alone
+  would stop far under it), and its ε is the accountant's at the report's
+  orders."""
   schedule = dict(delta=1e-5, rounds=20, clients_per_round=30,
                   total_clients=1000, dim=100, l2_clip=1.0,
                   coordinate_clip=0.3)
   rep = calibration.calibration_report('rqm', 4.0, **schedule, tune='q',
                                        compare_gaussian=False, **_VERTEX_RQM)
-  assert 4.0 * (1 - 2e-3) <= rep.epsilon <= 4.0
+  assert 4.0 * (1 - 5e-3) <= rep.epsilon <= 4.0
   del schedule['coordinate_clip']
   again = composition.training_guarantee(rep.mechanism, orders=rep.orders,
                                          attained=False, **schedule)
@@ -481,12 +486,12 @@ def test_end_mixes_that_lower_epsilon_stay_in_the_search():
 
 
 def test_an_answer_whose_skipped_mixes_matter_is_searched_again(monkeypatch):
-  """RQM 16 levels, Δ = 32c, n = 200: the mixes lower ε (the full accountant
-  gives 2.885 where the mixture alone gives 3.196). A search told they do
-  not (as one that measured them at another grid point, Δ = 16c, where
-  they do not) ends with its answer evaluated in full, out of the window,
-  and searched again with them: tight, and the accountant's ε at the
-  report's orders."""
+  """RQM 16 levels, Δ = 32c, n = 200: the mixes lower ε (at the answer the
+  full accountant gives 3.199 where the mixture alone gives 3.332). A
+  search told they do not (as one that measured them at another grid
+  point, Δ = 16c, where they do not) ends with its answer evaluated in
+  full, out of the window, and searched again with them: tight, and the
+  accountant's ε at the report's orders."""
   monkeypatch.setattr(oracle, 'Epsilon', functools.partial(
       oracle.Epsilon, mixes_matter=False))   # told they do not matter
   schedule = dict(delta=1e-5, rounds=20, clients_per_round=200,
@@ -495,7 +500,7 @@ def test_an_answer_whose_skipped_mixes_matter_is_searched_again(monkeypatch):
       'rqm', 3.2, **schedule, coordinate_clip=0.3, tune='q',
       compare_gaussian=False, num_levels=16, delta_ratio=32.0)
   assert 3.2 * (1 - 2e-3) <= rep.epsilon <= 3.2
-  assert rep.mechanism.q == pytest.approx(0.781, rel=5e-3)
+  assert rep.mechanism.q == pytest.approx(0.793, rel=5e-3)
   whole = composition.training_guarantee(rep.mechanism, orders=rep.orders,
                                          attained=False, **schedule)
   assert whole.epsilon == pytest.approx(rep.epsilon, rel=1e-9)

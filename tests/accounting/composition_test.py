@@ -68,10 +68,11 @@ def test_invalid_arguments_raise(kwargs, name):
 
 def test_guarantee_says_when_a_sub_sum_was_searched():
   """With the cost limit between the searches of 3 and 4 clients (the ℓ2
-  route's grid and ladder: orders 2, 3, 4), the 6-client ℓ2 route searches
-  the target and 2 others, and the text says so."""
+  route's narrow grid, which it takes where the wide one is over the limit,
+  and ladder: orders 2, 3, 4), the 6-client ℓ2 route searches the target
+  and 2 others, and the text says so."""
   mech = mechanisms.get('rqm').for_coordinate_bound(0.5, num_levels=8)
-  grid = secure_sum.l2_grid(mech, math.sqrt(2.0**2 / 16), 24, 6)
+  grid = secure_sum.l2_grid(mech, math.sqrt(2.0**2 / 16), 24, 6, wide=False)
   cost = lambda n: secure_sum.search_operations(
       mech, n, 3, secure_sum.off_lattice(mech, grid), secure_sum.DEFAULT_CELLS)
   assert cost(3) < cost(4)

@@ -28,8 +28,13 @@ Configurations searched (`search`): the target at pairs of critical inputs
 the range's ends; the others all at +c, all at the critical input next to it,
 all at the one nearest 0, or half at +c and half at -c. On the ℓ2 route
 (c > l2_clip/√d) every input must be a clipped update: the target moves by
-(t/2, -t/2) with the budget split over coordinates, and the others sit at
-values v with |v|·√d <= l2_clip. `box=True` drops that constraint (inputs
+(t/2, -t/2) with the budget split over coordinates (k at t_hi, d - k at
+t_lo), and the others sit at values v with |v|·√d <= l2_clip, or, where
+the target moves in few coordinates, at c (all, or half at +c and half at
+-c) or a critical input next below it there and at 0 or l2_clip/√d in the
+rest, each client's norm within l2_clip (`concentrated_inputs`; QMGeo at
+4 bits of the FL table: D_2 1.645 per round, 1.582 with the others at
+l2_clip/√d everywhere). `box=True` drops that constraint (inputs
 anywhere in [-c, c]^d, the set the accountant's f_α covers): still at most
 the accountant's bound, and larger, which is what calibration's screening
 wants (`lower_bound`).
@@ -67,6 +72,7 @@ MAX_FFT_OPERATIONS = 1e10
 # what it saves: docs/performance.md).
 SCREEN_TAIL = 400.0
 SPLIT_POINTS = 12    # distances tried below and above t* on the ℓ2 route
+CONCENTRATED = 3     # others' values above l2_clip/√d (`concentrated_inputs`)
 PAIR_INPUTS = 9      # most target inputs per coordinate on the coordinate route
 
 
@@ -79,9 +85,25 @@ class Configuration:
       coordinates (the counts add up to d).
     others: ((clients, input), ...): the other clients, each at that input
       in every coordinate (the counts add up to n - 1).
+    pair_others: None, or for each entry of `pairs` the others' inputs in
+      its coordinates (as `others`; the i-th client of each listing is one
+      client), where they differ between the groups; `others` is then the
+      first group's.
   """
   pairs: Tuple[Tuple[int, float, float], ...]
   others: Tuple[Tuple[int, float], ...]
+  pair_others: Optional[Tuple[Tuple[Tuple[int, float], ...], ...]] = None
+
+  def others_at(self, i: int) -> Tuple[Tuple[int, float], ...]:
+    """The others' inputs in the coordinates of pairs[i].
+
+    Args:
+      i: an index of `pairs`.
+
+    Returns:
+      ((clients, input), ...), the counts adding up to n - 1.
+    """
+    return self.others if self.pair_others is None else self.pair_others[i]
 
   def describe(self, c: float) -> str:
     """The inputs in units of c (the coordinate bound).
@@ -91,13 +113,20 @@ class Configuration:
 
     Returns:
       A one-line description, e.g. 'target 1 coordinate at (+1c, -1c);
-      others 9 at +1c'.
+      others 9 at +1c' (with per-group others: 'target 910 coordinates at
+      (+1c, -1c), others 99 at +1c there, and 7282 ...').
     """
+    listed = lambda others: ', '.join(f'{m} at {v / c:+.4g}c'
+                                      for m, v in others if m) or 'none'
+    if self.pair_others is not None:
+      return 'target ' + ' and '.join(
+          f'{k} coordinate{"s" * (k != 1)} at ({x / c:+.4g}c, {y / c:+.4g}c)'
+          f', others {listed(self.pair_others[i])} there'
+          for i, (k, x, y) in enumerate(self.pairs) if k)
     target = ' and '.join(f'{k} coordinate{"s" * (k != 1)} at '
                           f'({x / c:+.4g}c, {y / c:+.4g}c)'
                           for k, x, y in self.pairs if k)
-    others = ', '.join(f'{m} at {v / c:+.4g}c' for m, v in self.others if m)
-    return f'target {target}; others {others or "none"}'
+    return f'target {target}; others {listed(self.others)}'
 
 
 class AttainedRdp(dict):
@@ -245,9 +274,12 @@ def _coordinate_route(mech, laws, dim, orders):
   return best, configs
 
 
-def _l2_route(mech, laws, dim, t_star, orders, box):
+def _l2_route(mech, laws, dim, t_star, orders, box, l2_clip=None):
   """The target at (t/2, -t/2) (with `box` also at (c, c - t)), k
-  coordinates at t_hi and d - k at t_lo with k·t_hi² + (d-k)·t_lo² <= d·t*²:
+  coordinates at t_hi and d - k at t_lo with k·t_hi² + (d-k)·t_lo² <= d·t*²;
+  the others from one law in the k coordinates and from one in the rest,
+  each client's ℓ2 norm at most `l2_clip` (k·v_hi² + (d-k)·v_lo², v the
+  largest |input| of a law; any inputs with `box` or no `l2_clip`):
   (values [orders + 1], configurations)."""
   c = mech.input_bound
   ts = np.unique(np.concatenate([
@@ -256,31 +288,52 @@ def _l2_route(mech, laws, dim, t_star, orders, box):
   best = np.zeros(orders.size + 1)
   configs = [None] * (orders.size + 1)
   starts = [ts / 2] + ([np.full(ts.size, c)] if box else [])
+  xs = np.concatenate(starts)
+  tables = []   # (others, largest |input|, f [orders + 1, ts], start picked)
   for others, log_law, err, middle in laws:
-    xs = np.concatenate(starts)
     f = _pair_divergences(mech, xs, xs - np.tile(ts, len(starts)), log_law,
                           err, orders, middle)
-    pick = np.argmax(np.stack(np.split(f, len(starts), axis=1)), axis=0)
-    f = np.max(np.stack(np.split(f, len(starts), axis=1)), axis=0)   # [.., ts]
-    at = lambda r, j, t: float(xs[pick[r, j] * ts.size + j]) if t else 0.0
-    lo_t = np.concatenate([[0.0], ts[ts <= t_star]])
-    lo_f = np.concatenate([np.zeros((f.shape[0], 1)), f[:, ts <= t_star]], 1)
-    hi_t, hi_f = ts[ts >= t_star], f[:, ts >= t_star]
-    for i, tl in enumerate(lo_t):
-      for j, th in enumerate(hi_t):
-        k = dim if th <= tl else math.floor(
-            dim * (t_star**2 - tl**2) / (th**2 - tl**2) * (1 + 1e-12))
-        k = min(max(k, 0), dim)
-        with np.errstate(over='ignore', invalid='ignore'):
-          total = ((k * hi_f[:, j] if k else 0.0) +
-                   ((dim - k) * lo_f[:, i] if dim - k else 0.0))
-        for r in np.flatnonzero((total > best) | np.array(
-            [cf is None for cf in configs])):
-          best[r] = total[r]
-          jl = int(np.searchsorted(ts, tl)) if tl else 0
-          x_hi, x_lo = at(r, list(ts).index(th), th), at(r, jl, tl)
-          configs[r] = Configuration(
-              ((k, x_hi, x_hi - th), (dim - k, x_lo, x_lo - tl)), others)
+    by_start = np.stack(np.split(f, len(starts), axis=1))
+    tables.append((others, max([abs(v) for _, v in others], default=0.0),
+                   np.max(by_start, axis=0), np.argmax(by_start, axis=0)))
+  budget = math.inf if (box or l2_clip is None) else l2_clip**2 * (1 + 1e-12)
+  at = lambda pick, r, j: float(xs[pick[r, j] * ts.size + j])
+  low = np.flatnonzero(ts <= t_star)
+  for tl, jl in [(0.0, None)] + [(ts[j], j) for j in low]:
+    for jh in np.flatnonzero(ts >= t_star):
+      th = ts[jh]
+      k = dim if th <= tl else math.floor(
+          dim * (t_star**2 - tl**2) / (th**2 - tl**2) * (1 + 1e-12))
+      k = min(max(k, 0), dim)
+      for h, (o_hi, v_hi, f_hi, p_hi) in enumerate(tables):
+        if k * v_hi**2 > budget:
+          continue
+        # Where the target does not move the others' law is immaterial:
+        # theirs there is the hi group's if it fits, else 0.
+        lows = (range(len(tables)) if jl is not None and k < dim else
+                [None])
+        for l in lows:
+          v_lo = 0.0 if l is None else tables[l][1]
+          if k * v_hi**2 + (dim - k) * v_lo**2 > budget:
+            continue
+          f_lo = 0.0 if l is None else (dim - k) * tables[l][2][:, jl]
+          with np.errstate(over='ignore', invalid='ignore'):
+            total = (k * f_hi[:, jh] if k else 0.0) + f_lo
+          for r in np.flatnonzero((total > best) | np.array(
+              [cf is None for cf in configs])):
+            best[r] = total[r]
+            x_hi = at(p_hi, r, jh)
+            x_lo = at(tables[l][3], r, jl) if l is not None else 0.0
+            pairs = ((k, x_hi, x_hi - th), (dim - k, x_lo, x_lo - tl))
+            if l is None:
+              fits = dim * v_hi**2 <= budget
+              rest = o_hi if fits else ((sum(m for m, _ in o_hi), 0.0),)
+            else:
+              rest = tables[l][0]
+            if rest == o_hi:
+              configs[r] = Configuration(pairs, o_hi)
+            else:
+              configs[r] = Configuration(pairs, o_hi, (o_hi, rest))
   return best, configs
 
 
@@ -301,6 +354,25 @@ def others_inputs(mech, bound: float) -> List[float]:
   if inside.size:
     out += [float(inside.max()), float(inside.min())]
   return list(dict.fromkeys(out))
+
+
+def concentrated_inputs(mech, bound: float) -> List[float]:
+  """Values above `bound` for the others where the target moves in few
+  coordinates (`_l2_route`): c and the critical inputs next below it,
+  CONCENTRATED of them, then 0 (their value elsewhere).
+
+  Args:
+    mech: the mechanism (its mirrored critical inputs are searched).
+    bound: l2_clip/√d, the others' value in every coordinate.
+
+  Returns:
+    Distinct floats in (bound, c], largest first, then 0.0.
+  """
+  c = mech.input_bound
+  crit = secure_sum.mirrored_critical_inputs(mech)
+  above = crit[(crit > bound * (1 + 1e-12)) & (crit < c * (1 - 1e-12))]
+  out = [c] + sorted(above.tolist(), reverse=True)
+  return list(dict.fromkeys(out[:CONCENTRATED])) + [0.0]
 
 
 def applies(mech, clients_per_round: int, fft: bool = False,
@@ -408,10 +480,17 @@ def round_rdp(mech, orders: Sequence[float], clients_per_round: int,
     laws = _others_laws(mech, clients_per_round - 1, inputs,
                         limits.attained_operations, mixed=search,
                         fft=not search)
+    if search and l2_route and not box:
+      # The others above l2_clip/√d where the target moves in few
+      # coordinates, within what the first laws left of the budget.
+      spent = len(laws) * _products_cost(mech, clients_per_round - 1)
+      extra = [v for v in concentrated_inputs(mech, bound) if v not in inputs]
+      laws += _others_laws(mech, clients_per_round - 1, extra,
+                           limits.attained_operations - spent, mixed=True)
   if l2_route:
     values, configs = _l2_route(mech, laws, dim,
                                 min(2 * l2_clip / math.sqrt(dim), 2 * c), finite,
-                                box)
+                                box, l2_clip)
   else:
     values, configs = _coordinate_route(mech, laws, dim, finite)
   return _as_attained(values, configs, finite, c)

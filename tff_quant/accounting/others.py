@@ -14,7 +14,10 @@ others" needs a part of their noise that no input removes. Two facts give it:
   convex and both laws are linear in the others' law, so
   Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m)·E_m, E_m that of the target pair with
   m copies of R added: a translation of the server's view changes no
-  divergence, and dropping the remainders is data processing.
+  divergence, and dropping the remainders is data processing. The shift
+  may also be drawn at random, from a law W_y the input fixes
+  (P_y >= β·(W_y * R)), independently of R: conditioned on it too, the
+  others still add a constant plus R^{*M} (`blankets.shifted_part`).
 * Blocks: the same holds for the sum of a block of g others in place of one
   other (P_y1 * ... * P_yg >= β_g·(δ_s * R_g)); the n-1 others make
   floor((n-1)/g) blocks, the rest dropped (data processing). Summing smooths

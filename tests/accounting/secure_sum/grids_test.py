@@ -48,3 +48,36 @@ def test_lattice_grid_keeps_every_target_on_a_critical_input():
         true = helpers.exact(mech, x, x_prime, others, alpha)
         bound = curve.values[alpha][5 * s]
         assert true <= bound * (1 + 1e-9) + 1e-12, (t, x, x_prime)
+
+
+def test_chord_grid_holds_t_star_and_ends_at_2c():
+  for t_star in (0.01, 0.9, 2.0):
+    grid = secure_sum.chord_grid(1.0, t_star, 32)
+    assert np.all(np.diff(grid) > 0) and grid[0] > 0 and grid[-1] == 2.0
+    assert np.min(np.abs(grid - t_star)) <= 1e-12
+    assert grid.size <= 32
+
+
+def test_chords_on_an_even_grid_keep_the_majorant_near_f_at_t_star():
+  """QMGeo at 4 bits of the FL table (two vertices: the ±c mixes are f_α
+  for any others), t* = 2/√d: on `l2_grid` (every interval takes the chord,
+  evenly spaced below t*) ĝ at u* is within 1.2% of f̄(t*); on the
+  geometric focused grid, 6.1% above it. Where the even grid's search would
+  be over the cost limit, the narrow one has fewer points."""
+  dim, n = 8192, 100
+  c, t_star = 3 / math.sqrt(dim), 2 / math.sqrt(dim)
+  mech = mechanisms.QMGeo(c, 16, 0.4583395600612428, full_support=True,
+                          level_range=16 * c)
+  grid = secure_sum.l2_grid(mech, t_star, 24, n)
+  assert grid.size >= secure_sum.CHORD_POINTS
+  assert secure_sum.l2_grid(mech, t_star, 24, n, wide=False).size < grid.size
+  at = int(np.argmin(np.abs(grid - t_star)))
+  assert abs(grid[at] - t_star) <= 1e-12
+  curve = secure_sum.divergence_curve(mech, [2.0, 3.0], n, t_grid=grid)
+  assert np.all(curve.convex_on)
+  focused = secure_sum.divergence_curve(
+      mech, [2.0, 3.0], n, t_grid=secure_sum.focused_grid(c, t_star, 24))
+  for alpha in (2.0, 3.0):
+    top = curve.values[alpha][at]
+    assert top <= curve.majorant(alpha, t_star**2) <= 1.012 * top
+    assert focused.majorant(alpha, t_star**2) > 1.05 * top

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from tff_quant import mechanisms
 from tff_quant.accounting import calibration
 from tff_quant.accounting import composition
 from tff_quant.accounting import per_round
@@ -103,3 +104,25 @@ def test_bad_input(kwargs, match):
       secure_sum.with_breakpoints(helpers.mech('pbm'), secure_sum.distance_grid(1.0, 8), 64, bad)
     with pytest.raises((ValueError, TypeError), match='`num_clients`'):
       secure_sum.l2_grid(helpers.mech('rqm'), 0.1, 24, bad)
+
+
+def test_the_even_grid_gives_way_where_its_search_is_over_the_limit():
+  """With a limit between the costs of the wide and the narrow chord grids
+  (QMGeo, 32 levels on ±4c, 8 others), vector_rdp searches every client on
+  the narrow grid, where the wide one would drop some of the others."""
+  dim, n = 400, 9
+  c = 3 / math.sqrt(dim)
+  mech = mechanisms.QMGeo(c, 32, 0.3, full_support=True, level_range=4 * c)
+  t_star = 2 / math.sqrt(dim)
+  orders = [2.0, 3.0]
+  wide = secure_sum.l2_grid(mech, t_star, 24, n)
+  narrow = secure_sum.l2_grid(mech, t_star, 24, n, wide=False)
+  ops = [secure_sum.search_operations(mech, n, 2, secure_sum.off_lattice(
+      mech, g), secure_sum.DEFAULT_CELLS) for g in (narrow, wide)]
+  assert ops[0] < ops[1]
+  limits = secure_sum.Limits(max_operations=(ops[0] + ops[1]) / 2)
+  rdp = secure_sum.vector_rdp(mech, orders, n, dim, 2.0, limits=limits)
+  assert not secure_sum.is_loose_method(rdp.method)
+  over = secure_sum.divergence_curve(mech, orders, n, t_grid=wide,
+                                     limits=limits)
+  assert secure_sum.is_loose_method(over.method)

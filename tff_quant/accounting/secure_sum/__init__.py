@@ -45,9 +45,13 @@ from tff_quant.accounting.secure_sum.curve import (OTHERS, DivergenceCurve,
                                                    divergence_curve,
                                                    is_loose_method,
                                                    upper_hull)
-from tff_quant.accounting.secure_sum.extreme_others import (EXACT_SPLITS,
-                                                            extreme_mixes)
-from tff_quant.accounting.secure_sum.grids import (DEFAULT_T_POINTS,
+from tff_quant.accounting.secure_sum.extreme_others import (EVERY_MIX,
+                                                            EXACT_SPLITS,
+                                                            extreme_mixes,
+                                                            vertex_splits)
+from tff_quant.accounting.secure_sum.grids import (CHORD_POINTS,
+                                                   DEFAULT_T_POINTS,
+                                                   chord_grid,
                                                    distance_grid,
                                                    exact_breakpoints,
                                                    focused_grid, l2_grid,

@@ -2,17 +2,17 @@
 
 Each other client (or block of g others) holds, with probability β, an
 independent draw from a law R translated by an amount its inputs fix
-(`accounting.blankets`: the blanket, and the aligned blankets of blocks
-of 1-3 others), so Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m)·E_m,
+(`accounting.blankets`: the blanket, and the aligned and shifted blankets
+of blocks of 1-3 others), so Σ (P*O)^α (Q*O)^(1-α) <= Σ_m P(M = m)·E_m,
 M ~ Binomial(blocks, β), E_m the target pair's with m copies of R added
 (`others_mixture`, `accounting.others`; joint convexity, translation
 invariance, data processing). E_m does not increase in m, so counts are
 bounded in groups by their first, refined where a group matters; a group
 never evaluated is bounded by (α-1)·D∞ of the pair. Measured against what
 named inputs attain (`accounting.attained`; n = 10 and 40, α = 2 and 8,
-t = 2c): RQM 16 levels, Δ = c, q = 0.42, 1.10-1.43x (the blanket alone:
-1.4-7.4x); QMGeo 8 levels, p = 0.5, 1.07-2.46x; PBM (per trial,
-`blankets.two_vertices`: the ±c mixes bound any others) 1.01-1.02x.
+t = 2c): RQM 16 levels, Δ = c, q = 0.42, 1.10-1.16x (the blanket alone:
+1.4-7.4x); QMGeo 8 levels, p = 0.5, 1.10-2.46x; PBM (per trial,
+`blankets.two_vertices`: the ±c mixes bound any others) 1.00-1.01x.
 
 For a mechanism that mirrors its levels R is symmetric, so a target pair and
 its mirror image have the same sums: one of each is evaluated
@@ -27,6 +27,7 @@ import math
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
+from scipy import special
 
 from tff_quant.accounting import blankets as blankets_lib
 from tff_quant.accounting import matrix_sums
@@ -225,9 +226,9 @@ def others_mixture(mech, targets: TargetPairs, num_others: int,
   near-Gaussian regime it keeps the least divergence). Where others are
   left, each is priced (`price`) and the cheapest at each order is
   completed too (at small n the constructions trade places across orders:
-  RQM 16 levels, n = 10, proved/attained at α = 2 and 8 is 1.30 and 1.10
-  this way, 1.30 and 1.22 with the largest spread alone, 1.38 and 1.10 with
-  the priced ones alone). Of a pair and its mirror image only one is
+  RQM 16 levels, n = 10, proved/attained at α = 2 and 8 is 1.12 and 1.10
+  this way and with the priced ones alone, 1.12 and 1.14 with the largest
+  spread alone). Of a pair and its mirror image only one is
   evaluated where R is symmetric (`mirror_classes`).
 
   Args:
@@ -265,7 +266,9 @@ def price(blanket, half: TargetPairs, num_others: int, orders: np.ndarray,
   """A construction's price (`others_mixture`).
 
   The sup divergence over its farthest pairs (where the sup over pairs sits
-  in practice) at PRICE_STDS below the mean count of R copies. A price only
+  in practice), the counts of R copies from PRICE_STDS below their mean on
+  taken at that count and those below at none (their probability times the
+  pair's value alone). A price only
   picks the construction, so the others' law comes from the tilted FFT sum
   (`convolution.with_sum`), not `matrix_sums` (whose R^{*m} costs more to
   build for hundreds of others: docs/performance.md).
@@ -285,11 +288,19 @@ def price(blanket, half: TargetPairs, num_others: int, orders: np.ndarray,
   low = max(0, int(math.floor(blocks * beta - PRICE_STDS * math.sqrt(
       blocks * beta * (1 - beta)))))
   far = half.distance >= np.max(half.distance) * (1 - 1e-12)
+  farthest = dataclasses.replace(half, pairs=half.pairs[far],
+                                 distance=half.distance[far])
   value = convolution.pair_log_sums(
-      dataclasses.replace(half, pairs=half.pairs[far],
-                          distance=half.distance[far]),
-      convolution.with_sum(half.basis, [(blanket.log_r, low)],
-                           limits=limits)[0], orders)
+      farthest, convolution.with_sum(half.basis, [(blanket.log_r, low)],
+                                     limits=limits)[0], orders)
+  # Counts below `low` are priced as none (the pair alone): at high orders
+  # that term can outweigh the rest.
+  if low:
+    log_b = others_lib.log_binomial(blocks, blanket.log_beta)
+    below = special.logsumexp(log_b[:low])
+    alone = below + convolution.pair_log_sums(farthest, half.basis, orders)
+    value = np.logaddexp(value + math.log(-math.expm1(below)) if below < 0
+                         else -np.inf, alone)
   return np.max(value, axis=1) / (orders - 1)
 
 

@@ -412,8 +412,11 @@ def _finite_log_sums(mech, targets, finite, num_clients, exact_splits,
     if log_e is not None and not pair_bounds.end_mixes:
       pair_bounds.skipped.append(mech)   # the mixture bound alone: larger, still proved
     else:
+      exact = exact_splits
+      if extreme_others.ends_are_vertices(mech, targets):
+        exact = extreme_others.vertex_splits(num_clients, exact_splits)
       mixes = pair_bounds.extreme_mixes(mech, targets, num_clients, finite,
-                                        exact_splits, tail, limits)
+                                        exact, tail, limits)
       log_e = mixes if log_e is None else np.minimum(log_e, mixes)
   return log_e
 

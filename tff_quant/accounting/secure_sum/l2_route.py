@@ -10,7 +10,10 @@ the same way (D∞ adds over independent coordinates).
 import math
 from typing import Dict, Optional, Sequence
 
+import numpy as np
+
 from tff_quant.accounting import divergence
+from tff_quant.accounting.secure_sum import cost
 from tff_quant.accounting.secure_sum import curve as curve_lib
 from tff_quant.accounting.secure_sum import grids
 from tff_quant.accounting.secure_sum import limits as limits_lib
@@ -78,11 +81,30 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
   rungs = (sorted(set(float(a) for a in orders)) if mech.central
            else grids.order_ladder(orders))
   grid = grids.l2_grid(mech, math.sqrt(u), t_points, clients_per_round, limits)
+  if not _affordable(mech, grid, rungs, clients_per_round, cells, others,
+                     limits):
+    grid = grids.l2_grid(mech, math.sqrt(u), t_points, clients_per_round,
+                         limits, wide=False)
   curve = curve_lib.divergence_curve(mech, rungs, clients_per_round,
                                      t_grid=grid, cells=cells, others=others,
                                      limits=limits, pair_bounds=pair_bounds)
   per_rung = {a: dim * curve.majorant(a, u) for a in rungs}
   return RoundRdp(between_rungs(per_rung, orders), curve.method)
+
+
+def _affordable(mech, grid: np.ndarray, rungs, num_clients: int, cells: int,
+                others: str, limits: limits_lib.Limits) -> bool:
+  """Whether the whole search on `grid` is within `limits.max_operations`
+  (`cost.search_operations` of the sum the curve searches; over it the
+  curve takes a sub-sum or the local bound)."""
+  red = targets_lib.searched(mech, num_clients)
+  one = red.mechanism
+  if one.has_exact_divergences:
+    return True
+  finite = [a for a in rungs if math.isfinite(a)]
+  off = grids.off_lattice(one, grid, limits)
+  return cost.search_operations(one, red.num_clients, len(finite), off, cells,
+                                others, limits) <= limits.max_operations
 
 
 def between_rungs(per_rung: Dict[float, float], orders: Sequence[float]
