@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import aggregators, mechanisms
+from tff_quant import accounting, aggregators, mechanisms
 from tff_quant.aggregators import quantization_factory as qf
 
 pytestmark = pytest.mark.usefixtures('tff_context')
@@ -470,6 +470,19 @@ def test_attained_calibration_builds_no_factory():
     aggregators.rqm_factory(1.0, **cal.tunables, calibrated_for=attained)
   with pytest.raises(TypeError, match='CalibratedSetting'):
     aggregators.rqm_factory(1.0, calibrated_for={'dim': 64})
+
+
+def test_a_calibration_from_other_accountant_code_builds_no_factory():
+  """A setting carries the digest of the code that proved its ε (e.g. one
+  pickled by an older version); another process's code refuses it."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import pickle  # pylint: disable=g-import-not-at-top
+  cal = _calibrated(64)
+  assert cal.setting.accountant == accounting.provenance.SOURCE_DIGEST
+  assert pickle.loads(pickle.dumps(cal.setting)) == cal.setting
+  older = dataclasses.replace(cal.setting, accountant='0' * 16)
+  with pytest.raises(ValueError, match='accountant code 0{16}.*Calibrate again'):
+    aggregators.rqm_factory(1.0, **cal.tunables, calibrated_for=older)
 
 
 @pytest.mark.parametrize('wrap', [

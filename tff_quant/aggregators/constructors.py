@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tff_quant import mechanisms
 from tff_quant.accounting import calibration
+from tff_quant.accounting import provenance
 from tff_quant.aggregators import quantization_factory
 from tff_quant.common import validation
 
@@ -122,6 +123,14 @@ def _calibrated_clip(name, full, clip_norm, coordinate_clip, multiple, setting):
   if name != setting.mechanism:
     raise ValueError(f'`calibrated_for` calibrated {setting.mechanism!r}, not '
                      f'{name!r}.')
+  if setting.accountant != provenance.SOURCE_DIGEST:
+    raise ValueError(
+        f'`calibrated_for` was computed by accountant code '
+        f'{setting.accountant}, and this process runs {provenance.SOURCE_DIGEST}'
+        f': its ε ({setting.epsilon:.6g}) is not what this code proves for '
+        'the mechanism. Calibrate again here (accounting.calibrate), or '
+        're-account the mechanism (accounting.training_guarantee) and build '
+        'the factory without `calibrated_for`.')
   calibrated = setting.params()
   changed = {key: (full[key], calibrated[key]) for key in full
              if full[key] != calibrated.get(key)}

@@ -14,6 +14,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 from tff_quant import mechanisms
 from tff_quant.accounting import composition
+from tff_quant.accounting import provenance
 from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import interface
 from tff_quant.accounting.calibration import oracle
@@ -75,6 +76,9 @@ class CalibratedSetting:
     use_pld: whether the PLD route was used too.
     others: the other clients' inputs covered ('any' or 'extremes').
     bound: 'proved' (a guarantee) or 'attained' (not a guarantee).
+    accountant: the digest of the accountant code that computed `epsilon`
+      (`provenance.SOURCE_DIGEST` of the calibrating process); a factory in
+      a process running other accountant code refuses the setting.
   """
   mechanism: str
   tunables: Tuple[Tuple[str, object], ...]
@@ -91,6 +95,7 @@ class CalibratedSetting:
   use_pld: bool
   others: str
   bound: str
+  accountant: str = provenance.SOURCE_DIGEST
 
   def params(self) -> Dict[str, object]:
     """The mechanism's tunables as a dict.
