@@ -219,7 +219,9 @@ def calibrate(cell, dim, stored=None):
   --max_calibration_seconds (then the reason). With `stored` (a calibration
   of ours from other accountant code), its mechanism is re-accounted first
   and kept where its ε still holds (`fl_table.epsilon_holds`); else the cell
-  is calibrated afresh."""
+  is calibrated afresh. A calibration stopped by the time limit or ended by
+  its process is `transient`: the cell has no runs in this start and is
+  calibrated again at the next (a loaded machine is not a refusal)."""
   context = multiprocessing.get_context('spawn')
   queue = context.Queue()
   child = context.Process(target=_calibrate_child,
@@ -235,10 +237,10 @@ def calibrate(cell, dim, stored=None):
         if child.exitcode is not None:   # died (e.g. out of memory)
           return dict(reason=f'calibration process ended with exit code '
                       f'{child.exitcode} before answering',
-                      seconds=time.time() - t0)
+                      seconds=time.time() - t0, transient=True)
     return dict(reason=f'calibration did not finish in '
                 f'{FLAGS.max_calibration_seconds:g} s (stopped)',
-                seconds=time.time() - t0)
+                seconds=time.time() - t0, transient=True)
   finally:
     child.terminate()
     child.join()
@@ -540,11 +542,15 @@ def main(argv):
         refresh(cell, dim, calibrations, cal_path)
       todo = [(c, s) for c, s in runs if not os.path.exists(
           os.path.join(run_dir(c, s), 'summary.json'))]
+      tried = set()
       for k, (cell, seed) in enumerate(todo):
         key = cell_name(cell)
         # Before every run, as the code on disk may have changed since.
         if (not refresh(cell, dim, calibrations, cal_path) and
-            key not in calibrations and cell[0] != 'none'):   # its first run
+            cell[0] != 'none' and key not in tried and (
+                key not in calibrations or   # its first run
+                calibrations[key].get('transient'))):   # once a start
+          tried.add(key)
           calibrations[key] = calibrate(cell, dim)
           results_io.write_json(cal_path, calibrations)
           announce(key, calibrations[key])

@@ -186,3 +186,23 @@ def test_a_calibration_from_other_accountant_code_is_rechecked(tmp_path):
   assert again['params'] == fresh['params']
   assert os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0',
                                      'summary.json'))
+
+
+def test_a_calibration_stopped_by_the_time_limit_is_retried_next_start(
+    tmp_path):
+  """The time limit is not a refusal: the cell has no runs in that start,
+  and the next start calibrates it again (once a start)."""
+  out = str(tmp_path / 'table')
+  stopped = _table(out, '--mechanisms=pbm', '--max_calibration_seconds=1')
+  assert stopped.returncode == 0, stopped.stderr[-3000:]
+  with open(os.path.join(out, 'calibrations.json')) as f:
+    cal = json.load(f)['pbm_eps10_b4']
+  assert cal['transient'] and 'did not finish in 1 s' in cal['reason']
+  assert stopped.stdout.count('[calibrate] pbm_eps10_b4') == 1
+  assert not os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0'))
+  again = _table(out, '--mechanisms=pbm')
+  assert again.returncode == 0, again.stderr[-3000:]
+  with open(os.path.join(out, 'calibrations.json')) as f:
+    assert 'params' in json.load(f)['pbm_eps10_b4']
+  assert os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0',
+                                     'summary.json'))

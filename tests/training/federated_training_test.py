@@ -160,7 +160,7 @@ def test_packed_run_resumes_unpacked_with_the_same_accounting(mnist, tmp_path):
      r'integer in \[1, clients_per_round\], got -1'),
     (dict(), 2.0, r'`clients_per_slot` must be 0 or None .* got 2.0 \(float\)'),
     (dict(mechanism='tff_skellam', mechanism_params=dict(noise_multiplier=1.0)),
-     2, 'tff_quant mechanism')])
+     3, r'clients_per_round \(4\) must be a multiple of clients_per_slot \(3\)')])
 def test_bad_packing_raises_before_anything_is_written(mnist, tmp_path, kw, k, match):
   with pytest.raises((ValueError, TypeError), match=match):
     ft.run(small_config(**kw), mnist, str(tmp_path / 'r'), log=lambda _: None,
@@ -197,8 +197,8 @@ def test_a_default_run_packs_automatically_and_says_so(mnist, tmp_path,
      None, ['packing: K=2 clients per TFF client slot (auto',
             'local training: vectorized']),
     (dict(mechanism='tff_skellam', mechanism_params=dict(noise_multiplier=1.0)),
-     None, ["packing: none, one client per TFF client slot (TFF's own "
-            'aggregator tff_skellam takes one client per value'])])
+     None, ['packing: K=2 clients per TFF client slot (auto',
+            'local training: vectorized'])])
 def test_choose_packing(mnist, monkeypatch, kw, k, lines):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tff_quant import models  # pylint: disable=g-import-not-at-top

@@ -12,7 +12,10 @@
   (its scaled, inflated ℓ2 bound and its ℓ1 bound), doubled for replace-one.
   The scale is TFF's own heuristic, computed by TFF's functions so the
   accountant and the factory cannot disagree (a test checks the numbers against
-  the factory's round measurements).
+  the factory's round measurements). `Peer.factory(clients_per_value=K)` runs
+  them with K clients per value (`packed_peers`: TFF's own per-client
+  pipeline on each row, the same law at the server), as the packed path of
+  `tff_quant.training.packed_clients` needs.
 z (noise_multiplier) is set by `calibrate` for a target whole-model (ε, δ).
 """
 
@@ -147,17 +150,43 @@ class Peer:
     return accounting.RoundAccountant.from_round_rdp(
         rdp, self.clients_per_round, total_clients, delta, self.dim, assumptions)
 
-  def factory(self):
-    """The TFF aggregation factory (a mean over clients) this peer runs as."""
+  def factory(self, clients_per_value: int = 1):
+    """The TFF aggregation factory (a mean over clients) this peer runs as.
+
+    Args:
+      clients_per_value: K >= 1 clients stacked per value (the packed path,
+        `tff_quant.training.packed_clients`); K > 1 for 'tff_skellam' /
+        'tff_dgauss' gives `packed_peers.PackedDistributedDpSumFactory`, TFF's
+        own per-client pipeline on each row, the same law at the server
+        (that module's docstring). The central 'gaussian' takes K = 1 here
+        (packed: `packed_clients.StackedClippedMeanFactory`).
+
+    Raises:
+      ValueError: clients_per_value not an integer >= 1, or > 1 for 'gaussian'.
+    """
     # pylint: disable=g-import-not-at-top
     import tensorflow_federated as tff
     # TFF 0.87 exports the class only inside tff.learning.ddp_secure_aggregator
     # (adaptive clip, zeroing); the fixed-clip factory is this module's.
     from tensorflow_federated.python.aggregators import distributed_dp
+    k = validation.check_integer('clients_per_value', clients_per_value, 1)
     if self.name == 'gaussian':
+      if k > 1:
+        raise ValueError(f'clients_per_value={k}: the central gaussian peer takes '
+                         'one client per value here (1); packed, use '
+                         'packed_clients.StackedClippedMeanFactory.')
       return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
           noise_multiplier=self.noise_multiplier,
           clients_per_round=self.clients_per_round, clip=self.clip_norm)
+    if k > 1:
+      from tff_quant.aggregators import packed_peers
+      return packed_peers.StackedMeanFactory(
+          packed_peers.PackedDistributedDpSumFactory(
+              k, noise_multiplier=self.noise_multiplier,
+              expected_clients_per_round=self.clients_per_round,
+              bits=self.bits, l2_clip=self.clip_norm,
+              modclip_prob=self.modclip_prob,
+              mechanism=_TFF_MECHANISM[self.name]), k)
     ddp = distributed_dp.DistributedDpSumFactory(
         noise_multiplier=self.noise_multiplier,
         expected_clients_per_round=self.clients_per_round, bits=self.bits,

@@ -220,7 +220,9 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   builds it, with TFF's default metrics aggregator. `clients_per_slot` K > 1:
   the packed path (`packed_clients`; its `next` takes one packed dataset per
   K clients), its K clients trained as one batched computation when
-  `vectorized`. `calibrated_for`: the `accounting.CalibratedSetting` the
+  `vectorized`; a tff_* peer then runs `peer.factory(K)` (`packed_peers`:
+  TFF's own per-client pipeline on each of the K rows), the central Gaussian
+  `packed_clients.StackedClippedMeanFactory`. `calibrated_for`: the `accounting.CalibratedSetting` the
   registry mechanism must match (`aggregators.mechanism_factory`).
   """
   private = config.mechanism != NO_PRIVACY and peer is None
@@ -229,12 +231,14 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   server_opt = server_optimizer(config)
   with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
     if clients_per_slot > 1:
-      aggregator = (build_aggregator(config, clients_per_slot, calibrated_for)
-                    if peer is None
-                    else packed_clients.StackedClippedMeanFactory(
-                        config.clip_norm, clients_per_slot,
-                        peer.noise_multiplier * config.clip_norm,
-                        seed=config.noise_seed))
+      if peer is None:
+        aggregator = build_aggregator(config, clients_per_slot, calibrated_for)
+      elif peer.name == 'gaussian':
+        aggregator = packed_clients.StackedClippedMeanFactory(
+            config.clip_norm, clients_per_slot,
+            peer.noise_multiplier * config.clip_norm, seed=config.noise_seed)
+      else:
+        aggregator = peer.factory(clients_per_value=clients_per_slot)
       process = packed_clients.build_packed_fed_avg(
           model_fn, clients_per_slot, client_opt, server_opt,
           aggregator, vectorized=vectorized,
@@ -337,8 +341,7 @@ def build_aggregator(config: TrainingConfig, clients_per_value: int = 1,
 def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
                   ) -> Optional[int]:
   """`clients_per_slot`, checked: None or 0 (automatic), else K >= 1 dividing
-  clients_per_round; K > 1 needs a registry mechanism or 'none' (ValueError
-  naming them)."""
+  clients_per_round (every mechanism and peer takes packed clients)."""
   if clients_per_slot is None:
     return None
   allowed = ('`clients_per_slot` must be 0 or None (automatic) or an integer in '
@@ -353,12 +356,6 @@ def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
     raise ValueError(f'{allowed}.')
   if k == 1:
     return k
-  if config.is_peer and config.mechanism != 'gaussian':
-    raise ValueError(f'clients_per_slot={k} needs a tff_quant mechanism, the '
-                     f'central gaussian or {NO_PRIVACY!r} (the packed path '
-                     'encodes or clips each client before the sum), not TFF\'s '
-                     f'own aggregator {config.mechanism!r}; use '
-                     'clients_per_slot=1.')
   if config.clients_per_round % k:
     raise ValueError(f'clients_per_round ({config.clients_per_round}) must be a '
                      f'multiple of clients_per_slot ({k}).')
@@ -377,15 +374,10 @@ class Packing:
 def choose_packing(config: TrainingConfig, clients_per_slot: Optional[int],
                    model_fn, dim: int, num_workers: int = 0) -> Packing:
   """The run's `Packing`: K as given, or automatic (None / 0):
-  `packed_clients.auto_clients_per_slot` for a registry mechanism or 'none',
-  1 for TFF's own aggregators (their factories take one client per value).
+  `packed_clients.auto_clients_per_slot` for every mechanism, 'none' and
+  TFF's peers (the tff_* peers packed by `aggregators.packed_peers`).
   Vectorized whenever K > 1 and the model allows it."""
   given = check_packing(config, clients_per_slot)
-  if config.is_peer and config.mechanism != 'gaussian':
-    return Packing(1, False, (
-        'packing: none, one client per TFF client slot (TFF\'s own aggregator '
-        f'{config.mechanism} takes one client per value; tff_quant mechanisms, '
-        f'the central Gaussian and {NO_PRIVACY!r} take packed clients)',))
   if given is None:
     k = packed_clients.auto_clients_per_slot(
         config.clients_per_round, dim, packed_clients.parallel_units(num_workers))
@@ -626,7 +618,7 @@ class _Rounds:
           'drawn unseeded inside TFF\'s client work: runs of it do not '
           'reproduce exactly.')
     if config.noise_seed is not None and self.peer is not None and (
-        self.packing.clients_per_slot == 1):
+        self.peer.name != 'gaussian' or self.packing.clients_per_slot == 1):
       log(f'--noise_seed does not reach TFF\'s own {config.mechanism} '
           'aggregator (its noise is unseeded): this run\'s noise does not '
           'reproduce.')

@@ -9,7 +9,11 @@ grouped convolutions, batched matmuls); a model it cannot re-implement trains
 them one after another inside one TensorFlow loop (`vectorized=False`).
 `auto_clients_per_slot` is the K federated_training uses when none is given.
 A `QuantizationFactory(clients_per_value=K)` clips and encodes every row on its
-own and adds the K integer level vectors before the secure sum.
+own and adds the K integer level vectors before the secure sum; TFF's own
+distributed DP peers do the same through `aggregators.packed_peers`
+(`Peer.factory(clients_per_value=K)`: TFF's per-client rotation, clip,
+rounding, noise and modular clip on each row, the K rows added modulo 2^bits),
+the central Gaussian through `StackedClippedMeanFactory`.
 
 Why the server's view is unchanged: the secure sum reveals only
 S = Σ_slots Σ_{k<K} Q(x_{slot,k}), where each Q(x) is the mechanism's encoding of
