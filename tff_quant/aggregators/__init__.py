@@ -15,7 +15,9 @@ What each export is for:
   and dimension the accountant needs.
 * `find_measurements(metrics)`: the per-round measurements in a process's
   metrics; `secure_sum_bits(n, L)`: the field the secure sum needs.
-TFF's own DP aggregators as peers on the same accountant: the `peers` module.
+TFF's own DP aggregators as peers on the same accountant: the `peers` module;
+`packed_peers`: TFF's distributed DP sum with K clients per value (the packed
+path), each row through TFF's own per-client pipeline.
 """
 
 from tff_quant.aggregators.constructors import (UniformlyWeighted, bq_factory, clipped_mean_factory,
