@@ -19,10 +19,13 @@ tff_quant.program.runtime.worker_binary_path()) and add --workers=host1:N,host2:
 import os
 import sys
 
-# TFF's DistributedDpSumFactory inside FedAvg nests deeper than the upb protobuf
-# parser accepts (DecodeError); tff_* peers run on the pure-Python protobuf
-# (set before anything imports protobuf; the first round then takes minutes).
-if any(a.startswith(('--mechanism=tff_', '-mechanism=tff_')) for a in sys.argv):
+# TFF's DistributedDpSumFactory inside FedAvg, one client per slot, nests
+# deeper than the upb protobuf parser accepts (DecodeError): an unpacked tff_*
+# peer runs on the pure-Python protobuf (set before anything imports protobuf;
+# the first round then takes minutes). Packed (the default), it runs on upb.
+if (any(a.startswith(('--mechanism=tff_', '-mechanism=tff_')) for a in sys.argv)
+    and any(a in ('--clients_per_slot=1', '-clients_per_slot=1')
+            for a in sys.argv)):
   os.environ.setdefault('PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION', 'python')
 
 # TensorFlow first and without its CUDA start-up noise (no GPU here).

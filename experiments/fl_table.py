@@ -11,9 +11,9 @@ cannot carry the signal, becomes the cell's reason), then trained with
 (--split_seed). The endpoint needs at least 5 evaluations in the last 10% of
 rounds: --eval_every at most rounds/50 (the default 5 gives 7 at 300 rounds).
 Runs go seed-major (every cell's first seed before any second), cells of at
-most 8 bits before wider ones, TFF's own distributed aggregators (~10x
-slower) last; each resumes where it stopped, and a second start on the same
-folder is refused while one runs. Federated Fashion-MNIST (real images, simulated Dirichlet(0.5) split).
+most 8 bits before wider ones; each resumes where it stopped, and a second
+start on the same folder is refused while one runs. TFF's own distributed
+aggregators run packed like ours (`aggregators.packed_peers`). Federated Fashion-MNIST (real images, simulated Dirichlet(0.5) split).
 
   python -m experiments.fl_table --output_dir=results/fl_table
   python -m experiments.fl_table --plan        # cells, runs, and what is done
@@ -45,7 +45,6 @@ DEFAULT_MECHANISMS = ('rqm', 'pbm', 'qmgeo', 'quantized_gaussian',
                       'randomized_projection', 'bq', 'skellam', 'ddgauss',
                       'tff_skellam', 'tff_dgauss', 'gaussian', 'none')
 PEERS = ('gaussian', 'tff_skellam', 'tff_dgauss')
-SLOW = ('tff_skellam', 'tff_dgauss')   # one client per TFF slot
 flags.DEFINE_string('output_dir', 'results/fl_table', 'Results folder.')
 flags.DEFINE_list('mechanisms', list(DEFAULT_MECHANISMS), 'Mechanisms (registry '
                   'names, TFF peers gaussian/tff_skellam/tff_dgauss, none).')
@@ -55,8 +54,8 @@ flags.DEFINE_string('mechanism_bits', '', 'Bits of single mechanisms in '
                     'place of --bits, as name=bits entries (several widths '
                     'joined by +): e.g. ddgauss=16,bq=10,qmgeo=4+8.')
 flags.DEFINE_list('peer_bits', ['16'], 'Bits of TFF\'s distributed aggregators '
-                  '(tff_skellam, tff_dgauss): one client per TFF slot and '
-                  'pure-Python protobuf make each run ~10x slower.')
+                  '(tff_skellam, tff_dgauss; packed as our mechanisms are: '
+                  'aggregators.packed_peers).')
 flags.DEFINE_integer('seeds', 3, 'Seeds per cell (client sampling and noise).')
 flags.DEFINE_integer('rounds', 300, 'Rounds per run.')
 flags.DEFINE_integer('clients_per_round', 100, 'Clients per round.')
@@ -475,7 +474,7 @@ def report(all_cells, calibrations, seconds):
             f'(what they fix: docs/fl_table.md). {done} runs, '
             f'{seconds / 3600:.1f} h of training (sum of run wall times on '
             'this 2-core machine). How to read it: docs/fl_table.md.' +
-            tuned_line(s) + fl_table.slow_peers_line(cells_, SLOW))
+            tuned_line(s))
   provenance = (
       f'From {done} runs, {seconds / 3600:.1f} h of training (the sum of the '
       'runs\' wall times on this 2-core machine). The paired differences with '
@@ -525,10 +524,10 @@ def main(argv):
           times = json.load(f)
       # Cells of at most 8 bits first, seed-major (every cell's first seed
       # before any second); then those over 8 bits (their calibrations cost
-      # the most); TFF's slow distributed aggregators last.
+      # the most).
       runs = sorted(((cell, seed) for seed in range(FLAGS.seeds)
                      for cell in all_cells),
-                    key=lambda r: (r[0][0] in SLOW, wide(r[0]), r[1]))
+                    key=lambda r: (wide(r[0]), r[1]))
       if FLAGS.plan or FLAGS.report_only:
         done = sum(os.path.exists(os.path.join(run_dir(c, s), 'summary.json'))
                    for c, s in runs)

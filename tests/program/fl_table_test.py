@@ -214,19 +214,6 @@ def test_eta_takes_each_run_at_its_mechanisms_pace():
   assert fl_table.eta_hours(['pbm'], []) is None
 
 
-def test_the_header_says_why_tffs_distributed_peers_have_fewer_seeds():
-  cell = lambda name, seeds: fl_table.Cell(
-      name, 10.0, 16, accuracies={s: 0.8 for s in range(seeds)})
-  slow = ('tff_skellam', 'tff_dgauss')
-  line = fl_table.slow_peers_line(
-      [cell('rqm', 8), cell('tff_dgauss', 2), cell('tff_skellam', 3)], slow)
-  assert 'tff_dgauss, tff_skellam' in line and '2-3 seeds' in line
-  assert 'up to 8' in line and 'one client per TFF slot' in line
-  assert fl_table.slow_peers_line([cell('rqm', 3), cell('tff_dgauss', 3)],
-                                  slow) == ''
-  assert fl_table.slow_peers_line([cell('rqm', 3)], slow) == ''
-
-
 def test_equal_epsilon_names_the_cells_outside_the_tolerance(tmp_path):
   """A run at 9.987 for a target of 10 is 0.13% off, over EQUAL_EPSILON_RTOL
   (0.1%): the report names its cell and distance; at 9.995 (0.05%) every

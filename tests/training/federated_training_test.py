@@ -336,3 +336,18 @@ def test_a_calibrated_run_reports_the_calibrated_epsilon(mnist, tmp_path):
   assert summary['epsilon'] <= 10.0
   assert summary['epsilon_route'] == 'RDP'
   assert f'{summary["epsilon"]:.4g}' in line
+
+
+def test_only_an_unpacked_tff_peer_needs_the_python_protobuf():
+  """TFF's distributed DP inside FedAvg at K = 1 nests past upb's limit;
+  packed, or any other mechanism, runs on whichever protobuf is loaded."""
+  from google.protobuf.internal import api_implementation  # pylint: disable=g-import-not-at-top
+  for name, k in (('tff_dgauss', 50), ('tff_skellam', 2), ('rqm', 1),
+                  ('gaussian', 1)):
+    ft.check_protobuf_for_peer(name, k)
+  if api_implementation.Type() == 'upb':
+    with pytest.raises(ValueError, match='tff_dgauss at one client per TFF '
+                       'slot.*PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python'):
+      ft.check_protobuf_for_peer('tff_dgauss', 1)
+  else:
+    ft.check_protobuf_for_peer('tff_dgauss', 1)

@@ -271,37 +271,11 @@ class Cell:
     return drop, f'{sum(counts)} in {runs} of {len(counts)}'
 
 
-def slow_peers_line(cells: Sequence[Cell], slow: Sequence[str]) -> str:
-  """Why the `slow` mechanisms (TFF's distributed aggregators, one client
-  per TFF slot) have fewer seeds than the others, where they do.
-
-  Args:
-    cells: the table's cells.
-    slow: the names of the mechanisms that run one client per TFF slot.
-
-  Returns:
-    A sentence for the table's header (with a leading space), or '' where
-    they have as many seeds as the most of the others, or none ran.
-  """
-  runs = [c for c in cells if c.mechanism in slow and not c.reason]
-  fast = [c.seeds for c in cells if c.mechanism not in slow and not c.reason]
-  if not runs or not fast or min(c.seeds for c in runs) >= max(fast):
-    return ''
-  return (' TFF\'s distributed aggregators (' +
-          ', '.join(sorted({c.mechanism for c in runs})) + f') have '
-          f'{min(c.seeds for c in runs)}-{max(c.seeds for c in runs)} seeds '
-          f'against up to {max(fast)}: their factory runs one client per TFF '
-          'slot (it has no packed form here), 20-35 min a run on this '
-          'machine against minutes for the packed cells, so they got the '
-          'seeds the time allowed; their intervals are wider for it.')
-
-
 def eta_hours(left: Sequence[str], done: Sequence[Tuple[str, float]]
               ) -> Optional[float]:
   """Hours the runs left should take (`left`: each one's mechanism), each at
-  the mean of its mechanism's finished runs (`done`: (mechanism, seconds);
-  TFF's take 30-45 min here, the packed ones minutes), else at the mean of
-  all; None before any run has finished."""
+  the mean of its mechanism's finished runs (`done`: (mechanism, seconds)),
+  else at the mean of all; None before any run has finished."""
   if not done:
     return None
   per = {}

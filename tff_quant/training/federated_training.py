@@ -434,15 +434,28 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print):
   return report
 
 
-def check_protobuf_for_peer(name: str) -> None:
-  """ValueError before any work when a tff_* peer would hit the upb protobuf
-  parser's nesting limit (TFF's DistributedDpSumFactory inside FedAvg)."""
+def check_protobuf_for_peer(name: str, clients_per_slot: int) -> None:
+  """ValueError before any work when an unpacked tff_* peer (K = 1) would hit
+  the upb protobuf parser's nesting limit: TFF's DistributedDpSumFactory
+  inside FedAvg, one client per slot, nests deeper than upb accepts. Packed
+  (K > 1, `aggregators.packed_peers`) it runs on upb.
+
+  Args:
+    name: the mechanism's name.
+    clients_per_slot: K, the run's clients per TFF client slot.
+
+  Raises:
+    ValueError: for a tff_* peer at K = 1 under the upb protobuf.
+  """
   from google.protobuf.internal import api_implementation  # pylint: disable=g-import-not-at-top
-  if name.startswith('tff_') and api_implementation.Type() == 'upb':
-    raise ValueError(f'{name} needs PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python '
-                     'set before Python starts (TFF\'s DistributedDpSumFactory '
-                     'inside FedAvg nests deeper than the upb parser accepts); '
-                     'experiments.fl_emnist sets it for you.')
+  if (name.startswith('tff_') and clients_per_slot == 1 and
+      api_implementation.Type() == 'upb'):
+    raise ValueError(f'{name} at one client per TFF slot needs '
+                     'PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python set before '
+                     'Python starts (TFF\'s DistributedDpSumFactory inside '
+                     'FedAvg nests deeper than the upb parser accepts); '
+                     'experiments.fl_emnist sets it for --clients_per_slot=1. '
+                     'Packed (--clients_per_slot above 1) it runs on upb.')
 
 
 def peer_bits_per_client(peer: peers.Peer) -> int:
@@ -590,7 +603,7 @@ class _Rounds:
         models.num_params(self.keras_fn()), len(workers or ()))
     self.peer = None
     if config.is_peer:
-      check_protobuf_for_peer(config.mechanism)
+      check_protobuf_for_peer(config.mechanism, self.packing.clients_per_slot)
       self.peer = build_peer(config, models.num_params(self.keras_fn()), log)
     self.calibration = None
     self._build()
