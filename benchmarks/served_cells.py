@@ -15,7 +15,9 @@ calibration's slope is the least over the signal range from the exact pmf;
 at ±b the two agree for the mechanisms whose decoded mean is affine there.
 
 Each cell is calibrated in a fresh process (the mechanisms cache their laws)
-and written to --output as soon as it ends, so a rerun skips finished cells.
+and written to --output as soon as it ends with the digest of the accountant
+that computed it (`accounting.provenance`), so a rerun skips the cells this
+accountant finished and redoes those of other code.
 
   python -m benchmarks.served_cells [--cells=qmgeo:4:10,bq:8:3]
       [--draws=1000000] [--output=results/served_cells.json]
@@ -134,12 +136,15 @@ def main():
              (c.split(':') for c in _flag('cells', '').split(','))]
   done = json.load(open(output)) if os.path.exists(output) else []
   key = lambda r: (r['mechanism'], r['bits'], float(r['epsilon_target']))
-  finished = {key(r) for r in done}
+  # A row counts as finished only if this accountant's code computed it.
+  finished = {key(r) for r in done
+              if r.get('accountant') == accounting.provenance.SOURCE_DIGEST}
   for cell in cells:
     if cell in finished:
       continue
-    row = run_cell(cell, draws, limit_s)
-    done.append(row)
+    row = dict(run_cell(cell, draws, limit_s),
+               accountant=accounting.provenance.SOURCE_DIGEST)
+    done = [r for r in done if key(r) != cell] + [row]
     print(table([row]).splitlines()[-1], flush=True)
     os.makedirs(os.path.dirname(output) or '.', exist_ok=True)
     with open(output + '.tmp', 'w') as f:

@@ -7,9 +7,11 @@
 # join the same folder (add them to --mechanisms, --bits and
 # --mechanism_bits). Two processes may share the work: one in a second
 # folder of the same settings (--output_dir), its finished runs, calibrations
-# and run seconds then copied into this one.
+# and run seconds then copied into this one. A calibration made by other
+# accountant code is rechecked before its cell trains again (docs/fl_table.md).
 nice -n 15 python -m experiments.fl_table --output_dir=results/fl_table_tuned \
   --tuned=results/fl_tune_rounds/choice.json --rounds=500 --eval_every=10 \
-  --client_lr=0.2 --clip_norm=0.518 \
-  --mechanisms=gaussian,pbm,rqm,quantized_gaussian,qmgeo,randomized_projection,ddgauss,skellam,none \
-  --bits=8 --mechanism_bits=ddgauss=16,skellam=16 --epsilons=10,3 --seeds=4
+  --client_lr=0.2 --clip_norm=0.518 --max_calibration_seconds=1800 \
+  --mechanisms=gaussian,pbm,rqm,quantized_gaussian,qmgeo,randomized_projection,ddgauss,skellam,bq,tff_dgauss,tff_skellam,none \
+  --bits=8 --mechanism_bits=ddgauss=16,skellam=16,bq=10 --peer_bits=16 \
+  --epsilons=10,3 --seeds=4
