@@ -230,8 +230,9 @@ def calibrate(cell, dim, stored=None):
   child.start()
   try:
     while time.time() - t0 < FLAGS.max_calibration_seconds:
-      try:
-        return queue.get(timeout=5)
+      try:   # waits at most to the limit
+        return queue.get(timeout=min(5, max(
+            1e-3, FLAGS.max_calibration_seconds - (time.time() - t0))))
       except Empty:
         if child.exitcode is not None:   # died (e.g. out of memory)
           return dict(reason=f'calibration process ended with exit code '

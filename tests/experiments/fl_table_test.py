@@ -193,11 +193,11 @@ def test_a_calibration_stopped_by_the_time_limit_is_retried_next_start(
   """The time limit is not a refusal: the cell has no runs in that start,
   and the next start calibrates it again (once a start)."""
   out = str(tmp_path / 'table')
-  stopped = _table(out, '--mechanisms=pbm', '--max_calibration_seconds=1')
+  stopped = _table(out, '--mechanisms=pbm', '--max_calibration_seconds=0.01')
   assert stopped.returncode == 0, stopped.stderr[-3000:]
   with open(os.path.join(out, 'calibrations.json')) as f:
     cal = json.load(f)['pbm_eps10_b4']
-  assert cal['transient'] and 'did not finish in 1 s' in cal['reason']
+  assert cal.get('transient') and 'did not finish in 0.01 s' in cal['reason']
   assert stopped.stdout.count('[calibrate] pbm_eps10_b4') == 1
   assert not os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0'))
   again = _table(out, '--mechanisms=pbm')
