@@ -63,31 +63,42 @@ def test_the_committed_schedule_falls_to_the_last_third():
 def test_excursions_are_counted_beside_the_endpoint():
   assert fl_table.drops(EXCURSION) == 1   # 0.572 -> 0.225
   assert fl_table.drops(EXCURSION, drop=0.5) == 0
-  assert fl_table.clipped_rounds([0.0, 0.36, 0.69, 0.1, math.nan]) == 2
-  assert fl_table.clipped_rounds(None) is None
+  # Ten rounds: the first (settling 10%) is skipped; rounds above the first
+  # round's loss or not finite count, whatever the clipping rate.
+  losses = [2.3, 2.4, 1.9, 1.0, 0.9, 2.31, math.nan, 0.8, math.inf, 0.7]
+  assert fl_table.diverged_rounds(losses) == 4
+  assert fl_table.diverged_rounds(losses, settling=0.5) == 3
+  assert fl_table.diverged_rounds(None) is None
+  assert fl_table.median_clipped([0.9, 0.8, math.nan, 1.0]) == 0.9
+  assert fl_table.median_clipped(None) is None
   cell = fl_table.Cell('rqm', 3.0, 8)
-  for seed, (evals, clipped) in enumerate([
-      (EXCURSION, [0.0, 0.36, 0.69]), ([(200, 0.5), (250, 0.5), (300, 0.5)],
-                                       [0.0, 0.0, 0.0])]):
-    cell.add_run(seed, fl_table.Run(evals, clipped), fl_table.LAST_THIRD, 300,
-                 2.98)
+  for seed, (evals, clipped, losses) in enumerate([
+      (EXCURSION, [0.9, 0.8, 1.0], [2.3, 1.0, 4.9]),
+      ([(200, 0.5), (250, 0.5), (300, 0.5)], [0.7, 0.7, 0.7],
+       [2.3, 1.0, 0.9])]):
+    cell.add_run(seed, fl_table.Run(evals, clipped, losses),
+                 fl_table.LAST_THIRD, 300, 2.98)
   assert cell.accuracies[0] == pytest.approx(0.460333, abs=1e-6)
   assert cell.finals == {0: 0.225, 1: 0.5}
-  assert cell.excursions() == ('1 of 2 (seed 0)', '2 in 1 of 2')
-  gaussian = fl_table.Cell('gaussian', 3.0, 32)
-  gaussian.add_run(0, fl_table.Run(EXCURSION), fl_table.LAST_THIRD, 300, 3.0)
-  assert gaussian.excursions() == ('1 of 1 (seed 0)', 'not recorded')
+  assert cell.excursions() == ('1 of 2 (seed 0)', '1 in 1 of 2',
+                               '0.80 (0.70–0.90)')
+  peer = fl_table.Cell('tff_dgauss', 3.0, 16)
+  peer.add_run(0, fl_table.Run(EXCURSION), fl_table.LAST_THIRD, 300, 3.0)
+  assert peer.excursions() == ('1 of 1 (seed 0)', 'not recorded',
+                               'not recorded')
 
 
-def test_read_run_reads_evaluations_and_clipping(tmp_path):
+def test_read_run_reads_evaluations_clipping_and_loss(tmp_path):
   (tmp_path / 'metrics.csv').write_text(
-      'round,clipped_clients_fraction,test_accuracy\n1,0.0,nan\n'
-      '2,0.4,0.5\n3,0.05,0.55\n')
+      'round,clipped_clients_fraction,test_accuracy,train_loss\n'
+      '1,0.0,nan,2.3\n2,0.4,0.5,1.5\n3,0.05,0.55,nan\n')
   run = fl_table.read_run(str(tmp_path))
   assert run.evaluations == [(2, 0.5), (3, 0.55)]
   assert run.clipped == [0.0, 0.4, 0.05]
+  assert run.losses[:2] == [2.3, 1.5] and math.isnan(run.losses[2])
   (tmp_path / 'metrics.csv').write_text('round,test_accuracy\n1,0.5\n')
-  assert fl_table.read_run(str(tmp_path)).clipped is None
+  run = fl_table.read_run(str(tmp_path))
+  assert run.clipped is None and run.losses is None
 
 
 def _table(gap=0.0, spread=0.001, eps=10.0):

@@ -15,8 +15,11 @@ them, the same initial model and noise streams). The design, in order:
   endpoint it used.
 * **Excursions**, reported beside the endpoint and not folded into it: per
   run, the evaluations more than `DROP` below the previous one, and the
-  rounds where more than `CLIPPED` of the round's clients were clipped (where
-  the run records it).
+  diverged rounds: after the first `SETTLING` of the rounds, those whose
+  training loss is above the run's first round (the untrained model) or not
+  finite. Beside them the median fraction of clients clipped per round,
+  which describes the clip (a tuned clip binds for most clients) and is not
+  an excursion.
 * **Comparisons** (tff_quant.program.comparisons): two families, each with
   family-wise error rate `comparisons.ALPHA` by Holm's step-down: every cell
   against the Gaussian at its ε (`REFERENCE`), and every pair of cells at the
@@ -47,9 +50,9 @@ MARGIN = comparisons.MARGIN
 ALPHA = comparisons.ALPHA
 #: An excursion: an evaluation more than DROP below the run's previous one.
 DROP = 0.10
-#: A clipping excursion: a round with more than this fraction of its clients
-#: clipped (the runs' metrics.csv column clipped_clients_fraction).
-CLIPPED = 0.10
+#: A divergence: after this fraction of the rounds, a round whose training
+#: loss (metrics.csv train_loss) is above the run's first or not finite.
+SETTLING = 0.10
 #: The 95% half-widths of a paired difference the table aims at, per ε.
 HALF_WIDTH_TARGETS = {3.0: 0.03, 10.0: 0.02}
 #: The power the seed counts for TOST are computed at.
@@ -149,15 +152,18 @@ def choose_endpoint(runs: Sequence[Sequence[Tuple[int, float]]], rounds: int
 
 @dataclasses.dataclass
 class Run:
-  """One finished run's evaluations and per-round clipping, from metrics.csv.
+  """One finished run's evaluations, per-round clipping and training loss,
+  from metrics.csv.
 
   Args:
     evaluations: [(round, test accuracy)] where the run evaluated.
     clipped: the fraction of each round's clients clipped, or None where the
-      run does not record it (the Gaussian and TFF's aggregators).
+      run does not record it (TFF's aggregators).
+    losses: each round's training loss, or None where not recorded.
   """
   evaluations: List[Tuple[int, float]]
   clipped: Optional[List[float]] = None
+  losses: Optional[List[float]] = None
 
 
 def _number(text) -> float:
@@ -170,15 +176,18 @@ def _number(text) -> float:
 def read_run(run_dir: str, column: str = 'test_accuracy') -> Run:
   """The Run of `run_dir`/metrics.csv (columns round, `column` (the
   evaluations: test_accuracy, or validation_accuracy for a run evaluated on
-  a validation split) and, where recorded, clipped_clients_fraction)."""
+  a validation split) and, where recorded, clipped_clients_fraction and
+  train_loss)."""
   rows = results_io.read_csv(os.path.join(run_dir, 'metrics.csv'))
   evaluations = [(int(row['round']), _number(row.get(column)))
                  for row in rows]
   evaluations = [(r, a) for r, a in evaluations if math.isfinite(a)]
-  clipped = None
-  if rows and 'clipped_clients_fraction' in rows[0]:
-    clipped = [_number(row['clipped_clients_fraction']) for row in rows]
-  return Run(evaluations, clipped)
+  def column_of(name):
+    if not rows or name not in rows[0]:
+      return None
+    return [_number(row[name]) for row in rows]
+  return Run(evaluations, column_of('clipped_clients_fraction'),
+             column_of('train_loss'))
 
 
 def drops(evaluations: Sequence[Tuple[int, float]], drop: float = DROP) -> int:
@@ -187,13 +196,24 @@ def drops(evaluations: Sequence[Tuple[int, float]], drop: float = DROP) -> int:
   return sum(b < a - drop for a, b in zip(accs, accs[1:]))
 
 
-def clipped_rounds(fractions: Optional[Sequence[float]],
-                   threshold: float = CLIPPED) -> Optional[int]:
-  """Rounds with more than `threshold` of their clients clipped (None: not
-  recorded)."""
-  if fractions is None:
+def diverged_rounds(losses: Optional[Sequence[float]],
+                    settling: float = SETTLING) -> Optional[int]:
+  """Rounds after the first `settling` fraction of them whose training loss
+  is above the first round's (the untrained model's) or not finite (None:
+  not recorded). A run that learns stays below it; one that blows up climbs
+  above it, whatever its clipping rate."""
+  if not losses:
     return None
-  return sum(f > threshold for f in fractions if math.isfinite(f))
+  first = losses[0]
+  return sum(not loss <= first
+             for loss in losses[int(len(losses) * settling):])
+
+
+def median_clipped(fractions: Optional[Sequence[float]]) -> Optional[float]:
+  """The median over rounds of the fraction of clients clipped (None: not
+  recorded)."""
+  finite = [f for f in fractions or () if math.isfinite(f)]
+  return float(np.median(finite)) if finite else None
 
 
 @dataclasses.dataclass
@@ -208,7 +228,8 @@ class Cell:
     params: the calibrated parameters, as text.
     finals: {seed: test accuracy at the last round}.
     drops: {seed: evaluations more than DROP below the previous one}.
-    clipped: {seed: rounds with more than CLIPPED of the clients clipped, or
+    diverged: {seed: its diverged rounds, or None where not recorded}.
+    clipped: {seed: its median fraction of clients clipped per round, or
       None where not recorded}.
   """
   mechanism: str
@@ -220,7 +241,9 @@ class Cell:
   params: str = ''
   finals: Dict[int, float] = dataclasses.field(default_factory=dict)
   drops: Dict[int, int] = dataclasses.field(default_factory=dict)
-  clipped: Dict[int, Optional[int]] = dataclasses.field(default_factory=dict)
+  diverged: Dict[int, Optional[int]] = dataclasses.field(default_factory=dict)
+  clipped: Dict[int, Optional[float]] = dataclasses.field(
+      default_factory=dict)
 
   @property
   def seeds(self) -> int:
@@ -245,7 +268,8 @@ class Cell:
     self.finals[seed] = LAST.value(run.evaluations, rounds)
     self.epsilons[seed] = epsilon
     self.drops[seed] = drops(run.evaluations)
-    self.clipped[seed] = clipped_rounds(run.clipped)
+    self.diverged[seed] = diverged_rounds(run.losses)
+    self.clipped[seed] = median_clipped(run.clipped)
 
   def interval(self) -> Tuple[float, float, float]:
     """(mean, low, high): the 95% Student-t interval of the mean endpoint
@@ -256,19 +280,25 @@ class Cell:
     mean, low, high = comparisons.interval(values)
     return float(mean), float(low), float(high)
 
-  def excursions(self) -> Tuple[str, str]:
-    """(runs with a drop, rounds clipped): e.g. ('1 of 3 (seed 1)',
-    '7 in 1 of 3') or ('0 of 3', 'not recorded')."""
+  def excursions(self) -> Tuple[str, str, str]:
+    """(runs with a drop, rounds diverged, clients clipped): e.g.
+    ('1 of 3 (seed 1)', '7 in 1 of 3', '0.84 (0.80–0.88)'), with
+    'not recorded' where no run records the column."""
     if not self.seeds:
-      return '', ''
+      return '', '', ''
     hit = sorted(s for s, k in self.drops.items() if k)
     drop = f'{len(hit)} of {self.seeds}' + (
         f' (seed {", ".join(map(str, hit))})' if hit else '')
-    counts = [k for k in self.clipped.values() if k is not None]
-    if not counts:
-      return drop, 'not recorded'
-    runs = sum(k > 0 for k in counts)
-    return drop, f'{sum(counts)} in {runs} of {len(counts)}'
+    counts = [k for k in self.diverged.values() if k is not None]
+    diverged = ('not recorded' if not counts else
+                f'{sum(counts)} in {sum(k > 0 for k in counts)} of '
+                f'{len(counts)}')
+    medians = sorted(m for m in self.clipped.values() if m is not None)
+    clipped = ('not recorded' if not medians else
+               f'{np.median(medians):.2f}' + (
+                   f' ({medians[0]:.2f}–{medians[-1]:.2f})'
+                   if len(medians) > 1 else ''))
+    return drop, diverged, clipped
 
 
 def eta_hours(left: Sequence[str], done: Sequence[Tuple[str, float]]
@@ -486,8 +516,8 @@ def which_mechanism(analysis: Analysis, budgets: Sequence[int]
 
 COLUMNS = ('mechanism', 'epsilon', 'bits', 'seeds', 'endpoint_mean',
            'ci95_low', 'ci95_high', 'endpoints', 'last_round_accuracies',
-           'runs_with_drop', 'clipped_rounds', 'epsilons_reported', 'params',
-           'reason')
+           'runs_with_drop', 'diverged_rounds', 'clients_clipped_median',
+           'epsilons_reported', 'params', 'reason')
 
 
 def _p(p: float) -> str:
@@ -535,12 +565,12 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
                                          c.mechanism))
   for c in ordered:
     mean, lo, hi = c.interval()
-    drop, clip = c.excursions()
+    drop, diverged, clip = c.excursions()
     rows.append([c.mechanism, '' if c.epsilon is None else c.epsilon, c.bits,
                  c.seeds, mean, lo, hi,
                  ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.accuracies.items())),
                  ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.finals.items())),
-                 drop, clip,
+                 drop, diverged, clip,
                  ' '.join(f'{s}:{e:.4g}' for s, e in sorted(c.epsilons.items())),
                  c.params, c.reason])
   results_io.write_csv(os.path.join(output_dir, 'table.csv'), COLUMNS, rows)
@@ -555,23 +585,27 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
             f'({PRESPECIFIED.name}): these runs were not evaluated often '
             'enough for it.'), '',
         f'Excursions are counted beside it, not folded in: runs with an '
-        f'evaluation more than {DROP:g} below the previous one, and rounds '
-        f'with more than {CLIPPED:.0%} of their clients clipped (not recorded '
-        'by the Gaussian and TFF\'s aggregators).', '',
+        f'evaluation more than {DROP:g} below the previous one, and diverged '
+        f'rounds (after the first {SETTLING:.0%} of the rounds, a training '
+        'loss above the run\'s first round or not finite). Beside them the '
+        'median over rounds of the fraction of clients clipped (median over '
+        'the runs, and their range; not recorded by TFF\'s aggregators): it '
+        'describes the clip, not an excursion.', '',
         '## Cells', '',
         '| mechanism | ε | bits | seeds | endpoint (95% CI) | last round | '
-        'runs with a drop | rounds clipped (in runs) | ε reported | note |',
-        '|---|---|---|---|---|---|---|---|---|---|']
+        'runs with a drop | rounds diverged (in runs) | clients clipped | '
+        'ε reported | note |',
+        '|---|---|---|---|---|---|---|---|---|---|---|']
   for c, row in zip(ordered, rows):
     name, eps, bits, seeds, mean, lo, hi = row[:7]
     acc = ('' if not seeds else
            f'{mean:.3f} [{lo:.3f}, {hi:.3f}]' if math.isfinite(lo)
            else f'{mean:.3f} (1 seed)')
     last = f'{np.mean(list(c.finals.values())):.3f}' if c.finals else ''
-    reported = row[11].replace(' ', ', ')
-    note = row[13] or (row[12] if seeds else 'not run yet')
+    reported = row[12].replace(' ', ', ')
+    note = row[14] or (row[13] if seeds else 'not run yet')
     md.append(f'| {name} | {eps} | {bits} | {seeds} | {acc} | {last} | '
-              f'{row[9]} | {row[10]} | {reported} | {note} |')
+              f'{row[9]} | {row[10]} | {row[11]} | {reported} | {note} |')
   unequal = [f'{c.label} at ε = {c.epsilon:g} ({c.epsilon_gap():.2%})'
              for c in ordered if c.epsilon_gap() > EQUAL_EPSILON_RTOL]
   md += ['', f'Equal ε: every run\'s reported ε is within '
