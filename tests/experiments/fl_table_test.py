@@ -144,19 +144,30 @@ def test_a_tuned_schedule_is_kept_and_its_rounds_must_match(tmp_path):
 
 
 
-def test_a_calibration_from_other_accountant_code_is_rechecked(tmp_path):
-  """A stored calibration whose accountant digest is not the code's is
-  re-accounted before the cell trains again: kept (and its runs) where its
-  ε still holds; recalibrated, its runs moved to superseded/ and run again,
-  where it does not."""
+def test_a_stopped_calibration_is_retried_and_other_code_is_rechecked(
+    tmp_path):
+  """The time limit is not a refusal: the cell has no runs in that start,
+  and the next start calibrates it again (once a start). A stored
+  calibration whose accountant digest is not the code's is re-accounted
+  before the cell trains again: kept (and its runs) where its ε still holds;
+  recalibrated, its runs moved to superseded/ and run again, where it does
+  not. (One folder, so the table's imports are paid once per start.)"""
   out = str(tmp_path / 'table')
   cal_path = os.path.join(out, 'calibrations.json')
+  stopped = _table(out, '--mechanisms=pbm', '--max_calibration_seconds=0.01')
+  assert stopped.returncode == 0, stopped.stderr[-3000:]
+  with open(cal_path) as f:
+    cal = json.load(f)['pbm_eps10_b4']
+  assert cal.get('transient') and 'did not finish in 0.01 s' in cal['reason']
+  assert stopped.stdout.count('[calibrate] pbm_eps10_b4') == 1
+  assert not os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0'))
+
   first = _table(out, '--mechanisms=pbm')
   assert first.returncode == 0, first.stderr[-3000:]
   with open(cal_path) as f:
     cal = json.load(f)
   fresh = cal['pbm_eps10_b4']
-  assert len(fresh['accountant']) == 16
+  assert 'params' in fresh and len(fresh['accountant']) == 16
   with open(os.path.join(out, 'runs', 'pbm_eps10_b4_s0', 'summary.json')) as f:
     assert json.load(f)['accountant'] == fresh['accountant']
 
@@ -184,25 +195,5 @@ def test_a_calibration_from_other_accountant_code_is_rechecked(tmp_path):
   with open(cal_path) as f:
     again = json.load(f)['pbm_eps10_b4']
   assert again['params'] == fresh['params']
-  assert os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0',
-                                     'summary.json'))
-
-
-def test_a_calibration_stopped_by_the_time_limit_is_retried_next_start(
-    tmp_path):
-  """The time limit is not a refusal: the cell has no runs in that start,
-  and the next start calibrates it again (once a start)."""
-  out = str(tmp_path / 'table')
-  stopped = _table(out, '--mechanisms=pbm', '--max_calibration_seconds=0.01')
-  assert stopped.returncode == 0, stopped.stderr[-3000:]
-  with open(os.path.join(out, 'calibrations.json')) as f:
-    cal = json.load(f)['pbm_eps10_b4']
-  assert cal.get('transient') and 'did not finish in 0.01 s' in cal['reason']
-  assert stopped.stdout.count('[calibrate] pbm_eps10_b4') == 1
-  assert not os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0'))
-  again = _table(out, '--mechanisms=pbm')
-  assert again.returncode == 0, again.stderr[-3000:]
-  with open(os.path.join(out, 'calibrations.json')) as f:
-    assert 'params' in json.load(f)['pbm_eps10_b4']
   assert os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0',
                                      'summary.json'))
