@@ -29,8 +29,9 @@ target no setting reaches (with the best ε), bits a mechanism cannot use, or a
 mechanism that cannot carry the signal there (a modular sum wider than its
 modulus: the reason names the bits it needs; a decoded mean with slope < 1/2).
 Cells are independent: --workers processes, and a killed run started again
-with the same flags resumes (finished cells are kept; other flags: an error,
-or --fresh). --max_operations may change between runs (each row it shaped says
+with the same flags resumes (finished cells are kept, those the accountant
+code on disk computed: a row carries its digest, accounting.provenance, and
+a row of other code is recomputed; other flags: an error, or --fresh). --max_operations may change between runs (each row it shaped says
 so); --retry_limited recomputes those rows under the new limits. numpy/scipy
 only.
 
@@ -46,6 +47,7 @@ import time
 from absl import app
 from absl import flags
 
+from tff_quant import accounting
 from tff_quant import mechanisms
 from tff_quant.program import cli, frontier, results_io
 from tff_quant.program.frontier import COLUMNS, GAUSSIAN, KEY
@@ -150,9 +152,13 @@ def _run(cells, settings, ks, out):
       raise ValueError(f'{out} holds cells computed with {earlier}; these flags '
                        f'give {settings}. Use another --output_dir or --fresh.')
     rows = results_io.read_csv(csv_path)
+    for r in rows:   # written before rows carried their accountant
+      r.setdefault('accountant', frontier.UNRECORDED)
   results_io.write_json(cfg_path, settings)
+  # A row counts as finished only if this accountant's code computed it.
   done = {frontier.key(r) for r in rows
-          if not (FLAGS.retry_limited and frontier.limited_by_budget(r))}
+          if r['accountant'] == accounting.provenance.SOURCE_DIGEST and
+          not (FLAGS.retry_limited and frontier.limited_by_budget(r))}
   todo = [c for c in cells if frontier.key(dict(zip(KEY, c))) not in done]
   print(f'[privacy_frontier] {len(cells)} cells, {len(cells) - len(todo)} already '
         f'in {csv_path}, {len(todo)} to compute with {FLAGS.workers} worker(s).',

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+from tff_quant import accounting
 from tff_quant.program import frontier as privacy_frontier
 from tff_quant.program import results_io
 
@@ -59,6 +60,25 @@ def test_small_frontier_rows_resume_and_report(tmp_path):
           in (out / 'frontier.md').read_text())
   again = run_binary(SMALL + [f'--output_dir={out}'])
   assert again.returncode == 0 and '3 already in' in again.stdout
+  # Every row carries the digest of the accountant code that computed it;
+  # a row of other code is marked in the report and recomputed on resume.
+  digest = accounting.provenance.SOURCE_DIGEST
+  assert {r['accountant'] for r in rows} == {digest}
+  assert 'computed every row' in (out / 'frontier.md').read_text()
+  with open(out / 'frontier.csv') as f:
+    table = list(csv.DictReader(f))
+  for r in table:
+    if r['mechanism'] == 'rqm':
+      r['accountant'] = '0' * 16
+  results_io.write_csv(str(out / 'frontier.csv'), list(table[0]),
+                       [list(r.values()) for r in table])
+  privacy_frontier.write_report(table, str(out))
+  assert ('the 1 marked † come from other accountant code'
+          in (out / 'frontier.md').read_text())
+  redone = run_binary(SMALL + [f'--output_dir={out}'])
+  assert redone.returncode == 0 and '2 already in' in redone.stdout
+  with open(out / 'frontier.csv') as f:
+    assert {r['accountant'] for r in csv.DictReader(f)} == {digest}
   other = run_binary(SMALL + [f'--output_dir={out}', '--rtol=0.1'])
   assert other.returncode != 0 and '--fresh' in other.stderr + other.stdout
 

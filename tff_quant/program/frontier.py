@@ -48,7 +48,10 @@ COLUMNS = ('mechanism', 'bits', 'epsilon', 'delta', 'dim', 'clients_per_round',
            # The optimistic end (module docstring): nan where unknown.
            'debiased_error_attained', 'ratio_to_gaussian_attained',
            'params_attained', 'coordinate_clip_multiple_attained',
-           'seconds_attained', 'reason_attained')
+           'seconds_attained', 'reason_attained',
+           # The digest of the accountant code that computed the row
+           # (accounting.provenance; 'unrecorded' for rows written before).
+           'accountant')
 #: Written to the results folder's config: cells ranked by another metric
 #: (plain MSE before it) are not resumed into one report.
 METRIC = 'debiased_error'
@@ -112,6 +115,7 @@ def empty_row(cell, reason=''):
               bits_used='', coordinate_clip_multiple='', clip_bias_sq='',
               gaussian_mse='', gaussian_noise_to_signal='', seconds='',
               reason=reason, epsilon_attained=math.nan,
+              accountant=accounting.provenance.SOURCE_DIGEST,
               **_unknown_optimistic_end(
                   'not computed: the proved end has no calibration'
                   if reason else ''))
@@ -549,12 +553,15 @@ def write_report(rows, output_dir):
            '| slope | MSE/coord | MSE × Gaussian | k | ε attained (proved '
            'calibration) | params or reason |',
            '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+  current = accounting.provenance.SOURCE_DIGEST
   for r in rows:
     ratio = as_float(r['ratio_to_gaussian'])
     lo, hi, known = ends(r, ERROR)
     error = (f'{hi:.3g}' if known and lo == hi else
              f'[{lo:.3g}, {hi:.3g}]' if known else f'[?, {hi:.3g}]')
     what = r['params'] if math.isfinite(ratio) else r['reason'][:300]
+    if r.get('accountant', UNRECORDED) != current:
+      what = f'† {what}'
     if not known and r['mechanism'] != GAUSSIAN:
       what += f' · optimistic end: {r.get("reason_attained", "")[:200]}'
     lines.append(f'| {r["mechanism"]} | {r["bits"]} | {r["epsilon"]} | {r["dim"]} | '
@@ -618,7 +625,8 @@ def write_report(rows, output_dir):
                     'optimistic end was not computed (attained search over its '
                     'cost limit, or stopped); no verdict against it holds. A '
                     'verdict holds only where the intervals separate; one that '
-                    'holds on the proved figures alone is marked "flips".', '']
+                    'holds on the proved figures alone is marked "flips".', '',
+                    accountants_line(rows), '']
                    + verdicts + [''] + lines) + '\n'
   with open(os.path.join(output_dir, 'frontier.md.tmp'), 'w') as f:
     f.write(text)
@@ -626,6 +634,24 @@ def write_report(rows, output_dir):
              os.path.join(output_dir, 'frontier.md'))
   plot(rows, os.path.join(output_dir, 'frontier.png'))
   return verdicts
+
+
+UNRECORDED = 'unrecorded'
+
+
+def accountants_line(rows) -> str:
+  """Which accountant code computed the rows (`accounting.provenance`
+  digests): all the current one, or how many rows another (marked † in the
+  table: recomputed by the next run that asks for their cells)."""
+  current = accounting.provenance.SOURCE_DIGEST
+  other = sum(r.get('accountant', UNRECORDED) != current for r in rows)
+  line = f'Accountant: {current} (the code that wrote this report)'
+  if not other:
+    return line + ' computed every row.'
+  return (line + f' computed {len(rows) - other} of {len(rows)} rows; the '
+          f'{other} marked † come from other accountant code (earlier, '
+          'looser or different bounds) and are recomputed by the next run '
+          'that asks for their cells.')
 
 
 def plot(rows, path):
