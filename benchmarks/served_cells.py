@@ -90,13 +90,27 @@ def run_cell(cell, draws: int, limit_s: float):
   queue = context.Queue()
   child = context.Process(target=_one, args=(cell, draws, queue))
   child.start()
-  try:
-    row = queue.get(timeout=limit_s)
-  except queue_lib.Empty:
-    child.terminate()
-    name, bits, eps = cell
-    row = dict(mechanism=name, bits=bits, epsilon_target=eps, seconds=limit_s,
-               refused=f'stopped after {limit_s:g} s (over the limit)')
+  name, bits, eps = cell
+  start = time.perf_counter()
+  row = None
+  while row is None:
+    left = limit_s - (time.perf_counter() - start)
+    try:
+      row = queue.get(timeout=max(0.01, min(5.0, left)))
+    except queue_lib.Empty:
+      if not child.is_alive():   # died without a row (e.g. a C abort)
+        try:
+          row = queue.get(timeout=1.0)
+        except queue_lib.Empty:
+          row = dict(mechanism=name, bits=bits, epsilon_target=eps,
+                     seconds=time.perf_counter() - start,
+                     refused=f'the calibration process died (exit code '
+                     f'{child.exitcode})')
+      elif left <= 0:
+        child.terminate()
+        row = dict(mechanism=name, bits=bits, epsilon_target=eps,
+                   seconds=limit_s,
+                   refused=f'stopped after {limit_s:g} s (over the limit)')
   child.join()
   return row
 
