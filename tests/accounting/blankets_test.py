@@ -7,6 +7,9 @@ two-vertex case needs none."""
 
 import itertools
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -176,3 +179,32 @@ def test_shifted_part_keeps_more_where_laws_are_fractional_translations():
   assert blankets.spread(shifted, 99) > 1555
   assert blankets.spread(aligned, 99) < 1455
   assert math.exp(shifted.log_beta) > 0.97
+
+
+def test_a_shift_program_spanning_23_decades_is_solved_not_aborted():
+  """The program `shifted_part` set up while calibrating QMGeo at 8 bits, ε =
+  10 (benchmarks/served_cells.py's setting): 55 block laws whose smallest
+  usable entries are 1e-10 of their largest, so its coefficients spanned 23
+  decades and scipy 1.9's HiGHS dual simplex failed a C assertion and
+  aborted the process. It runs in a child process, so an abort fails this
+  test instead of killing the suite; the R it returns must be certified on
+  the exact laws."""
+  data = os.path.join(os.path.dirname(__file__), 'data',
+                      'shift_program_qmgeo_8bits.npz')
+  code = f'''
+import numpy as np
+from tff_quant.accounting import blankets
+z = np.load({data!r})
+laws, usable, weights = z['laws'], z['usable'], z['weights']
+u = blankets._best_r(laws, usable, weights, bool(z['mirrored']))
+assert u is not None and np.all(u >= 0) and u.sum() > 0
+with np.errstate(divide='ignore'):
+  log_laws = np.where(usable, np.log(laws), -np.inf)
+  beta = blankets.certified_beta(log_laws, np.log(u / u.sum()),
+                                 np.log(weights))
+print(beta)
+'''
+  res = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                       text=True, timeout=300)
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert -30.0 < float(res.stdout.split()[-1]) <= 0.0

@@ -309,6 +309,12 @@ _SHIFT_SPAN = 40.0
 # Relative error allowed for the certificate's sums (nonnegative terms, a
 # few ulps each) before β is scaled below them.
 _CERTIFY_MARGIN = 1e-9
+# The program's coefficients below this share of their row's largest are
+# dropped (`_best_r`): with them a row could span 23 decades, and HiGHS's
+# dual simplex (scipy 1.9) then failed an internal assertion and aborted the
+# process. Dropping them loosens the program only; the certificate
+# (`certified_beta`) is computed on the exact laws for the R it returns.
+_PROGRAM_RELATIVE_FLOOR = 1e-9
 
 
 def _shift_matrix(weights: np.ndarray, length: int) -> sparse.csr_matrix:
@@ -340,7 +346,11 @@ def _best_r(laws: np.ndarray, usable: np.ndarray, weights: np.ndarray,
   # U(u) must vanish where it lands on an unusable entry.
   blocked = np.asarray(op[~flat_ok].sum(axis=0)).ravel() > 0
   scale = np.where(flat_ok, 1.0 / np.where(flat_ok, laws.ravel(), 1.0), 0.0)
-  a = sparse.diags(scale[flat_ok]) @ op[flat_ok]
+  a = sparse.csr_matrix(sparse.diags(scale[flat_ok]) @ op[flat_ok])
+  row_top = a.max(axis=1).toarray().ravel()   # entries are >= 0
+  a.data[a.data < _PROGRAM_RELATIVE_FLOOR * np.repeat(
+      row_top, np.diff(a.indptr))] = 0.0
+  a.eliminate_zeros()
   moment = (np.arange(size) - (size - 1) / 2)**2
   fold = sparse.identity(size, format='csr')
   if mirrored:   # U(u) = U(size - 1 - u)
