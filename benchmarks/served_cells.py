@@ -116,11 +116,15 @@ def run_cell(cell, draws: int, limit_s: float):
 
 
 def table(rows) -> str:
-  """The markdown table of `rows`."""
+  """The markdown table of `rows`; † marks a row another accountant's code
+  computed (its `accountant` digest is not this one's)."""
   lines = ['| mechanism | bits | ε | ×G | slope (pmf) | slope (codec, 95%) | '
            'proved/attained | seconds |', '|---|---|---|---|---|---|---|---|']
   for r in rows:
-    head = f'| {r["mechanism"]} | {r["bits"]} | {r["epsilon_target"]:g} |'
+    mark = ('' if r.get('accountant') == accounting.provenance.SOURCE_DIGEST
+            else ' †')
+    head = (f'| {r["mechanism"]}{mark} | {r["bits"]} | '
+            f'{r["epsilon_target"]:g} |')
     if 'refused' in r:
       lines.append(f'{head} refused: {r["refused"]} | | | | {r["seconds"]:.0f} |')
       continue
