@@ -8,14 +8,13 @@ a fresh process, so the peaks do not mix).
 """
 
 import math
-import multiprocessing
-import queue
 import resource
 import time
 
 import numpy as np
 
 from tff_quant import accounting, mechanisms
+from tff_quant.program import isolated
 
 
 NAIVE_MAX_SUPPORT = 1e6   # the float64 baseline is O(n² L²): skipped beyond
@@ -82,26 +81,17 @@ def _peak_mb():
 
 
 def _in_fresh_process(target, args):
-  """target(args, queue)'s row, computed in a spawned process (so peaks and
-  caches do not mix); an error, not a hang, if it dies without one (e.g.
-  killed for memory)."""
-  ctx = multiprocessing.get_context('spawn')
-  rows = ctx.Queue()
-  proc = ctx.Process(target=target, args=(args, rows))
-  proc.start()
-  try:
-    while True:
-      try:
-        return rows.get(timeout=5)
-      except queue.Empty:
-        if not proc.is_alive():
-          raise RuntimeError(f'{target.__name__}{args!r} exited with code '
-                             f'{proc.exitcode} before reporting a row.')
-  finally:
-    proc.join()
+  """target(args)'s row, computed in a spawned process (so peaks and caches
+  do not mix); an error, not a hang, if it dies without one (e.g. killed for
+  memory)."""
+  out = isolated.call_in_child(target, (args,))
+  if out.ended != isolated.RETURNED:
+    raise RuntimeError(f'{target.__name__}{args!r} exited with code '
+                       f'{out.exitcode} before reporting a row.')
+  return out.value
 
 
-def _guarantee_row(args, rows):
+def _guarantee_row(args):
   name, c_inf, rounds, n, total, dim, others = args
   mech = mechanisms.build(name, c_inf)   # defaults: RQM (Δ = c, q = 0.42, m = 16)
   t0 = time.perf_counter()
@@ -109,7 +99,7 @@ def _guarantee_row(args, rows):
                                     others=others)
   seconds = time.perf_counter() - t0
   peak_mb = _peak_mb()
-  rows.put((g.epsilon, g.route, g.pld_note, seconds, peak_mb))
+  return g.epsilon, g.route, g.pld_note, seconds, peak_mb
 
 
 def guarantees():
@@ -128,7 +118,7 @@ def guarantees():
           f'{route} | {seconds:.1f} | {peak:.0f} | {note or "—"} |')
 
 
-def _calibration_row(args, rows):
+def _calibration_row(args):
   name, bits, target, schedule = args
   t0 = time.perf_counter()
   try:
@@ -137,7 +127,7 @@ def _calibration_row(args, rows):
            r.ratio_to_gaussian, f'{r.candidates} ({r.pruned} pruned)', '')
   except ValueError as err:   # infeasible or refused: the reason is the row
     row = ('—', math.nan, None, math.nan, math.nan, 0, str(err)[:160])
-  rows.put(row + (time.perf_counter() - t0,))
+  return row + (time.perf_counter() - t0,)
 
 
 def calibrations(names=('gaussian', 'skellam', 'ddgauss', 'qmgeo', 'rqm', 'pbm'),

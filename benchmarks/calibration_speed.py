@@ -11,9 +11,7 @@ the baseline; --repeats passes, interleaved, and min/median/max per row.
 """
 
 import math
-import multiprocessing
 import os
-import queue as queue_lib
 import sys
 import time
 
@@ -21,13 +19,13 @@ import numpy as np
 
 from tff_quant import accounting
 from tff_quant import mechanisms
+from tff_quant.program import isolated
 
 DIM = 61_706
 TARGET = 10.0
 
 
-def _one(args, queue):
-  name, clients = args
+def _one(name, clients):
   t0 = time.perf_counter()
   try:
     r = accounting.calibration_report(
@@ -41,23 +39,19 @@ def _one(args, queue):
       what += f'; debiased error {r.ratio_to_gaussian:.3g}x the Gaussian\'s'
   except ValueError as err:   # a refusal is an answer
     what = 'refused: ' + str(err).splitlines()[0][:150]
-  queue.put((time.perf_counter() - t0, what))
+  return time.perf_counter() - t0, what
 
 
 def timed(name, clients, limit_s):
   """(seconds, answer) of one calibration in a fresh process, stopped after
-  `limit_s` (then the seconds are the limit and the answer says so)."""
-  context = multiprocessing.get_context('spawn')
-  queue = context.Queue()
-  child = context.Process(target=_one, args=((name, clients), queue))
-  child.start()
-  try:
-    out = queue.get(timeout=limit_s)
-  except queue_lib.Empty:
-    child.terminate()
-    out = (limit_s, f'stopped after {limit_s:g} s (over the limit)')
-  child.join()
-  return out
+  `limit_s` (then the seconds are the limit and the answer says so); a
+  process that dies without answering is said at once."""
+  out = isolated.call_in_child(_one, (name, clients), limit_s)
+  if out.ended == isolated.RETURNED:
+    return out.value
+  if out.ended == isolated.DIED:
+    return out.seconds, f'the process died (exit code {out.exitcode})'
+  return limit_s, f'stopped after {limit_s:g} s (over the limit)'
 
 
 def main():

@@ -25,15 +25,14 @@ accountant finished and redoes those of other code.
 
 import json
 import math
-import multiprocessing
 import os
-import queue as queue_lib
 import sys
 import time
 
 import numpy as np
 
 from tff_quant import accounting
+from tff_quant.program import isolated
 
 DIM = 8192
 CLIENTS, POPULATION, ROUNDS = 100, 3400, 300
@@ -65,7 +64,7 @@ def codec_slope(mech, draws: int, seed: int = 0):
   return slope, half
 
 
-def _one(cell, draws, queue):
+def _one(cell, draws):
   name, bits, eps = cell
   t0 = time.perf_counter()
   row = dict(mechanism=name, bits=bits, epsilon_target=eps)
@@ -81,38 +80,21 @@ def _one(cell, draws, queue):
   except ValueError as err:   # a refusal is an answer
     row.update(seconds=time.perf_counter() - t0,
                refused=str(err).splitlines()[0][:200])
-  queue.put(row)
+  return row
 
 
 def run_cell(cell, draws: int, limit_s: float):
-  """The cell's row, computed in a fresh process stopped after `limit_s`."""
-  context = multiprocessing.get_context('spawn')
-  queue = context.Queue()
-  child = context.Process(target=_one, args=(cell, draws, queue))
-  child.start()
+  """The cell's row, computed in a fresh process stopped after `limit_s`;
+  a process that dies without a row (e.g. a C abort) is reported at once."""
+  out = isolated.call_in_child(_one, (cell, draws), limit_s)
+  if out.ended == isolated.RETURNED:
+    return out.value
   name, bits, eps = cell
-  start = time.perf_counter()
-  row = None
-  while row is None:
-    left = limit_s - (time.perf_counter() - start)
-    try:
-      row = queue.get(timeout=max(0.01, min(5.0, left)))
-    except queue_lib.Empty:
-      if not child.is_alive():   # died without a row (e.g. a C abort)
-        try:
-          row = queue.get(timeout=1.0)
-        except queue_lib.Empty:
-          row = dict(mechanism=name, bits=bits, epsilon_target=eps,
-                     seconds=time.perf_counter() - start,
-                     refused=f'the calibration process died (exit code '
-                     f'{child.exitcode})')
-      elif left <= 0:
-        child.terminate()
-        row = dict(mechanism=name, bits=bits, epsilon_target=eps,
-                   seconds=limit_s,
-                   refused=f'stopped after {limit_s:g} s (over the limit)')
-  child.join()
-  return row
+  why = (f'the calibration process died (exit code {out.exitcode})'
+         if out.ended == isolated.DIED
+         else f'stopped after {limit_s:g} s (over the limit)')
+  return dict(mechanism=name, bits=bits, epsilon_target=eps,
+              seconds=out.seconds, refused=why)
 
 
 def table(rows) -> str:

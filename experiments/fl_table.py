@@ -22,10 +22,7 @@ aggregators run packed like ours (`aggregators.packed_peers`). Federated Fashion
 
 import json
 import math
-import multiprocessing
 import os
-import signal
-from queue import Empty
 import subprocess
 import sys
 import time
@@ -37,7 +34,7 @@ from tff_quant import mechanisms
 from tff_quant.accounting import provenance
 from tff_quant import models
 from tff_quant.common import validation
-from tff_quant.program import cli, fl_table, results_io, runtime
+from tff_quant.program import cli, fl_table, isolated, results_io, runtime
 from tff_quant.training import federated_training as ft
 
 FLAGS = flags.FLAGS
@@ -218,39 +215,32 @@ def calibrate(cell, dim, stored=None):
   --max_calibration_seconds (then the reason). With `stored` (a calibration
   of ours from other accountant code), its mechanism is re-accounted first
   and kept where its ε still holds (`fl_table.epsilon_holds`); else the cell
-  is calibrated afresh. A calibration stopped by the time limit or ended by
-  its process is `transient`: the cell has no runs in this start and is
-  calibrated again at the next (a loaded machine is not a refusal)."""
-  context = multiprocessing.get_context('spawn')
-  queue = context.Queue()
-  child = context.Process(target=_calibrate_child,
-                          args=(cell, dim, dict(settings(), **training(
-                              settings(), cell[1])), queue, stored))
-  t0 = time.time()
-  child.start()
+  is calibrated afresh. A calibration stopped by the time limit, ended by
+  its process or raising other than a refusal is `transient`: the cell has
+  no runs in this start and is calibrated again at the next (a loaded
+  machine is not a refusal)."""
+  limit = FLAGS.max_calibration_seconds
   try:
-    while time.time() - t0 < FLAGS.max_calibration_seconds:
-      try:   # waits at most to the limit
-        return queue.get(timeout=min(5, max(
-            1e-3, FLAGS.max_calibration_seconds - (time.time() - t0))))
-      except Empty:
-        if child.exitcode is not None:   # died (e.g. out of memory)
-          return dict(reason=f'calibration process ended with exit code '
-                      f'{child.exitcode} before answering',
-                      seconds=time.time() - t0, transient=True)
-    return dict(reason=f'calibration did not finish in '
-                f'{FLAGS.max_calibration_seconds:g} s (stopped)',
-                seconds=time.time() - t0, transient=True)
-  finally:
-    child.terminate()
-    child.join()
+    out = isolated.call_in_child(
+        _calibrate_child,
+        (cell, dim, dict(settings(), **training(settings(), cell[1])), stored),
+        limit)
+  except Exception as err:  # pylint: disable=broad-except
+    return dict(reason=f'calibration raised {type(err).__name__}: {err}',
+                transient=True)
+  if out.ended == isolated.RETURNED:
+    return out.value
+  if out.ended == isolated.DIED:   # e.g. out of memory
+    return dict(reason=f'calibration process ended with exit code '
+                f'{out.exitcode} before answering', seconds=out.seconds,
+                transient=True)
+  return dict(reason=f'calibration did not finish in {limit:g} s (stopped)',
+              seconds=out.seconds, transient=True)
 
 
-def _calibrate_child(cell, dim, s, queue, stored=None):
-  # Ctrl-C is the parent's to handle: it ends this child (`calibrate`).
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _calibrate_child(cell, dim, s, stored=None):
   out = _rechecked(cell, dim, s, stored) if stored else None
-  queue.put(out or _calibrated(cell, dim, s))
+  return out or _calibrated(cell, dim, s)
 
 
 def _rechecked(cell, dim, s, stored):
@@ -503,6 +493,8 @@ def main(argv):
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
     validation.check_integer('--seeds', FLAGS.seeds, 1)
+    validation.check_positive('--max_calibration_seconds',
+                              FLAGS.max_calibration_seconds)
     all_cells = cells()
     with results_io.exclusive(FLAGS.output_dir, 'FL table'):
       config_path = os.path.join(FLAGS.output_dir, 'config.json')

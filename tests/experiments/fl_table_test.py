@@ -48,6 +48,9 @@ def test_tiny_table_runs_reports_and_resumes(tmp_path):
 def test_bad_flags_are_refused(tmp_path):
   bad = _table(str(tmp_path / 't'), '--mechanisms=nope', '--plan')
   assert bad.returncode != 0 and '--mechanisms' in bad.stderr
+  limit = _table(str(tmp_path / 't'), '--max_calibration_seconds=0', '--plan')
+  assert limit.returncode != 0 and '--max_calibration_seconds' in limit.stderr
+  assert not os.path.exists(str(tmp_path / 't'))   # refused before writing
 
 
 def test_mechanism_bits_replace_the_bits_of_the_mechanisms_named(tmp_path):
