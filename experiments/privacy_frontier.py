@@ -65,8 +65,10 @@ flags.DEFINE_integer('total_clients', 3400, 'Population N (δ = 1/N by default).
 flags.DEFINE_float('delta', None, 'Target δ (default 1 / total_clients).')
 flags.DEFINE_list('coordinate_clip_multiples', ['2', '3', '4'],
                   'k values tried per cell (c∞ = k·clip/√d).')
-flags.DEFINE_float('max_operations', 1e9, 'Per-evaluation cost limit of the '
-                   'exact search (secure_sum.estimated_operations; ~20 s at 1e9).')
+flags.DEFINE_float('max_operations', frontier.DEFAULT_MAX_OPERATIONS,
+                   'Per-evaluation cost limit of the exact search over the '
+                   'other clients (the accountant\'s own default, so a cell '
+                   'gets the bound a user of the library gets).')
 flags.DEFINE_float('rtol', 1e-2, 'Relative width at which calibration stops.')
 flags.DEFINE_integer('workers', 1, 'Processes computing cells in parallel.')
 flags.DEFINE_float('max_seconds_per_cell', 900, 'Each end of a cell gets this '

@@ -60,6 +60,9 @@ METRIC = 'debiased_error'
 ENDS = 'attained,proved'
 KEY = COLUMNS[:8]
 GAUSSIAN = 'gaussian'
+#: The exact search's cost limit per ε evaluation: the accountant's default,
+#: so a cell gets the bound a calibration with the library's defaults gets.
+DEFAULT_MAX_OPERATIONS = secure_sum.DEFAULT_LIMITS.max_operations
 CENTRAL_BITS = 'inf'   # the Gaussian's bits column: not quantized
 
 
