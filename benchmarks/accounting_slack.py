@@ -21,6 +21,7 @@ from tff_quant import mechanisms
 from tff_quant.accounting import attained
 from tff_quant.accounting import composition
 from tff_quant.accounting import per_round
+from tff_quant.accounting import provenance
 from tff_quant.accounting import secure_sum
 
 ORDERS = (2, 8)
@@ -70,9 +71,14 @@ HEADER = ('| mechanism | n | α=2 proved | attained | ratio | α=8 proved | '
 
 
 def frontier_rows():
+  """The rows of the frontier's calibrated 4- and 8-bit cells at n = 100,
+  ε = 10, of the cells this accountant's code calibrated (a row of other
+  code is counted and left out: its parameters met the target under that
+  code, not necessarily under this one)."""
   if not os.path.exists(FRONTIER):
     print(f'({FRONTIER} not found: run experiments/privacy_frontier first)')
     return
+  other = 0
   with open(FRONTIER) as f:
     for r in csv.DictReader(f):
       if (r['clients_per_round'] != '100' or r['epsilon'] != '10.0' or
@@ -80,12 +86,18 @@ def frontier_rows():
           r['mechanism'] not in ('rqm', 'pbm', 'qmgeo', 'quantized_gaussian',
                                  'randomized_projection')):
         continue
+      if r.get('accountant') != provenance.SOURCE_DIGEST:
+        other += 1
+        continue
       params = json.loads(r['params'])   # c∞ and the tunables
       mech = mechanisms.get(r['mechanism']).for_coordinate_bound(
           params.pop('clip'), **params)
       name = (f"{r['mechanism']} {r['bits']} bits, {r['rounds']} rounds, "
               f"c∞ = {r['coordinate_clip_multiple']}/√d")
       row(name, mech, 100, int(r['dim']), 1.0)
+  if other:
+    print(f'\n({other} such cells of {FRONTIER} come from other accountant '
+          f'code than {provenance.SOURCE_DIGEST} and are left out.)')
 
 
 def main():
