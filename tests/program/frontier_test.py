@@ -195,6 +195,27 @@ def test_fewest_bits_flip_where_an_optimistic_end_reaches_the_factor():
       m: v[0] for m, v in out.items()}
 
 
+def test_the_least_per_bits_names_only_the_mechanisms_it_is_not_separated_from():
+  """At 4 bits PBM's proved 1.1 is least; RQM's interval [1.05, 1.3] reaches
+  below it (not separated), QMGeo's [1.2, 1.4] does not, BQ's unknown end
+  does; at 8 bits RQM is alone among the served (BQ inf)."""
+  rows = [_row('pbm', 4, '1.1', '1.0'), _row('rqm', 4, '1.3', '1.05'),
+          _row('qmgeo', 4, '1.4', '1.2'), _row('bq', 4, '2.0', 'nan'),
+          _row('rqm', 8, '1.02', '1.0'), _row('bq', 8, 'inf', 'nan')]
+  setting = frontier.setting_of(rows[0])
+  least = frontier.least_by_bits(rows)
+  assert least[(setting, 4)] == ('pbm', ['rqm', 'bq'])
+  assert least[(setting, 8)] == ('rqm', [])
+  lines = frontier.matrix_lines(rows)
+  assert '| mechanism | 4 bits | 8 bits |' in lines
+  table = {l.split(' | ')[0][2:]: l for l in lines if l.startswith('| ')}
+  assert table['pbm'] == '| pbm | **1.1** [1] † |  |'   # no accountant: †
+  assert table['bq'] == '| bq | 2 [?] † | — † |'
+  assert table['rqm'].endswith('| **1.02** [1] † |')
+  assert any('4 bits: pbm (not separated from rqm, bq); 8 bits: rqm '
+             '(separated from every other)' in l for l in lines)
+
+
 def test_the_report_marks_flips_and_writes_no_number_by_hand(tmp_path):
   gauss = dict(SETTING, mechanism='gaussian', bits='inf', ratio_to_gaussian='1.0',
                debiased_error_per_coordinate='1.0', mse_per_coordinate='1.0',
@@ -221,6 +242,7 @@ def test_the_report_marks_flips_and_writes_no_number_by_hand(tmp_path):
           'verdicts, 2 of 2 RQM-vs-PBM cells') in verdicts[-1]
   assert '| [1.05, 1.3] | within 1.1×' in text
   assert '[?, 1.04]' in text and 'optimistic end: too costly' in text
+  assert '| rqm | **1.2** [1.15] † | **1.04** [?] † |' in text   # the matrix
   assert (tmp_path / 'frontier.png').exists()
 
 

@@ -541,6 +541,81 @@ def _versus_text(v: Versus) -> str:
           f'{v.both - v.rqm_sure - v.pbm_sure} overlap')
 
 
+def least_by_bits(rows):
+  """{(setting_of(row), bits): (least, ties)}: per setting and bits, the
+  mechanism with the least proved ratio to the Gaussian (ties broken by
+  name), and the others whose interval [optimistic, proved] overlaps its
+  (an unknown optimistic end overlaps everything below its proved figure):
+  the proved ranking puts `least` first, but only a mechanism outside `ties`
+  is shown to do worse."""
+  by = {}
+  for r in rows:
+    if r['mechanism'] == GAUSSIAN or not math.isfinite(ends(r)[1]):
+      continue
+    by.setdefault((setting_of(r), int(r['bits'])), []).append(r)
+  out = {}
+  for cell, mine in by.items():
+    mine.sort(key=lambda r: (ends(r)[1], r['mechanism']))
+    lo, hi, _ = ends(mine[0])
+    out[cell] = (mine[0]['mechanism'],
+                 [r['mechanism'] for r in mine[1:] if ends(r)[0] <= hi])
+  return out
+
+
+def matrix_lines(rows):
+  """Markdown: per setting, the proved ratio to the Gaussian's debiased error
+  of each mechanism (rows) at each bits (columns), the optimistic end in
+  brackets where it differs ('?' where unknown), '—' where not served, † a
+  row of other accountant code, and the least proved figure per bits in
+  bold (`least_by_bits`)."""
+  current = accounting.provenance.SOURCE_DIGEST
+  least = least_by_bits(rows)
+  out = []
+  settings = sorted({setting_of(r) for r in rows},
+                    key=lambda s: tuple(map(as_float, s)))
+  for setting in settings:
+    mine = [r for r in rows if setting_of(r) == setting and
+            r['mechanism'] != GAUSSIAN]
+    if not mine:
+      continue
+    bits = sorted({int(r['bits']) for r in mine})
+    eps, _, dim, n, _, rounds = setting
+    out += [f'ε = {eps}, d = {dim}, n = {n}, {rounds} rounds: proved × the '
+            'Gaussian [optimistic end]; bold: the least proved figure at '
+            'those bits.', '',
+            '| mechanism | ' + ' | '.join(f'{b} bit' + 's' * (b != 1) for b in bits) + ' |',
+            '|---|' + '---|' * len(bits)]
+    for mech in sorted({r['mechanism'] for r in mine}):
+      cells = []
+      for b in bits:
+        r = next((r for r in mine if r['mechanism'] == mech and
+                  int(r['bits']) == b), None)
+        if r is None:
+          cells.append('')
+          continue
+        lo, hi, known = ends(r)
+        if not math.isfinite(hi):
+          text = '—'
+        else:
+          text = f'{hi:.3g}'
+          if (setting, b) in least and least[(setting, b)][0] == mech:
+            text = f'**{text}**'
+          if not known:
+            text += ' [?]'
+          elif lo < hi and f'{lo:.3g}' != f'{hi:.3g}':
+            text += f' [{lo:.3g}]'
+        if r.get('accountant', UNRECORDED) != current:
+          text += ' †'
+        cells.append(text)
+      out.append(f'| {mech} | ' + ' | '.join(cells) + ' |')
+    ties = [f'{b} bits: {least[(setting, b)][0]}'
+            + (f' (not separated from {", ".join(least[(setting, b)][1])})'
+               if least[(setting, b)][1] else ' (separated from every other)')
+            for b in bits if (setting, b) in least]
+    out += ['', 'Least proved figure: ' + '; '.join(ties) + '.', '']
+  return out
+
+
 def _cell_text(cell) -> str:
   _, bits, eps, _, dim, n, _, rounds = cell
   return f'{bits} bits ε={eps} d={dim} n={n} {rounds} rounds'
@@ -630,7 +705,7 @@ def write_report(rows, output_dir):
                     'verdict holds only where the intervals separate; one that '
                     'holds on the proved figures alone is marked "flips".', '',
                     accountants_line(rows), '']
-                   + verdicts + [''] + lines) + '\n'
+                   + verdicts + [''] + matrix_lines(rows) + lines) + '\n'
   with open(os.path.join(output_dir, 'frontier.md.tmp'), 'w') as f:
     f.write(text)
   os.replace(os.path.join(output_dir, 'frontier.md.tmp'),
