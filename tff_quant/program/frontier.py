@@ -729,6 +729,12 @@ def write_report(rows, output_dir):
     nsr = max(nsr) if nsr else math.nan
     note = (f' [the Gaussian\'s noise energy is {nsr:.3g}× the update\'s]'
             if nsr > 1 else '')
+    penalty = generic_subsampling_penalty(
+        float(eps), float(setting[1]), int(rounds), int(n), int(setting[4]),
+        int(dim))
+    if penalty > 1.01:
+      note += (f' [the Gaussian by the quantized mechanisms\' subsampling '
+               f'bound: {penalty:.3g}×]')
     verdicts.append(f'ε={eps}, d={dim}, n={n}, {rounds} rounds: fewest bits within '
                     f'1.1× of the Gaussian\'s debiased error (proved): '
                     + ', '.join(parts) + note)
