@@ -75,6 +75,10 @@ flags.DEFINE_float('max_seconds_per_cell', 900, 'Each end of a cell gets this '
                    'long: a cell still in its proved end is stopped and written '
                    'as inf with the reason; one still in its optimistic end '
                    'keeps its proved end (the optimistic one unknown).')
+flags.DEFINE_float('max_memory_gb', None, 'Address-space cap of each cell '
+                   'worker, GiB (default: 80% of physical memory over '
+                   '--workers); a cell that needs more is written as inf with '
+                   'the reason instead of meeting the kernel\'s OOM killer.')
 flags.DEFINE_string('output_dir', 'results/frontier', 'Where frontier.csv, '
                     'frontier.md and frontier.png go.')
 flags.DEFINE_bool('fresh', False, 'Discard earlier cells in output_dir.')
@@ -88,7 +92,9 @@ def cells_from_flags():
   """Every (mechanism, bits, ε, δ, d, n, N, rounds) cell the flags ask for."""
   names = FLAGS.mechanisms or list(mechanisms.registry())
   for name in names:
-    mechanisms.get(name)   # ValueError naming the known ones
+    if name not in mechanisms.registry():
+      raise ValueError(f'--mechanisms: {name!r} is not a registry mechanism; '
+                       f'the known ones: {sorted(mechanisms.registry())}.')
   names = [n for n in names if n != GAUSSIAN]
   total = FLAGS.total_clients
   delta = FLAGS.delta if FLAGS.delta is not None else 1.0 / total
@@ -122,6 +128,8 @@ def main(argv):
     cli.number('workers', FLAGS.workers, 1, integer=True)
     cli.number('max_operations', FLAGS.max_operations, 0, strict=True)
     cli.number('max_seconds_per_cell', FLAGS.max_seconds_per_cell, 0, strict=True)
+    if FLAGS.max_memory_gb is not None:
+      cli.number('max_memory_gb', FLAGS.max_memory_gb, 0, strict=True)
     if not 0 < FLAGS.rtol <= 0.5:
       raise ValueError(f'--rtol must be in (0, 0.5], got {FLAGS.rtol}.')
     out = FLAGS.output_dir
@@ -165,10 +173,12 @@ def _run(cells, settings, ks, out):
   print(f'[privacy_frontier] {len(cells)} cells, {len(cells) - len(todo)} already '
         f'in {csv_path}, {len(todo)} to compute with {FLAGS.workers} worker(s).',
         flush=True)
+  max_bytes = (int(FLAGS.max_memory_gb * 2**30) if FLAGS.max_memory_gb
+               else frontier.worker_memory_bytes(FLAGS.workers))
   start = time.time()
   for count, row in enumerate(frontier.run_cells(
       todo, FLAGS.workers, FLAGS.max_seconds_per_cell, FLAGS.max_operations,
-      ks, FLAGS.rtol), 1):
+      ks, FLAGS.rtol, max_bytes), 1):
     row = {k: str(v) for k, v in row.items()}
     eta = (time.time() - start) / count * (len(todo) - count)
     print(f'[{count}/{len(todo)}, ETA ~{eta / 60:.0f} min]', end='')

@@ -115,10 +115,12 @@ def test_cost_limit_writes_inf_with_the_reason(tmp_path):
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
-  for flag in ('--epsilons=-1', '--clients=5000', '--bits=x', '--mechanisms=foo'):
+  for flag in ('--epsilons=-1', '--clients=5000', '--bits=x', '--mechanisms=foo',
+               '--max_memory_gb=0'):
     out = tmp_path / flag.strip('-').split('=')[0]
     res = run_binary(SMALL + [flag, f'--output_dir={out}'])
     assert res.returncode != 0
+    assert flag.split('=')[0] in res.stderr, res.stderr[-1000:]
     assert 'Traceback' not in res.stderr, res.stderr[-1000:]
     assert not out.exists()
 

@@ -1,6 +1,9 @@
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -10,6 +13,8 @@ from scipy import integrate, stats
 from tff_quant import mechanisms
 from tff_quant.accounting import calibration, secure_sum
 from tff_quant.program import frontier
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_a_cell_past_its_time_limit_is_inf_with_the_reason():
@@ -128,12 +133,36 @@ def test_rows_shaped_by_a_limit_are_recognised_and_counted():
   assert frontier.limited_by_budget(loose)
   assert frontier.limited_by_budget(dict(
       base, reason='calibration still running after --max_seconds_per_cell=9 s'))
+  assert frontier.limited_by_budget(dict(
+      base, reason=frontier._memory_reason(2**30, 'Unable to allocate')))  # pylint: disable=protected-access
   pbm = dict(base, mechanism='pbm', debiased_error_per_coordinate='1.0')
   counts = lambda v: (v.both, v.rqm_lower, v.loose)
   assert counts(frontier.rqm_vs_pbm([base, pbm])) == (1, 0, 0)
   assert counts(frontier.rqm_vs_pbm([loose, pbm])) == (1, 0, 1)
   assert counts(frontier.rqm_vs_pbm(
       [dict(base, debiased_error_per_coordinate='inf'), pbm])) == (0, 0, 0)
+
+
+def test_a_capped_worker_gets_memory_error_not_the_oom_killer():
+  """`limit_memory` (what each cell worker sets): an allocation past the cap
+  raises MemoryError in that process, and the default cap shares 80% of
+  physical memory among the workers."""
+  code = ('import numpy as np\n'
+          'from tff_quant.program import frontier\n'
+          'frontier.limit_memory(4 * 2**30)\n'
+          'try:\n'
+          '  np.ones(2**30)   # 8 GiB\n'
+          '  print("allocated")\n'
+          'except MemoryError:\n'
+          '  print("refused")\n'
+          'np.ones(2**20)   # 8 MiB still fine\n'
+          'print("small ok")\n')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.split() == ['refused', 'small', 'ok']
+  assert frontier.worker_memory_bytes(2) == pytest.approx(
+      0.4 * frontier.physical_memory_bytes(), rel=1e-9)
 
 
 def test_rqm_vs_pbm_is_also_counted_per_bit_width():

@@ -29,6 +29,7 @@ import json
 import math
 import multiprocessing
 import os
+import resource
 import time
 
 from scipy import stats
@@ -132,11 +133,45 @@ def _unknown_optimistic_end(reason):
               reason_attained=reason)
 
 
-def _cell_worker(cell, max_operations, ks, rtol, conn):
+def physical_memory_bytes() -> int:
+  """This machine's physical memory."""
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def worker_memory_bytes(workers: int) -> int:
+  """A cell worker's default address-space cap: 80% of physical memory shared
+  by `workers` (what `--max_memory_gb` defaults to)."""
+  return int(0.8 * physical_memory_bytes() / workers)
+
+
+def limit_memory(max_bytes: int) -> None:
+  """Caps this process's address space at `max_bytes` (RLIMIT_AS): an
+  allocation beyond it raises MemoryError here instead of waking the
+  kernel's OOM killer, which may end any process of the machine."""
+  _, hard = resource.getrlimit(resource.RLIMIT_AS)
+  if hard != resource.RLIM_INFINITY:
+    max_bytes = min(max_bytes, hard)
+  resource.setrlimit(resource.RLIMIT_AS, (max_bytes, hard))
+
+
+def _memory_reason(max_bytes, err) -> str:
+  return (f'out of memory: over the worker\'s {max_bytes / 2**30:.3g} GiB '
+          f'(--max_memory_gb): {err}')
+
+
+def _cell_worker(cell, max_operations, ks, rtol, conn, max_bytes=None):
   """Sends ('proved', row) and then ('both', row): a cell stopped in its
-  optimistic end keeps its proved one."""
+  optimistic end keeps its proved one. With `max_bytes`, the worker's
+  address space is capped there (`limit_memory`) and a cell that needs more
+  is a row whose reason says so."""
+  if max_bytes:
+    limit_memory(max_bytes)
   try:
     row = proved_row(cell, max_operations, ks, rtol)
+  except MemoryError as e:
+    conn.send(('both', empty_row(cell, _memory_reason(max_bytes, e))))
+    conn.close()
+    return
   except Exception as e:  # pylint: disable=broad-except
     conn.send(('both', empty_row(cell, f'{type(e).__name__}: {e}')))
     conn.close()
@@ -144,18 +179,22 @@ def _cell_worker(cell, max_operations, ks, rtol, conn):
   conn.send(('proved', row))
   try:
     row = with_attained_end(row, cell, ks, rtol)
+  except MemoryError as e:
+    row = dict(row, **_unknown_optimistic_end(_memory_reason(max_bytes, e)))
   except Exception as e:  # pylint: disable=broad-except
     row = dict(row, **_unknown_optimistic_end(f'{type(e).__name__}: {e}'))
   conn.send(('both', row))
   conn.close()
 
 
-def run_cells(todo, workers, max_seconds, max_operations, ks, rtol):
+def run_cells(todo, workers, max_seconds, max_operations, ks, rtol,
+              max_bytes=None):
   """Yields each cell's row as it ends: one forked process per cell, at most
   `workers` at a time. Each of a cell's two ends gets `max_seconds`: a cell
   still in its proved end then is stopped (row inf + reason); one still in
   its optimistic end keeps its proved end (the optimistic one unknown +
-  reason_attained)."""
+  reason_attained). With `max_bytes`, each worker's address space is capped
+  there (`limit_memory`)."""
   ctx = multiprocessing.get_context('fork')
   todo, running = list(todo), {}
   while todo or running:
@@ -163,7 +202,8 @@ def run_cells(todo, workers, max_seconds, max_operations, ks, rtol):
       cell = todo.pop(0)
       recv, send = ctx.Pipe(duplex=False)
       proc = ctx.Process(target=_cell_worker,
-                         args=(cell, max_operations, ks, rtol, send), daemon=True)
+                         args=(cell, max_operations, ks, rtol, send, max_bytes),
+                         daemon=True)
       proc.start()
       send.close()
       running[proc] = (cell, time.time(), recv, None)
@@ -466,7 +506,8 @@ def fewest_bits_interval(rows, factor=1.1):
 
 
 LOOSER = 'a looser bound over --max_operations'   # a row's reason, see compute_cell
-_LIMIT_FLAGS = ('--max_operations', '--max_seconds_per_cell')
+_LIMIT_FLAGS = ('--max_operations', '--max_seconds_per_cell',
+                '--max_memory_gb')
 
 
 def limited_by_budget(row) -> bool:
