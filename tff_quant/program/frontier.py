@@ -697,7 +697,7 @@ def matrix_lines(rows):
           text += ' †'
         cells.append(text)
       out.append(f'| {mech} | ' + ' | '.join(cells) + ' |')
-    ties = [f'{b} bits: {least[(setting, b)][0]}'
+    ties = [f'{b} bit' + 's' * (b != 1) + f': {least[(setting, b)][0]}'
             + (f' (not separated from {", ".join(least[(setting, b)][1])})'
                if least[(setting, b)][1] else ' (separated from every other)')
             for b in bits if (setting, b) in least]
