@@ -39,8 +39,12 @@ demo: setup
 	  --target_epsilon=10 --rotate --coordinate_clip_multiple=3 --clients_per_slot=15 \
 	  --root_output_dir=runs/demo --experiment_name=demo_rqm --fresh
 
+# The suite runs on every core (pytest-xdist; TEST_WORKERS=0 runs it in one
+# process). Tests that run a binary check only their own session's processes
+# (tests/experiments/binaries.py), so parallel workers do not see each other's.
+TEST_WORKERS ?= auto
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 benchmarks: setup
 	$(PY) -m benchmarks.encode_throughput

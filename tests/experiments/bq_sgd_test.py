@@ -1,20 +1,15 @@
 import os
-import subprocess
-import sys
 
-from tff_quant.program import results_io, runtime
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tff_quant.program import results_io
+from tests.experiments import binaries
 
 
 def _run(tmp_path, *flags):
-  return subprocess.run(
-      [sys.executable, '-m', 'experiments.bq_sgd', f'--root_output_dir={tmp_path}',
-       *flags], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  return binaries.run('experiments.bq_sgd',
+                      [f'--root_output_dir={tmp_path}', *flags])
 
 
 def test_smoke_table2_rows_then_bad_flags(tmp_path):
-  before = set(runtime.worker_pids(only_children=False))
   res = _run(tmp_path, '--rows=table2', '--rounds=2', '--eval_every=1',
              '--noise_seed=1')
   assert res.returncode == 0, res.stderr[-3000:]
@@ -28,7 +23,7 @@ def test_smoke_table2_rows_then_bad_flags(tmp_path):
   assert rows[0]['exact_rdp_per_round_alpha2'] == 'inf'
   assert rows[0]['lemma1_rule_sm'] == 'infeasible'
   assert 'MNIST' in res.stdout and 'lenet5 d = 61706' in res.stdout
-  assert not set(runtime.worker_pids(only_children=False)) - before  # none left behind
+  assert not res.leftover_workers  # none left behind
   bad = _run(tmp_path / 'bad', '--rows=table9')
   assert bad.returncode == 2 and '--rows' in bad.stderr
   bad = _run(tmp_path / 'bad', '--rows=table2', '--paper_sm=false')

@@ -1,22 +1,16 @@
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tff_quant.program import runtime
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.experiments import binaries
 
 
 def run_binary(args, timeout=600):
-  return subprocess.run([sys.executable, '-m', 'experiments.fl_emnist'] + args,
-                        cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+  return binaries.run('experiments.fl_emnist', args, timeout=timeout)
 
 
 def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
-  before = set(runtime.worker_pids(only_children=False))
   # RQM: QMGeo at 3 clients a round cannot carry the signal at this ε (slope
   # < 1/2), which calibration now refuses (accounting/calibration.py).
   res = run_binary(['--dataset=mnist', '--mechanism=rqm', '--model=logreg',
@@ -52,8 +46,7 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
   assert summary['epsilon'] <= 8.0 and summary['epsilon_route'] == 'RDP'
   assert 'ℓ2 route' in summary['privacy_assumptions']
   assert summary['config']['mechanism_params']['q'] != 0.42   # calibrated
-  leftover = set(runtime.worker_pids(only_children=False)) - before
-  assert not leftover, f'worker_binary left behind: {leftover}'
+  assert not res.leftover_workers, f'worker_binary left behind: {res.leftover_workers}'
 
 
 def test_default_flags_calibrate_to_the_default_target(tmp_path):

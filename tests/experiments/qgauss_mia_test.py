@@ -1,22 +1,17 @@
 import os
-import subprocess
-import sys
 
-from tff_quant.program import results_io, runtime
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tff_quant.program import results_io
+from tests.experiments import binaries
 
 
 def _run(tmp_path, *flags):
-  return subprocess.run(
-      [sys.executable, '-m', 'experiments.qgauss_mia', f'--root_output_dir={tmp_path}',
-       '--members=30', '--num_shadows=2', '--rounds=1', '--local_epochs=1',
-       '--num_clients=3', *flags], cwd=ROOT, capture_output=True, text=True,
-      timeout=600)
+  return binaries.run(
+      'experiments.qgauss_mia',
+      [f'--root_output_dir={tmp_path}', '--members=30', '--num_shadows=2',
+       '--rounds=1', '--local_epochs=1', '--num_clients=3', *flags])
 
 
 def test_smoke_one_setting_resumes_and_rejects_bad_flags(tmp_path):
-  before = set(runtime.worker_pids(only_children=False))
   res = _run(tmp_path, '--levels=4', '--sigma_levels=', '--clean=false')
   assert res.returncode == 0, res.stderr[-3000:]
   assert 'Exception ignored' not in res.stderr, res.stderr[-3000:]
@@ -25,7 +20,7 @@ def test_smoke_one_setting_resumes_and_rejects_bad_flags(tmp_path):
   assert 0.5 <= float(rows[0]['accuracy']) <= 1 and 0 <= float(rows[0]['auc']) <= 1
   assert 'Fashion-MNIST (70,000 real' in res.stdout
   assert os.path.getsize(tmp_path / 'mia.png') > 0
-  assert not set(runtime.worker_pids(only_children=False)) - before  # none left behind
+  assert not res.leftover_workers  # none left behind
   # Same flags again: the finished setting is reused, not retrained.
   again = _run(tmp_path, '--levels=4', '--sigma_levels=', '--clean=false')
   assert again.returncode == 0 and 'k4_z0.1: done before' in again.stdout

@@ -3,19 +3,18 @@ import subprocess
 import sys
 import time
 
-from tff_quant.program import results_io, runtime
+from tff_quant.program import results_io
+from tests.experiments import binaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(tmp_path, *flags):
-  return subprocess.run(
-      [sys.executable, '-m', 'experiments.qmgeo_mnist', f'--root_output_dir={tmp_path}',
-       *flags], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  return binaries.run('experiments.qmgeo_mnist',
+                      [f'--root_output_dir={tmp_path}', *flags])
 
 
 def test_smoke_two_settings_then_bad_flags(tmp_path):
-  before = set(runtime.worker_pids(only_children=False))
   res = _run(tmp_path, '--rounds=2', '--eval_every=1', '--settings=none,8:0.5',
              '--noise_seed=1')
   assert res.returncode == 0, res.stderr[-3000:]
@@ -29,7 +28,7 @@ def test_smoke_two_settings_then_bad_flags(tmp_path):
   assert 'MNIST' in res.stdout and 'PCA to 100' in res.stdout
   assert len(results_io.read_csv(str(tmp_path / 'R8_p0.5' / 'metrics.csv'))) == 2
   assert os.path.getsize(tmp_path / 'accuracy_vs_rounds.png') > 0
-  assert not set(runtime.worker_pids(only_children=False)) - before  # none left behind
+  assert not res.leftover_workers  # none left behind
   bad = _run(tmp_path / 'bad', '--settings=8:1.5')
   assert bad.returncode == 2 and '`p`' in bad.stderr
   bad = _run(tmp_path / 'bad', '--settings=8-0.5')

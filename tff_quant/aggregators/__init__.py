@@ -4,6 +4,11 @@ What each export is for:
 * `QuantizationFactory`: the one generic `tff.aggregators.
   UnweightedAggregationFactory` (clip, optional rotation, encode, secure sum,
   decode, mean) for any mechanism.
+* `check_secure_only(process, model_aggregator, value_type)`: raises
+  `UnsecuredReleaseError` naming every aggregation of client values outside a
+  secure sum (TFF's default metrics, the counts of TFF's clipping/zeroing
+  wrappers), where it sits, and the fix: the ε of a calibrated factory covers
+  nothing else.
 * `mechanism_factory(name, clip_norm, params, ...)`: it, for a name in
   `tff_quant.mechanisms.registry()`; the shorthands `rqm_factory`,
   `pbm_factory`, `bq_factory`, `qmgeo_factory`, `quantized_gaussian_factory`;
@@ -25,6 +30,9 @@ from tff_quant.aggregators.constructors import (UniformlyWeighted, bq_factory, c
                                                 qmgeo_factory,
                                                 quantized_gaussian_factory,
                                                 rqm_factory, weighted)
+from tff_quant.aggregators.secure_only import (UnsecuredReleaseError,
+                                               check_secure_only,
+                                               unsecured_aggregations)
 from tff_quant.aggregators.quantization_factory import (Created,
                                                         QuantizationFactory,
                                                         find_measurements,

@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 import warnings
 import weakref
 
@@ -135,7 +135,7 @@ def _arm_backstop(signum: int, grace_s: float):
 def child_pids() -> List[int]:
   """PIDs of this process's child processes (any program)."""
   me = os.getpid()
-  return _pids_where(lambda cmd, ppid: ppid == me)
+  return _pids_where(lambda cmd, ppid, sid: ppid == me)
 
 
 def stop_children(timeout_s: float = 5.0) -> int:
@@ -143,17 +143,30 @@ def stop_children(timeout_s: float = 5.0) -> int:
   return _terminate(child_pids(), timeout_s)
 
 
-def worker_pids(only_children: bool = True) -> List[int]:
-  """PIDs of TFF `worker_binary` processes (by default: started by this process)."""
+def worker_pids(only_children: bool = True,
+                session: Optional[int] = None) -> List[int]:
+  """PIDs of TFF `worker_binary` processes.
+
+  Args:
+    only_children: only those started by this process.
+    session: if given, only those in this session (a process started with
+      `start_new_session=True` leads the session numbered by its PID; its
+      workers stay in it after it exits, so an orphan left behind by a
+      finished program is found without counting other programs' workers).
+
+  Returns:
+    The PIDs, zombies included.
+  """
   me = os.getpid()
-  return _pids_where(lambda cmd, ppid: (
+  return _pids_where(lambda cmd, ppid, sid: (
       b'worker_binary' in cmd and b'tensorflow_federated' in cmd
-      and (ppid == me or not only_children)))
+      and (ppid == me or not only_children)
+      and (session is None or sid == session)))
 
 
 def _pids_where(keep) -> List[int]:
   """PIDs of processes (zombies too, to be reaped) for which
-  keep(cmdline bytes, parent pid) holds."""
+  keep(cmdline bytes, parent pid, session id) holds."""
   pids = []
   for entry in os.listdir('/proc'):
     if not entry.isdigit():
@@ -163,7 +176,7 @@ def _pids_where(keep) -> List[int]:
         cmd = f.read().replace(b'\0', b' ')
       with open(f'/proc/{entry}/stat') as f:
         fields = f.read().rsplit(')', 1)[1].split()
-      if keep(cmd, int(fields[1])):
+      if keep(cmd, int(fields[1]), int(fields[3])):
         pids.append(int(entry))
     except (OSError, ValueError, IndexError):
       continue

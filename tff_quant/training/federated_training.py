@@ -252,6 +252,9 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
                             else build_aggregator(config, 1, calibrated_for)),
           metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
                               if private else None))
+  if private:   # the mechanism's ε covers the secure sum and nothing else
+    aggregators.check_secure_only(
+        process, what=f'the FedAvg process of {config.mechanism}')
   return process, used
 
 
