@@ -198,5 +198,11 @@ def main(argv):
                     note='Exact RDP of the no-quantization row: ∞ (no noise).')
 
 
+def entry_point():
+  """The console script `tff-quant-bq-sgd` (setup.py): runs `main` as
+  `python -m experiments.bq_sgd` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

@@ -264,5 +264,11 @@ def main(argv):
   print(f'Run folder: {run_dir}')
 
 
+def entry_point():
+  """The console script `tff-quant-fl-emnist` (setup.py): runs `main` as
+  `python -m experiments.fl_emnist` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

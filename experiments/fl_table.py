@@ -567,5 +567,11 @@ def main(argv):
       print(report(all_cells, calibrations, sum(times.values())))
 
 
+def entry_point():
+  """The console script `tff-quant-fl-table` (setup.py): runs `main` as
+  `python -m experiments.fl_table` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

@@ -135,5 +135,11 @@ def main(argv):
       print(tuner.run_all())
 
 
+def entry_point():
+  """The console script `tff-quant-fl-tune` (setup.py): runs `main` as
+  `python -m experiments.fl_tune` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

@@ -84,5 +84,11 @@ def main(argv):
     print(plot(FLAGS.run_dirs, FLAGS.output))
 
 
+def entry_point():
+  """The console script `tff-quant-plot-fl` (setup.py): runs `main` as
+  `python -m experiments.plot_fl` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

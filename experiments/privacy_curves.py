@@ -160,5 +160,11 @@ def main(argv):
   print('\n'.join(verdicts))
 
 
+def entry_point():
+  """The console script `tff-quant-privacy-curves` (setup.py): runs `main` as
+  `python -m experiments.privacy_curves` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

@@ -200,5 +200,11 @@ def _run(cells, settings, ks, out):
   return frontier.write_report(rows, out)
 
 
+def entry_point():
+  """The console script `tff-quant-privacy-frontier` (setup.py): runs `main` as
+  `python -m experiments.privacy_frontier` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

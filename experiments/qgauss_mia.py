@@ -240,5 +240,11 @@ def main(argv):
   experiment.report(rows, COLUMNS, os.path.join(out_dir, 'summary.csv'), desc)
 
 
+def entry_point():
+  """The console script `tff-quant-qgauss-mia` (setup.py): runs `main` as
+  `python -m experiments.qgauss_mia` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

@@ -201,5 +201,11 @@ def main(argv):
                     note='ε of the no-quantization row: ∞ (no noise).')
 
 
+def entry_point():
+  """The console script `tff-quant-qmgeo-mnist` (setup.py): runs `main` as
+  `python -m experiments.qmgeo_mnist` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

@@ -94,5 +94,11 @@ def main(argv):
         'summary.json)')
 
 
+def entry_point():
+  """The console script `tff-quant-reaccount-runs` (setup.py): runs `main` as
+  `python -m experiments.reaccount_runs` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

@@ -281,5 +281,11 @@ def main(argv):
     run(cfg)
 
 
+def entry_point():
+  """The console script `tff-quant-rqp-sgd` (setup.py): runs `main` as
+  `python -m experiments.rqp_sgd` does, from any folder."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  entry_point()

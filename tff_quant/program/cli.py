@@ -1,12 +1,87 @@
-"""Shared behaviour of the absl experiment binaries: clear errors, no stray workers."""
+"""Shared behaviour of the absl experiment binaries: clear errors, no stray
+workers, and a `--help` that exits 0 however the binary was started."""
 
 import contextlib
 import math
 import sys
+from typing import Callable, List, Sequence
+
+from absl import app
+from absl import flags
 
 from tff_quant.common import validation
 from tff_quant.program import runtime
 from tff_quant.program.errors import USER_ERRORS
+
+
+def parse_flags(argv: Sequence[str]) -> List[str]:
+  """Parses the command line into absl's FLAGS, as `app.run` does by default
+  (`app.parse_flags_with_usage`), except that asking for help is a success:
+  --help, -?, --helpshort, --helpfull and --helpxml print the help and exit
+  with status 0 (absl exits with 1).
+
+  Args:
+    argv: the command line, program name first.
+
+  Returns:
+    The arguments left after the flags, program name first.
+
+  Raises:
+    SystemExit: status 0 after the help; status 1 after a flag error (absl's
+      message on stderr: "FATAL Flags parsing error: ...").
+  """
+  try:
+    return flags.FLAGS(list(argv))
+  except SystemExit as e:
+    # Only absl's help flags (--help, -?, --helpshort, --helpfull, --helpxml)
+    # exit from inside the parse, each with status 1 after printing; an
+    # error raises flags.Error instead.
+    sys.exit(0 if e.code == 1 else e.code)
+  except flags.Error:
+    pass
+  # A flag error: absl's own message and exit status, from a fresh parse of
+  # the same line (which fails the same way before running anything).
+  return app.parse_flags_with_usage(list(argv))
+
+
+def _help_for_module(module_name: str) -> None:
+  """Makes absl's short help describe the binary `module_name` when it does
+  not run as __main__ (a console-script entry point after `pip install`).
+
+  absl's short help shows __main__'s docstring and the flags defined by the
+  module named sys.argv[0]; an entry point's __main__ is pip's wrapper
+  script, which has neither. Under `python -m` the binary is __main__ and
+  nothing changes.
+  """
+  main_module = sys.modules['__main__']
+  if module_name == '__main__' or module_name not in sys.modules:
+    return
+  if not main_module.__doc__:
+    main_module.__doc__ = sys.modules[module_name].__doc__
+  program = sys.argv[0]
+  for flag in flags.FLAGS.get_key_flags_for_module(module_name):
+    flags.FLAGS.register_key_flag_for_module(program, flag)
+
+
+def run(main: Callable[[List[str]], object]) -> None:
+  """Runs an experiment binary's `main` under absl (`app.run`), with the
+  shared flag parsing (`parse_flags`: help exits 0).
+
+  The one way every binary starts: its `if __name__ == '__main__'` block
+  (`python -m experiments.X`) and its console-script entry point
+  (`tff-quant-X`, setup.py) both call it, so both give the same help and
+  behave alike.
+
+  Args:
+    main: the binary's main(argv); absl passes it the arguments left after
+      the flags.
+
+  Raises:
+    SystemExit: always, as `app.run` does (main's return value, 0 after the
+      help, 1 after a flag error).
+  """
+  _help_for_module(main.__module__)
+  app.run(main, flags_parser=parse_flags)
 
 
 @contextlib.contextmanager
