@@ -78,7 +78,15 @@ _INT32_MAX = 2**31 - 1
 
 
 def _stacked_row_specs(value_type, clients_per_value: int, owner: str):
-  """The value's TensorSpecs and those of one row (the leading K axis dropped).
+  """The TensorSpecs of one row of the value (the leading K axis dropped).
+
+  Args:
+    value_type: the value's TFF type.
+    clients_per_value: K.
+    owner: the factory's name, for the error.
+
+  Returns:
+    The structure of the row's TensorSpecs.
 
   Raises:
     TypeError: a tensor without leading axis K, or not floating point.
@@ -90,9 +98,43 @@ def _stacked_row_specs(value_type, clients_per_value: int, owner: str):
       raise TypeError(f'{owner}(clients_per_value={clients_per_value}) needs '
                       f'float values that stack {clients_per_value} clients on '
                       f'their first axis, got {spec}.')
-  rows = tf.nest.map_structure(
+  return tf.nest.map_structure(
       lambda s: tf.TensorSpec(s.shape[1:], s.dtype), specs)
-  return specs, rows
+
+
+def _num_coordinates(specs) -> int:
+  """d: the coordinates of a structure of TensorSpecs."""
+  return sum(s.shape.num_elements() for s in tf.nest.flatten(specs))
+
+
+def _secure_sum_process(bits: int, padded: int):
+  """TFF's secure chain, as DistributedDpSumFactory._build_aggregation_factory
+  builds it (fixed bounds: stateless): modular clips to [-2^(b-1), 2^(b-1))
+  and [0, 2^b) around SecureSumFactory(2^b - 1, 0).
+
+  Args:
+    bits: b.
+    padded: D, the length of the int32 vectors summed.
+
+  Returns:
+    Its `tff.templates.AggregationProcess`.
+
+  Raises:
+    TypeError: the chain has state.
+  """
+  half = 2**(bits - 1)
+  secure_factory = modular_clipping.ModularClippingSumFactory(
+      clip_range_lower=-half, clip_range_upper=half,
+      inner_agg_factory=modular_clipping.ModularClippingSumFactory(
+          clip_range_lower=0, clip_range_upper=2**bits,
+          inner_agg_factory=tff.aggregators.SecureSumFactory(
+              upper_bound_threshold=2**bits - 1, lower_bound_threshold=0)))
+  secure_process = secure_factory.create(tff.TensorType(np.int32, [padded]))
+  if tff.types.type_to_tf_tensor_specs(
+      secure_process.initialize.type_signature.result.member):
+    raise TypeError('TFF\'s secure chain has state here; this factory assumes '
+                    'a stateless one (fixed bounds).')
+  return secure_process
 
 
 class PackedDistributedDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -162,114 +204,44 @@ class PackedDistributedDpSumFactory(tff.aggregators.UnweightedAggregationFactory
     return tf.cond(tf.equal(local_stddev, 0), lambda: rows, noisy)
 
   def create(self, value_type):
-    k, bits, beta, clip = self.clients_per_value, self.bits, self.beta, self.l2_clip
-    _, row_specs = _stacked_row_specs(value_type, k, type(self).__name__)
-    ddp = self._ddp
-    tff_process = ddp.create(tff.types.tensorflow_to_type(row_specs))
-    d = sum(s.shape.num_elements() for s in tf.nest.flatten(row_specs))
-    padded = 2**math.ceil(math.log2(max(1, d)))
-    assert padded == ddp._padded_dim, (padded, ddp._padded_dim)  # pylint: disable=protected-access
+    """The packed sum's process for `value_type` (the module docstring's
+    round).
+
+    TFF's own process for one row (K·(values) clients of the row type) gives
+    the initial state; each round maps `client_slot` over the values, sums
+    the slots through TFF's secure chain, `decode`s the sum and `advance`s
+    the state.
+
+    Args:
+      value_type: the clients' value: float tensors stacking K clients on
+        their leading axis.
+
+    Returns:
+      A `tff.templates.AggregationProcess` whose result is the sum over
+      every row of every value, with TFF's state and measurements.
+
+    Raises:
+      TypeError: a tensor without leading axis K or not floating point, or
+        TFF's secure chain has state.
+    """
+    row_specs = _stacked_row_specs(value_type, self.clients_per_value,
+                                   type(self).__name__)
+    tff_process = self._ddp.create(tff.types.tensorflow_to_type(row_specs))
+    padded = self._padded_dim(row_specs)
     query = self._query()
     state_type = tff_process.initialize.type_signature.result
-    state_member = state_type.member
-    vector_spec = tf.TensorSpec([d], tf.float32)
-    half = 2**(bits - 1)
-
-    # TFF's secure chain, as DistributedDpSumFactory._build_aggregation_factory
-    # builds it (fixed bounds: stateless).
-    secure_factory = modular_clipping.ModularClippingSumFactory(
-        clip_range_lower=-half, clip_range_upper=half,
-        inner_agg_factory=modular_clipping.ModularClippingSumFactory(
-            clip_range_lower=0, clip_range_upper=2**bits,
-            inner_agg_factory=tff.aggregators.SecureSumFactory(
-                upper_bound_threshold=2**bits - 1, lower_bound_threshold=0)))
-    secure_process = secure_factory.create(tff.TensorType(np.int32, [padded]))
-    if tff.types.type_to_tf_tensor_specs(
-        secure_process.initialize.type_signature.result.member):
-      raise TypeError('TFF\'s secure chain has state here; this factory assumes '
-                      'a stateless one (fixed bounds).')
-
-    @tff.tensorflow.computation(state_member)
-    def round_params(state):
-      _, discrete, dp = ddp._unpack_state(state)  # pylint: disable=protected-access
-      return collections.OrderedDict(
-          seed=state[1], scale=discrete['scale_factor'],
-          prior_norm_bound=discrete['prior_norm_bound'],
-          query_state=dp.query_state)
-
+    secure_process = _secure_sum_process(self.bits, padded)
+    round_params = self._round_params(state_type.member)
     params_type = round_params.type_signature.result
-
-    def one_client(row, round_seed, rounding_seed, scale, prior_norm_bound,
-                   check_params):
-      """TFF's client pipeline for one row, up to the noise."""
-      # HadamardTransformFactory's client_transform (num_repeats=1).
-      x = rotation._flatten_and_pad_zeros_pow2(row)  # pylint: disable=protected-access
-      seed = rotation._unique_seeds_for_struct(x, round_seed, stride=1)  # pylint: disable=protected-access
-      x *= rotation.sample_rademacher(tf.shape(x), x.dtype, seed)
-      x = tf.squeeze(hadamard.fast_walsh_hadamard_transform(
-          tf.expand_dims(x, axis=0)), axis=0)
-      # clipping_factory's clip_fn.
-      x, _ = robust._clip_by_global_l2_norm(x, clip)  # pylint: disable=protected-access
-      # DiscretizationFactory's discretize_tensor (stochastic=True), with
-      # this row's own seed (TFF's default, the time in microseconds, could
-      # repeat between rows computed in the same microsecond).
-      scaled = x * scale
-      rounded = discretization._stochastic_rounding(  # pylint: disable=protected-access
-          scaled, prior_norm_bound * scale, scale, beta, seed=rounding_seed)
-      ints = tf.cast(rounded, discretization.OUTPUT_TF_TYPE)
-      # The DP query's per-client norm checks (its noise comes after).
-      return query.preprocess_record(check_params, ints)
-
-    @tff.tensorflow.computation(value_type, params_type)
-    def client_slot(value, params):
-      flat = [tf.reshape(t, [k, -1]) for t in tf.nest.flatten(value)]
-      rows = tf.concat(flat, axis=1)   # concat_factory's _concat_impl, per row
-      sample = query.derive_sample_params(params['query_state'])
-      check = sample._replace(local_stddev=tf.zeros_like(sample.local_stddev))
-      seeds = tf.random.uniform([k], tf.int64.min, tf.int64.max, tf.int64)
-      ints = tf.map_fn(
-          lambda a: one_client(a[0], params['seed'], a[1], params['scale'],
-                               params['prior_norm_bound'], check),
-          (rows, seeds), fn_output_signature=tf.TensorSpec([padded], tf.int32))
-      noisy = self._add_noise(query, ints, sample.local_stddev)
-      wrapped = modular_clipping.modular_clip_by_value(
-          modular_clipping.modular_clip_by_value(noisy, -half, half), 0, 2**bits)
-      return modular_clipping.modular_clip_by_value(
-          tf.reduce_sum(wrapped, axis=0), 0, 2**bits)
-
-    @tff.tensorflow.computation(
-        secure_process.next.type_signature.result.result.member, params_type)
-    def decode(total, params):
-      result, new_query_state, event = query.get_noised_result(
-          total, params['query_state'])
-      x = discretization._undiscretize_struct(result, params['scale'], tf.float32)  # pylint: disable=protected-access
-      # HadamardTransformFactory's server_transform (num_repeats=1).
-      seed = rotation._unique_seeds_for_struct(x, params['seed'], stride=1)  # pylint: disable=protected-access
-      x = tf.squeeze(hadamard.fast_walsh_hadamard_transform(
-          tf.expand_dims(x, axis=0)), axis=0)
-      x *= rotation.sample_rademacher(tf.shape(x), x.dtype, seed)
-      x = rotation._slice_and_reshape_to_template_spec(x, vector_spec)  # pylint: disable=protected-access
-      return (concat._unconcat_impl(x, row_specs), new_query_state,  # pylint: disable=protected-access
-              event.to_named_tuple())
-
-    new_query_type, event_type = decode.type_signature.result[1:]
-
-    @tff.tensorflow.computation(state_member, new_query_type, event_type)
-    def advance(state, new_query_state, event):
-      """TFF's state update: DifferentiallyPrivateFactory's new DP state, the
-      rotation seed by _build_next_global_seed_fn(stride=1)."""
-      l2_clip_state, discrete, dp = ddp._unpack_state(state)  # pylint: disable=protected-access
-      discrete['inner_agg_process'] = differential_privacy.DPAggregatorState(
-          new_query_state, dp.agg_state, event, False)
-      seed = state[1]
-      return l2_clip_state, tf.convert_to_tensor([seed[0], seed[1] + 1])
-
-    @tff.tensorflow.computation(state_member)
-    def server_measurements(state):
-      _, discrete, dp = ddp._unpack_state(state)  # pylint: disable=protected-access
-      return (np.float32(clip), discrete['scale_factor'],
-              dp.query_state.l2_norm_bound, dp.query_state.local_stddev,
-              np.int32(padded), query.derive_metrics(dp.query_state))
+    client_slot = self._client_slot(query, value_type, params_type, padded)
+    decode = self._decode(
+        query, secure_process.next.type_signature.result.result.member,
+        params_type, row_specs)
+    advance = self._advance(state_type.member,
+                            *decode.type_signature.result[1:])
+    server_measurements = self._server_measurements(query, state_type.member,
+                                                    padded)
+    k = self.clients_per_value
 
     @tff.federated_computation(state_type,
                                tff.FederatedType(value_type, tff.CLIENTS))
@@ -293,6 +265,195 @@ class PackedDistributedDpSumFactory(tff.aggregators.UnweightedAggregationFactory
           new_state, result, tff.federated_zip(measurements))
 
     return tff.templates.AggregationProcess(tff_process.initialize, next_fn)
+
+  def _padded_dim(self, row_specs) -> int:
+    """D = 2^⌈log2 d⌉ of a row of d coordinates, as TFF's factory pads it.
+
+    Args:
+      row_specs: the TensorSpecs of one row.
+
+    Returns:
+      D.
+
+    Raises:
+      AssertionError: TFF's factory padded to another D.
+    """
+    padded = 2**math.ceil(math.log2(max(1, _num_coordinates(row_specs))))
+    assert padded == self._ddp._padded_dim, (padded, self._ddp._padded_dim)  # pylint: disable=protected-access
+    return padded
+
+  def _round_params(self, state_member):
+    """The round's numbers from TFF's state: the rotation seed, the scale,
+    the prior norm bound and the DP query's state.
+
+    Args:
+      state_member: the server state's type (TFF's).
+
+    Returns:
+      A TF computation: state -> OrderedDict(seed, scale, prior_norm_bound,
+      query_state).
+    """
+    ddp = self._ddp
+
+    @tff.tensorflow.computation(state_member)
+    def round_params(state):
+      _, discrete, dp = ddp._unpack_state(state)  # pylint: disable=protected-access
+      return collections.OrderedDict(
+          seed=state[1], scale=discrete['scale_factor'],
+          prior_norm_bound=discrete['prior_norm_bound'],
+          query_state=dp.query_state)
+
+    return round_params
+
+  def _encode_row(self, query, row, round_seed, rounding_seed, scale,
+                  prior_norm_bound, check_params):
+    """TFF's client pipeline for one row, up to the noise: rotate, clip,
+    scale and round, check the norms.
+
+    Args:
+      query: the DP query (`_query`).
+      row: one client's flattened update, float [d].
+      round_seed: the round's rotation seed (TFF's state).
+      rounding_seed: this row's own seed for the stochastic rounding.
+      scale, prior_norm_bound: the round's (`_round_params`).
+      check_params: the query's sample params with local_stddev 0.
+
+    Returns:
+      int32 [D]: the rounded, scaled, rotated, clipped row.
+    """
+    # HadamardTransformFactory's client_transform (num_repeats=1).
+    x = rotation._flatten_and_pad_zeros_pow2(row)  # pylint: disable=protected-access
+    seed = rotation._unique_seeds_for_struct(x, round_seed, stride=1)  # pylint: disable=protected-access
+    x *= rotation.sample_rademacher(tf.shape(x), x.dtype, seed)
+    x = tf.squeeze(hadamard.fast_walsh_hadamard_transform(
+        tf.expand_dims(x, axis=0)), axis=0)
+    # clipping_factory's clip_fn.
+    x, _ = robust._clip_by_global_l2_norm(x, self.l2_clip)  # pylint: disable=protected-access
+    # DiscretizationFactory's discretize_tensor (stochastic=True), with
+    # this row's own seed (TFF's default, the time in microseconds, could
+    # repeat between rows computed in the same microsecond).
+    scaled = x * scale
+    rounded = discretization._stochastic_rounding(  # pylint: disable=protected-access
+        scaled, prior_norm_bound * scale, scale, self.beta, seed=rounding_seed)
+    ints = tf.cast(rounded, discretization.OUTPUT_TF_TYPE)
+    # The DP query's per-client norm checks (its noise comes after).
+    return query.preprocess_record(check_params, ints)
+
+  def _client_slot(self, query, value_type, params_type, padded: int):
+    """What a slot sends: its K rows encoded (`_encode_row`), noised by the
+    query in one draw, each wrapped modulo 2^b, then their sum modulo 2^b.
+
+    Args:
+      query: the DP query (`_query`).
+      value_type: the slot's value (K rows).
+      params_type: `_round_params`'s result type.
+      padded: D.
+
+    Returns:
+      A TF computation: (value, round params) -> int32 [D].
+    """
+    k, bits = self.clients_per_value, self.bits
+    half = 2**(bits - 1)
+
+    @tff.tensorflow.computation(value_type, params_type)
+    def client_slot(value, params):
+      flat = [tf.reshape(t, [k, -1]) for t in tf.nest.flatten(value)]
+      rows = tf.concat(flat, axis=1)   # concat_factory's _concat_impl, per row
+      sample = query.derive_sample_params(params['query_state'])
+      check = sample._replace(local_stddev=tf.zeros_like(sample.local_stddev))
+      seeds = tf.random.uniform([k], tf.int64.min, tf.int64.max, tf.int64)
+      ints = tf.map_fn(
+          lambda a: self._encode_row(query, a[0], params['seed'], a[1],
+                                     params['scale'],
+                                     params['prior_norm_bound'], check),
+          (rows, seeds), fn_output_signature=tf.TensorSpec([padded], tf.int32))
+      noisy = self._add_noise(query, ints, sample.local_stddev)
+      wrapped = modular_clipping.modular_clip_by_value(
+          modular_clipping.modular_clip_by_value(noisy, -half, half), 0, 2**bits)
+      return modular_clipping.modular_clip_by_value(
+          tf.reduce_sum(wrapped, axis=0), 0, 2**bits)
+
+    return client_slot
+
+  @staticmethod
+  def _decode(query, total_type, params_type, row_specs):
+    """TFF's server side: the query's noised result, unscaled, rotated back
+    and un-concatenated.
+
+    Args:
+      query: the DP query (`_query`).
+      total_type: the secure sum's result type.
+      params_type: `_round_params`'s result type.
+      row_specs: the TensorSpecs of one row.
+
+    Returns:
+      A TF computation: (total, round params) -> (the sum in the row's
+      structure, the query's new state, its event).
+    """
+    vector_spec = tf.TensorSpec([_num_coordinates(row_specs)], tf.float32)
+
+    @tff.tensorflow.computation(total_type, params_type)
+    def decode(total, params):
+      result, new_query_state, event = query.get_noised_result(
+          total, params['query_state'])
+      x = discretization._undiscretize_struct(result, params['scale'], tf.float32)  # pylint: disable=protected-access
+      # HadamardTransformFactory's server_transform (num_repeats=1).
+      seed = rotation._unique_seeds_for_struct(x, params['seed'], stride=1)  # pylint: disable=protected-access
+      x = tf.squeeze(hadamard.fast_walsh_hadamard_transform(
+          tf.expand_dims(x, axis=0)), axis=0)
+      x *= rotation.sample_rademacher(tf.shape(x), x.dtype, seed)
+      x = rotation._slice_and_reshape_to_template_spec(x, vector_spec)  # pylint: disable=protected-access
+      return (concat._unconcat_impl(x, row_specs), new_query_state,  # pylint: disable=protected-access
+              event.to_named_tuple())
+
+    return decode
+
+  def _advance(self, state_member, new_query_type, event_type):
+    """TFF's state update: DifferentiallyPrivateFactory's new DP state, the
+    rotation seed by _build_next_global_seed_fn(stride=1).
+
+    Args:
+      state_member: the server state's type.
+      new_query_type, event_type: `_decode`'s query state and event types.
+
+    Returns:
+      A TF computation: (state, new query state, event) -> the next state.
+    """
+    ddp = self._ddp
+
+    @tff.tensorflow.computation(state_member, new_query_type, event_type)
+    def advance(state, new_query_state, event):
+      l2_clip_state, discrete, dp = ddp._unpack_state(state)  # pylint: disable=protected-access
+      discrete['inner_agg_process'] = differential_privacy.DPAggregatorState(
+          new_query_state, dp.agg_state, event, False)
+      seed = state[1]
+      return l2_clip_state, tf.convert_to_tensor([seed[0], seed[1] + 1])
+
+    return advance
+
+  def _server_measurements(self, query, state_member, padded: int):
+    """TFF's measurements that the state holds.
+
+    Args:
+      query: the DP query (`_query`).
+      state_member: the server state's type.
+      padded: D.
+
+    Returns:
+      A TF computation: state -> (l2_clip, scale_factor, scaled_inflated_l2,
+      scaled_local_stddev, padded_dim, dp_query_metrics).
+    """
+    ddp, clip = self._ddp, self.l2_clip
+
+    @tff.tensorflow.computation(state_member)
+    def server_measurements(state):
+      _, discrete, dp = ddp._unpack_state(state)  # pylint: disable=protected-access
+      return (np.float32(clip), discrete['scale_factor'],
+              dp.query_state.l2_norm_bound, dp.query_state.local_stddev,
+              np.int32(padded), query.derive_metrics(dp.query_state))
+
+    return server_measurements
+
 
 
 class StackedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -322,6 +483,16 @@ class StackedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
         'clients_per_value', clients_per_value, 1)
 
   def create(self, value_type):
+    """The mean's process for `value_type`.
+
+    Args:
+      value_type: the clients' value (K clients stacked per value).
+
+    Returns:
+      A `tff.templates.AggregationProcess`: the sum factory's result over
+      the secure count of the clients, state (the sum's, the count's) and
+      measurements as UnweightedMeanFactory's.
+    """
     k = self.clients_per_value
     sum_process = self.value_sum_factory.create(value_type)
     count_process = tff.aggregators.SecureSumFactory(

@@ -253,11 +253,6 @@ class UpdateNorms:
     return out
 
 
-def validation_evaluations(run_dir: str) -> List[Tuple[int, float]]:
-  """[(round, validation accuracy)] of a run's metrics.csv."""
-  return fl_table.read_run(run_dir, column=VALIDATION_COLUMN).evaluations
-
-
 def endpoint(evaluations: Sequence[Tuple[int, float]], rounds: int,
              which: fl_table.Endpoint = ENDPOINT) -> float:
   """A run's validation endpoint (`which`: ENDPOINT, or what
@@ -276,6 +271,11 @@ def try_trend(evaluations, rounds, fraction: float = 1 / 3):
     return trend(evaluations, rounds, fraction)
   except ValueError:
     return None
+
+
+def _describe(tr: Optional['Trend']) -> str:
+  """`tr.describe()`, or why there is no trend (`try_trend`'s None)."""
+  return tr.describe() if tr else 'n/a (under 3 evaluations)'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,14 +356,50 @@ def choose(endpoints: Dict[Point, Sequence[float]],
 # -- the driver ---------------------------------------------------------------
 
 NOISE_FREE_CLIP = 1e6   # the norm runs are unclipped: they see the raw updates
+#: The FL table's training (experiments/fl_table.py): the Settings fields of
+#: these names are TrainingConfig's own (`_training_fields`), at these
+#: defaults; every run of a tuning takes them from its Settings.
+TRAINING = dict(rounds=300, clients_per_round=100, total_clients=3400,
+                model='small_cnn', coordinate_clip_multiple=3.0,
+                validation_fraction=0.1, eval_every=5)
+#: TrainingConfig's values that every run of every tuning shares.
+FIXED_TRAINING = dict(rotate=True, batch_size=32, local_epochs=1)
+#: The mechanism of the grid runs (the norm and noise-free runs: none).
+MECHANISM = 'gaussian'
+
+
+def _training_fields(cls):
+  """Declares TrainingConfig's fields named in TRAINING on `cls`, with their
+  TrainingConfig types and TRAINING's defaults, after `cls`'s own (for
+  `dataclasses.dataclass`, which applies on top).
+
+  Args:
+    cls: a class about to become a dataclass.
+
+  Returns:
+    `cls`.
+
+  Raises:
+    KeyError: a TRAINING name that is not a TrainingConfig field.
+  """
+  types = {f.name: f.type for f in dataclasses.fields(ft.TrainingConfig)}
+  for name, default in TRAINING.items():
+    cls.__annotations__[name] = types[name]
+    setattr(cls, name, default)
+  return cls
 
 
 @dataclasses.dataclass
+@_training_fields
 class Settings:
   """A tuning: the grid, the fixed setting (the FL table's) and the schedule.
 
   `fixed()` is what config.json holds (a folder holds one; the grid may
-  grow). `deadline` 'HH:MM' (UTC): no run starts after it.
+  grow). `deadline` 'HH:MM' (UTC): no run starts after it. The fields named
+  in TRAINING (rounds, clients_per_round, total_clients, model,
+  coordinate_clip_multiple, validation_fraction, eval_every) are
+  TrainingConfig's, every run's; `rounds` is the grid runs' and
+  `norm_rounds` the norm runs'.
   """
   output_dir: str
   epsilons: Sequence[float] = (3.0, 10.0)
@@ -374,14 +410,7 @@ class Settings:
   server_lr_schedules: Sequence[str] = ('constant',)
   rerun_top: int = 2
   seeds_top: int = 2
-  rounds: int = 300
   norm_rounds: int = 300
-  clients_per_round: int = 100
-  total_clients: int = 3400
-  model: str = 'small_cnn'
-  coordinate_clip_multiple: float = 3.0
-  validation_fraction: float = 0.1
-  eval_every: int = 5
   split_seed: int = 0
   dataset: str = 'fashion_mnist'
   clients_per_slot: Optional[int] = None
@@ -391,16 +420,18 @@ class Settings:
   max_runs: Optional[int] = None
   data_dir: Optional[str] = None
 
+  def training(self) -> Dict[str, object]:
+    """The TrainingConfig values every run of this tuning shares: TRAINING's
+    fields as set here, FIXED_TRAINING, and δ = 1/total_clients."""
+    return dict({name: getattr(self, name) for name in TRAINING},
+                delta=1 / self.total_clients, **FIXED_TRAINING)
+
   def fixed(self) -> Dict[str, object]:
-    return dict(dataset=self.dataset, rounds=self.rounds,
-                norm_rounds=self.norm_rounds,
-                clients_per_round=self.clients_per_round,
-                total_clients=self.total_clients, model=self.model,
-                coordinate_clip_multiple=self.coordinate_clip_multiple,
-                validation_fraction=self.validation_fraction,
-                eval_every=self.eval_every, split_seed=self.split_seed,
-                delta=1 / self.total_clients, rotate=True, batch_size=32,
-                local_epochs=1, mechanism='gaussian')
+    """What every run of the tuning shares: `training()`, the mechanism of
+    the grid, the data and the norm runs' rounds (config.json)."""
+    return dict(self.training(), dataset=self.dataset,
+                norm_rounds=self.norm_rounds, split_seed=self.split_seed,
+                mechanism=MECHANISM)
 
   def grid(self) -> List[Point]:
     return grid(self.epsilons, self.client_lrs, self.server_momenta,
@@ -426,21 +457,15 @@ class Settings:
              clip_norm: float, server_momentum: float = 0.0,
              server_lr: float = 1.0, epsilon: Optional[float] = None,
              seed: int = 0, schedule: str = 'constant') -> ft.TrainingConfig:
-    """A run's TrainingConfig: the fixed setting, these values."""
-    f = self.fixed()
-    return ft.TrainingConfig(
-        mechanism=mechanism, mechanism_params={}, clip_norm=clip_norm,
-        coordinate_clip_multiple=f['coordinate_clip_multiple'],
-        target_epsilon=epsilon, rotate=True, rounds=rounds,
-        clients_per_round=f['clients_per_round'],
-        total_clients=f['total_clients'], client_lr=client_lr,
-        server_lr=server_lr, server_momentum=server_momentum,
-        server_lr_schedule=schedule, batch_size=f['batch_size'],
-        local_epochs=f['local_epochs'],
-        model=f['model'], seed=seed,
-        noise_seed=None if mechanism == ft.NO_PRIVACY else 1000 + seed,
-        delta=f['delta'], eval_every=f['eval_every'],
-        validation_fraction=f['validation_fraction'])
+    """A run's TrainingConfig: `training()`, these values (the noise seed
+    1000 + seed, none without privacy)."""
+    return ft.TrainingConfig(**dict(
+        self.training(), mechanism=mechanism, mechanism_params={},
+        clip_norm=clip_norm, target_epsilon=epsilon, rounds=rounds,
+        client_lr=client_lr, server_lr=server_lr,
+        server_momentum=server_momentum, server_lr_schedule=schedule,
+        seed=seed,
+        noise_seed=None if mechanism == ft.NO_PRIVACY else 1000 + seed))
 
   def past_deadline(self, now: Optional[datetime.datetime] = None) -> bool:
     if not self.deadline:
@@ -448,6 +473,15 @@ class Settings:
     now = now or datetime.datetime.now(datetime.timezone.utc)
     hh, mm = (int(v) for v in self.deadline.split(':'))
     return (now.hour, now.minute) >= (hh, mm)
+
+
+#: The columns of results.csv, a grid run a row (`Tuning._grid_row`).
+RESULTS_COLUMNS = ('epsilon', 'client_lr', 'server_momentum', 'server_lr',
+                   'server_lr_schedule', 'clip_multiple', 'clip_norm', 'seed',
+                   'endpoint', 'last_accuracy',
+                   'last_third_slope_per_100_rounds', 'slope_se',
+                   'clipped_clients_fraction_mean', 'epsilon_reported',
+                   'noise_multiplier', 'minutes')
 
 
 def _load_json(path):
@@ -671,13 +705,36 @@ class Tuning:
     return out
 
   def report(self):
-    """Writes tuning.md, results.csv and choice.json; returns (the
-    Markdown, `choices`)."""
-    s = self.s
+    """Writes tuning.md, results.csv and choice.json.
+
+    Returns:
+      (the Markdown, `choices`).
+    """
     runs = self.collect()
     choices = self.choices(runs)
     which = self.which_endpoint(runs)
-    describe = lambda t: t.describe() if t else 'n/a (under 3 evaluations)'
+    grid_md, rows = self._grid_table(runs, which)
+    results_io.write_csv(os.path.join(self.out, 'results.csv'),
+                         RESULTS_COLUMNS, rows)
+    choice_md, choice_json = self._choice_section(runs, choices, which)
+    results_io.write_json(os.path.join(self.out, 'choice.json'), choice_json)
+    sections = (self._preamble(which), self._norms_table(),
+                self._noise_free_table(), grid_md, choice_md)
+    text = '\n\n'.join('\n'.join(lines) for lines in sections) + '\n'
+    with open(os.path.join(self.out, 'tuning.md'), 'w') as f:
+      f.write(text)
+    return text, choices
+
+  def _preamble(self, which: fl_table.Endpoint) -> List[str]:
+    """The report's title, its data and its setting, endpoint and rule.
+
+    Args:
+      which: the endpoint of the grid runs (`which_endpoint`).
+
+    Returns:
+      The Markdown lines.
+    """
+    s = self.s
     data_line = (f'{s.dataset} (Fashion-MNIST: real images, /usr/share/'
                  f'datasets/fashion-mnist), SIMULATED federated split: '
                  f'{s.total_clients} clients, Dirichlet(0.5) over labels, '
@@ -689,22 +746,32 @@ class Tuning:
     loaded = _load_json(os.path.join(self.out, 'data.json'))
     if loaded:
       data_line += f' Loaded: {loaded["description"]}.'
-    md = ['# FL tuning on the validation split', '',
-          f'Data: {data_line}', '',
-          f'Setting: {s.model}, {s.clients_per_round} of {s.total_clients} '
-          f'clients a round, {s.rounds} rounds, batch 32, 1 local epoch, '
-          f'δ = 1/{s.total_clients}, rotation, c∞ multiple '
-          f'{s.coordinate_clip_multiple:g}; the calibrated central Gaussian '
-          '(`gaussian`, target ε), noise seed 1000 + seed. Endpoint: ' +
-          endpoint_name(which) + (
-              '' if which == ENDPOINT else ' (the runs\' schedule cannot '
-              'give the pre-specified ' + endpoint_name(ENDPOINT) + ')') +
-          '. Rule: the argmax of the endpoint (a point\'s mean over its '
-          f'seeds); the points within {s.tie_tolerance:g} of the best are '
-          'tied and the simplest of them wins (no server momentum, then '
-          f'server lr 1, then client lr {DEFAULT_CLIENT_LR:g}, then the clip '
-          'nearest the median, then the smaller clip).', '',
-          '## Client update norms (noise-free, unclipped runs)', '',
+    setting_line = (
+        f'Setting: {s.model}, {s.clients_per_round} of {s.total_clients} '
+        f'clients a round, {s.rounds} rounds, batch '
+        f'{FIXED_TRAINING["batch_size"]}, {FIXED_TRAINING["local_epochs"]} '
+        f'local epoch, δ = 1/{s.total_clients}, rotation, c∞ multiple '
+        f'{s.coordinate_clip_multiple:g}; the calibrated central Gaussian '
+        f'(`{MECHANISM}`, target ε), noise seed 1000 + seed. Endpoint: ' +
+        endpoint_name(which) + (
+            '' if which == ENDPOINT else ' (the runs\' schedule cannot '
+            'give the pre-specified ' + endpoint_name(ENDPOINT) + ')') +
+        '. Rule: the argmax of the endpoint (a point\'s mean over its '
+        f'seeds); the points within {s.tie_tolerance:g} of the best are '
+        'tied and the simplest of them wins (no server momentum, then '
+        f'server lr 1, then client lr {DEFAULT_CLIENT_LR:g}, then the clip '
+        'nearest the median, then the smaller clip).')
+    return ['# FL tuning on the validation split', '', f'Data: {data_line}',
+            '', setting_line]
+
+  def _norms_table(self) -> List[str]:
+    """The update norms of each norm run (norms.json), after each round
+    measured and pooled.
+
+    Returns:
+      The Markdown lines, from the section's heading.
+    """
+    md = ['## Client update norms (noise-free, unclipped runs)', '',
           'The ℓ2 norms of the updates the clients sampled for the next round '
           'would send from the global model after the round.', '',
           '| client lr | after | n | median | q10 | q25 | q75 | q90 | max |',
@@ -717,9 +784,18 @@ class Tuning:
         md.append(f'| {v["client_lr"]:g} | {where} | {q["n"]} | '
                   f'{q["q50"]:.4f} | {q["q10"]:.4f} | {q["q25"]:.4f} | '
                   f'{q["q75"]:.4f} | {q["q90"]:.4f} | {q["max"]:.4f} |')
-    md += ['', '## Noise-free runs (validation accuracy)', '',
-           '| run | rounds | accuracy every 50 rounds | endpoint | last third '
-           '| minutes |', '|---|---|---|---|---|---|']
+    return md
+
+  def _noise_free_table(self) -> List[str]:
+    """Each finished run under noise_free/: its validation accuracy every 50
+    rounds, its endpoint (what its schedule allows) and its last third.
+
+    Returns:
+      The Markdown lines, from the section's heading.
+    """
+    md = ['## Noise-free runs (validation accuracy)', '',
+          '| run | rounds | accuracy every 50 rounds | endpoint | last third '
+          '| minutes |', '|---|---|---|---|---|---|']
     nf_root = os.path.join(self.out, 'noise_free')
     for name in sorted(os.listdir(nf_root)) if os.path.isdir(nf_root) else []:
       got = self.finished(os.path.join(nf_root, name))
@@ -734,81 +810,150 @@ class Tuning:
       md.append(f'| {name} (clip {summary["config"]["clip_norm"]:g}) | '
                 f'{rounds} | {marks} | '
                 f'{endpoint(run.evaluations, rounds, nf_which):.4f} | '
-                f'{describe(try_trend(run.evaluations, rounds))} | '
+                f'{_describe(try_trend(run.evaluations, rounds))} | '
                 f'{self.times.get(name, math.nan) / 60:.1f} |')
-    md += ['', '## Grid runs', '',
-           '| ε | client lr | server momentum | server lr | schedule | '
-           'clip (× median) | seed | endpoint | last | last-third slope /100 '
-           'rounds | clients clipped (mean) | ε reported | σ/clip | minutes |',
-           '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+    return md
+
+  def _grid_table(self, runs, which: fl_table.Endpoint
+                  ) -> Tuple[List[str], List[list]]:
+    """Every finished grid run, by point then seed.
+
+    Args:
+      runs: `collect()`.
+      which: their endpoint (`which_endpoint`).
+
+    Returns:
+      (the Markdown lines from the section's heading, the results.csv rows
+      in RESULTS_COLUMNS).
+    """
+    md = ['## Grid runs', '',
+          '| ε | client lr | server momentum | server lr | schedule | '
+          'clip (× median) | seed | endpoint | last | last-third slope /100 '
+          'rounds | clients clipped (mean) | ε reported | σ/clip | minutes |',
+          '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     rows = []
     for p in sorted(runs):
       for seed, (summary, run) in sorted(runs[p].items()):
-        ep = endpoint(run.evaluations, s.rounds, which)
-        tr = try_trend(run.evaluations, s.rounds)
-        slope, se = (tr.slope, tr.se) if tr else (math.nan, math.nan)
-        clipped = [c for c in (run.clipped or []) if math.isfinite(c)]
-        clip_mean = float(np.mean(clipped)) if clipped else math.nan
-        z = summary['config']['mechanism_params'].get('noise_multiplier',
-                                                      math.nan)
-        minutes = self.times.get(f'{p.name}_s{seed}', math.nan) / 60
-        clip = summary['config']['clip_norm']
-        rows.append([p.epsilon, p.client_lr, p.server_momentum, p.server_lr,
-                     p.schedule, p.clip_multiple, clip, seed, ep, run.evaluations[-1][1],
-                     slope, se, clip_mean, summary['epsilon'], z, minutes])
-        md.append(f'| {p.epsilon:g} | {p.client_lr:g} | '
-                  f'{p.server_momentum:g} | {p.server_lr:g} | {p.schedule} | '
-                  f'{clip:g} '
-                  f'({p.clip_multiple:g}×) | {seed} | {ep:.4f} | '
-                  f'{run.evaluations[-1][1]:.4f} | {slope:+.3f} ± {se:.3f} | '
-                  f'{clip_mean:.3f} | {summary["epsilon"]:.4g} | {z:.4g} | '
+        row = self._grid_row(p, seed, summary, run, which)
+        (eps, lr, momentum, server_lr, schedule, multiple, clip, seed, ep,
+         last, slope, se, clip_mean, reported, z, minutes) = row
+        rows.append(row)
+        md.append(f'| {eps:g} | {lr:g} | {momentum:g} | {server_lr:g} | '
+                  f'{schedule} | {clip:g} ({multiple:g}×) | {seed} | '
+                  f'{ep:.4f} | {last:.4f} | {slope:+.3f} ± {se:.3f} | '
+                  f'{clip_mean:.3f} | {reported:.4g} | {z:.4g} | '
                   f'{minutes:.1f} |')
-    results_io.write_csv(
-        os.path.join(self.out, 'results.csv'),
-        ('epsilon', 'client_lr', 'server_momentum', 'server_lr',
-         'server_lr_schedule', 'clip_multiple', 'clip_norm', 'seed', 'endpoint', 'last_accuracy',
-         'last_third_slope_per_100_rounds', 'slope_se',
-         'clipped_clients_fraction_mean', 'epsilon_reported',
-         'noise_multiplier', 'minutes'), rows)
-    md += ['', '## The choice', '']
+    return md, rows
+
+  def _grid_row(self, point: Point, seed: int, summary, run,
+                which: fl_table.Endpoint) -> list:
+    """One grid run's results.csv row.
+
+    Args:
+      point, seed: the run's.
+      summary, run: its summary.json and its `fl_table.Run` (`finished`).
+      which: the grid's endpoint.
+
+    Returns:
+      The values of RESULTS_COLUMNS (NaN for a trend under 3 evaluations,
+      no clipping record, no noise multiplier or no recorded time).
+    """
+    tr = try_trend(run.evaluations, self.s.rounds)
+    slope, se = (tr.slope, tr.se) if tr else (math.nan, math.nan)
+    clipped = [c for c in (run.clipped or []) if math.isfinite(c)]
+    clip_mean = float(np.mean(clipped)) if clipped else math.nan
+    z = summary['config']['mechanism_params'].get('noise_multiplier',
+                                                  math.nan)
+    minutes = self.times.get(f'{point.name}_s{seed}', math.nan) / 60
+    return [point.epsilon, point.client_lr, point.server_momentum,
+            point.server_lr, point.schedule, point.clip_multiple,
+            summary['config']['clip_norm'], seed,
+            endpoint(run.evaluations, self.s.rounds, which),
+            run.evaluations[-1][1], slope, se, clip_mean, summary['epsilon'],
+            z, minutes]
+
+  def _choice_section(self, runs, choices, which: fl_table.Endpoint
+                      ) -> Tuple[List[str], Dict[str, dict]]:
+    """Per ε, the chosen point, its ties and the trend of its seeds.
+
+    Args:
+      runs: `collect()`.
+      choices: `choices(runs)`.
+      which: the grid's endpoint.
+
+    Returns:
+      (the Markdown lines from the section's heading, choice.json: {'ε':
+      the choice}).
+    """
+    md = ['## The choice', '']
     medians = self.medians()
     choice_json = {}
     for eps, (chosen, tied, endpoints) in sorted(choices.items()):
-      means = {p: float(np.mean(v)) for p, v in endpoints.items()}
-      clip = chosen.clip_norm(medians)
-      seeds = runs[chosen]
-      curves = [dict(r.evaluations) for _, (_, r) in sorted(seeds.items())]
-      common = sorted(set.intersection(*(set(c) for c in curves)))
-      mean_curve = [(k, float(np.mean([c[k] for c in curves])))
-                    for k in common]
-      tr = try_trend(mean_curve, s.rounds)
-      per_seed = [try_trend(sorted(c.items()), s.rounds) for c in curves]
-      rising = sum(bool(t and t.rising) for t in per_seed)
-      md.append(f'* ε = {eps:g} ({len(endpoints)} points run): '
-                f'**client lr {chosen.client_lr:g}, server momentum '
-                f'{chosen.server_momentum:g}, server lr {chosen.server_lr:g} '
-                f'({chosen.schedule}), {s.rounds} rounds, clip {clip:g} ({chosen.clip_multiple:g}× the median update '
-                f'norm)**, endpoint {means[chosen]:.4f} over '
-                f'{len(endpoints[chosen])} seed(s); tied within '
-                f'{s.tie_tolerance:g}: ' +
-                ', '.join(f'{p.name} {means[p]:.4f}' for p in tied) +
-                f'. Last third, the mean curve of its {len(curves)} '
-                f'seed(s): {describe(tr)}; rising at {rising} of '
-                f'{len(curves)} seeds.')
-      choice_json[f'{eps:g}'] = dict(
-          name=chosen.name, client_lr=chosen.client_lr,
-          server_momentum=chosen.server_momentum,
-          server_lr=chosen.server_lr, server_lr_schedule=chosen.schedule,
-          rounds=s.rounds, clip_multiple=chosen.clip_multiple,
-          clip_norm=clip, endpoint=means[chosen],
-          seeds=len(endpoints[chosen]), points_run=len(endpoints),
-          tied=[p.name for p in tied], endpoint_used=endpoint_name(which),
-          last_third_slope=tr.slope if tr else None,
-          last_third_slope_se=tr.se if tr else None,
-          last_third_rising=tr.rising if tr else None,
-          last_third_rising_seeds=rising)
-    results_io.write_json(os.path.join(self.out, 'choice.json'), choice_json)
-    text = '\n'.join(md) + '\n'
-    with open(os.path.join(self.out, 'tuning.md'), 'w') as f:
-      f.write(text)
-    return text, choices
+      line, choice_json[f'{eps:g}'] = self._choice(
+          eps, chosen, tied, endpoints, runs[chosen],
+          chosen.clip_norm(medians), which)
+      md.append(line)
+    return md, choice_json
+
+  def _choice(self, eps: float, chosen: Point, tied: Sequence[Point],
+              endpoints: Dict[Point, List[float]], seeds, clip: float,
+              which: fl_table.Endpoint) -> Tuple[str, dict]:
+    """One ε's choice: its point, endpoint and ties, and the last-third trend
+    of its seeds' mean curve (the rounds every seed evaluated) and of each.
+
+    Args:
+      eps: the ε.
+      chosen, tied, endpoints: its `choices` entry.
+      seeds: the chosen point's runs, {seed: (summary, Run)}.
+      clip: the chosen ℓ2 clip.
+      which: the grid's endpoint.
+
+    Returns:
+      (the Markdown bullet, its choice.json entry).
+    """
+    s = self.s
+    means = {p: float(np.mean(v)) for p, v in endpoints.items()}
+    tr, rising, n_seeds = self._seed_trends(seeds)
+    line = (f'* ε = {eps:g} ({len(endpoints)} points run): '
+            f'**client lr {chosen.client_lr:g}, server momentum '
+            f'{chosen.server_momentum:g}, server lr {chosen.server_lr:g} '
+            f'({chosen.schedule}), {s.rounds} rounds, clip {clip:g} '
+            f'({chosen.clip_multiple:g}× the median update '
+            f'norm)**, endpoint {means[chosen]:.4f} over '
+            f'{len(endpoints[chosen])} seed(s); tied within '
+            f'{s.tie_tolerance:g}: ' +
+            ', '.join(f'{p.name} {means[p]:.4f}' for p in tied) +
+            f'. Last third, the mean curve of its {n_seeds} '
+            f'seed(s): {_describe(tr)}; rising at {rising} of '
+            f'{n_seeds} seeds.')
+    entry = dict(
+        name=chosen.name, client_lr=chosen.client_lr,
+        server_momentum=chosen.server_momentum,
+        server_lr=chosen.server_lr, server_lr_schedule=chosen.schedule,
+        rounds=s.rounds, clip_multiple=chosen.clip_multiple,
+        clip_norm=clip, endpoint=means[chosen],
+        seeds=len(endpoints[chosen]), points_run=len(endpoints),
+        tied=[p.name for p in tied], endpoint_used=endpoint_name(which),
+        last_third_slope=tr.slope if tr else None,
+        last_third_slope_se=tr.se if tr else None,
+        last_third_rising=tr.rising if tr else None,
+        last_third_rising_seeds=rising)
+    return line, entry
+
+  def _seed_trends(self, seeds) -> Tuple[Optional[Trend], int, int]:
+    """The last-third trends of one point's seeds.
+
+    Args:
+      seeds: the point's runs, {seed: (summary, Run)}.
+
+    Returns:
+      (the trend of the seeds' mean curve over the rounds every seed
+      evaluated (None: under 3 evaluations), how many seeds rise on their
+      own, how many seeds).
+    """
+    curves = [dict(r.evaluations) for _, (_, r) in sorted(seeds.items())]
+    common = sorted(set.intersection(*(set(c) for c in curves)))
+    mean_curve = [(k, float(np.mean([c[k] for c in curves]))) for k in common]
+    per_seed = [try_trend(sorted(c.items()), self.s.rounds) for c in curves]
+    return (try_trend(mean_curve, self.s.rounds),
+            sum(bool(t and t.rising) for t in per_seed), len(curves))
