@@ -61,17 +61,18 @@ flags.DEFINE_enum('dataset', 'mnist', list(PAPER), 'mnist: LeNet-5; fashion_mnis
 flags.DEFINE_list('rows', ['table2'], 'table2 and/or table3 (the paper\'s rows), '
                   'and/or "none" (no quantization, same clipping).')
 flags.DEFINE_integer('rounds', None, 'Iterations (default: the paper\'s 1000 MNIST, '
-                     '3000 Fashion-MNIST).')
+                     '3000 Fashion-MNIST).', lower_bound=1)
 flags.DEFINE_float('learning_rate', None, 'Server step (default: the paper\'s 0.006).')
 flags.DEFINE_float('clip', None, 'Per-example ℓ∞ clip C (default: the paper\'s).')
-flags.DEFINE_integer('batch_size', 32, 'Batch per client per round.')
-flags.DEFINE_integer('num_clients', 4, 'Clients (all in every round).')
+flags.DEFINE_integer('batch_size', 32, 'Batch per client per round.', lower_bound=1)
+flags.DEFINE_integer('num_clients', 4, 'Clients (all in every round).', lower_bound=1)
 flags.DEFINE_bool('paper_sm', True, 'Use the paper\'s (s, m) (default); False: '
                   'compute them with bounds.bq_parameters for this run\'s local '
                   'dataset size (infeasible on the 5k MNIST subset).')
-flags.DEFINE_integer('eval_every', 50, 'Evaluate every k rounds.')
-flags.DEFINE_integer('seed', 0, 'Split / batch sampling seed.')
-flags.DEFINE_integer('noise_seed', None, 'Reproducible BQ noise (experiments only).')
+flags.DEFINE_integer('eval_every', 50, 'Evaluate every k rounds.', lower_bound=1)
+flags.DEFINE_integer('seed', 0, 'Split / batch sampling seed.', lower_bound=0)
+flags.DEFINE_integer('noise_seed', None, 'Reproducible BQ noise (experiments only).',
+                     lower_bound=0)
 flags.DEFINE_bool('fresh', False, 'Discard existing runs instead of resuming.')
 flags.DEFINE_string('root_output_dir', 'results/bq_sgd', 'Output folder.')
 

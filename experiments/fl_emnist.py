@@ -82,18 +82,24 @@ ALIASES = {
 }
 
 def _define_alias(flag, owner, param, help_text):
-  kind = mechanisms.get(owner or 'rqm').tunable(param).kind
-  define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
-            float: flags.DEFINE_float}[kind]
-  define(flag, None, f'{help_text} Alias of --mechanism_params={param}=...')
+  tunable = mechanisms.get(owner or 'rqm').tunable(param)
+  help_text = f'{help_text} Alias of --mechanism_params={param}=...'
+  if tunable.kind is int:   # the tunable's range, checked as the flag is read
+    flags.DEFINE_integer(flag, None, help_text, lower_bound=tunable.low,
+                         upper_bound=tunable.high)
+  else:   # a float's open ends are checked by the mechanism (one line, exit 2)
+    {bool: flags.DEFINE_bool, float: flags.DEFINE_float}[tunable.kind](
+        flag, None, help_text)
 
 
 for _flag, (_owner, _param, _help) in ALIASES.items():
   _define_alias(_flag, _owner, _param, _help)
 flags.DEFINE_bool('rotate', _D.rotate, 'Randomized Hadamard rotation before clipping.')
-flags.DEFINE_integer('rounds', _D.rounds, 'Training rounds.')
-flags.DEFINE_integer('clients_per_round', _D.clients_per_round, 'Clients per round.')
-flags.DEFINE_integer('total_clients', _D.total_clients, 'Population sampled from.')
+flags.DEFINE_integer('rounds', _D.rounds, 'Training rounds.', lower_bound=1)
+flags.DEFINE_integer('clients_per_round', _D.clients_per_round, 'Clients per round.',
+                     lower_bound=1)
+flags.DEFINE_integer('total_clients', _D.total_clients, 'Population sampled from.',
+                     lower_bound=1)
 flags.DEFINE_float('client_lr', _D.client_lr, 'Client SGD learning rate.')
 flags.DEFINE_float('server_lr', _D.server_lr, 'Server SGD learning rate.')
 flags.DEFINE_float('server_momentum', _D.server_momentum, 'Server SGD '
@@ -108,30 +114,33 @@ flags.DEFINE_float('validation_fraction', _D.validation_fraction, 'In [0, 1): '
                    'examples (seeded by --split_seed) as a validation split; '
                    'training uses the rest and evaluation the validation '
                    'split, never the test set. 0: no split, evaluate on test.')
-flags.DEFINE_integer('batch_size', _D.batch_size, 'Client batch size.')
-flags.DEFINE_integer('local_epochs', _D.local_epochs, 'Client epochs per round.')
+flags.DEFINE_integer('batch_size', _D.batch_size, 'Client batch size.', lower_bound=1)
+flags.DEFINE_integer('local_epochs', _D.local_epochs, 'Client epochs per round.',
+                     lower_bound=1)
 flags.DEFINE_enum('model', _D.model, ft.models.MODELS, 'Keras model.')
 flags.DEFINE_integer('seed', _D.seed, 'Fixes the initial model, the client '
                      'sampling and the data order (and the data split, unless '
                      '--split_seed): seed s is the same block for every '
-                     'mechanism.')
+                     'mechanism.', lower_bound=0)
 flags.DEFINE_integer('split_seed', None, 'Seed of the simulated federated split '
                      '(default: --seed); fixed across seeds to vary only client '
-                     'sampling and noise.')
+                     'sampling and noise.', lower_bound=0)
 flags.DEFINE_integer('noise_seed', None, 'Reproducible noise of every registry '
                      'mechanism and of the packed central Gaussian (experiments '
                      'only: who knows it can predict the noise); TFF\'s own '
                      'aggregators are not seeded (the run says so). Default: '
-                     'client-side unpredictable seeds.')
+                     'client-side unpredictable seeds.', lower_bound=0)
 flags.DEFINE_float('delta', None, 'Target δ (default 1 / total_clients).')
-flags.DEFINE_integer('eval_every', _D.eval_every, 'Evaluate every k rounds.')
+flags.DEFINE_integer('eval_every', _D.eval_every, 'Evaluate every k rounds.',
+                     lower_bound=1)
 flags.DEFINE_enum('dataset', 'auto', ('auto',) + data_lib.DATASETS,
                   'auto: emnist if emnist_all.sqlite is cached, else fashion_mnist.')
 flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
 flags.DEFINE_string('emnist_cache_dir', None, 'Folder with emnist_all.sqlite '
                     '(default ~/.tff).')
 flags.DEFINE_float('dirichlet_alpha', 0.5, 'Label skew of simulated splits.')
-flags.DEFINE_integer('max_test_examples', None, 'Evaluate on a prefix of the test set.')
+flags.DEFINE_integer('max_test_examples', None, 'Evaluate on a prefix of the test set.',
+                     lower_bound=1)
 flags.DEFINE_list('workers', None, 'host:port,... of running TFF worker services '
                   '(worker_binary --port=N) that share each round\'s clients; '
                   'default: one machine.')
@@ -142,7 +151,7 @@ flags.DEFINE_integer('clients_per_slot', None, 'K clients trained per TFF client
                      'none, not TFF\'s own aggregators; must '
                      'divide --clients_per_round). Default (or 0): chosen from '
                      '--clients_per_round and the CPU cores, the run prints it; '
-                     '1: one client per slot.')
+                     '1: one client per slot.', lower_bound=0)
 flags.DEFINE_string('root_output_dir', 'runs', 'Where run folders go.')
 flags.DEFINE_string('experiment_name', None, 'Run folder name (default: mechanism).')
 flags.DEFINE_bool('fresh', False, 'Discard an existing run with this name.')
@@ -239,8 +248,12 @@ def main(argv):
         f'{summary["rounds_completed"]} rounds' +
         (' (the validation split; the test set was not used)'
          if split != 'test' else ''))
+  upload = summary.get('upload_bits_per_client_per_round')
   print(f'Bits per client per round: {summary["bits_per_client_per_round"]} '
-        f'({summary["dim"]} coordinates)')
+        f'({summary["dim"]} coordinates' + (
+            f'; the level indices: each travels in the secure sum\'s '
+            f'{summary["secure_sum_bits"]}-bit field, {upload} bits uploaded'
+            if upload is not None else '') + ')')
   if summary['epsilon'] != float('inf'):
     print(f'Privacy of the whole model update seen by the server: '
           f'(ε={summary["epsilon"]:.4g}, δ={summary["delta"]:.3g}) '

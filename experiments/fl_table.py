@@ -53,10 +53,11 @@ flags.DEFINE_string('mechanism_bits', '', 'Bits of single mechanisms in '
 flags.DEFINE_list('peer_bits', ['16'], 'Bits of TFF\'s distributed aggregators '
                   '(tff_skellam, tff_dgauss; packed as our mechanisms are: '
                   'aggregators.packed_peers).')
-flags.DEFINE_integer('seeds', 3, 'Seeds per cell (client sampling and noise).')
-flags.DEFINE_integer('rounds', 300, 'Rounds per run.')
-flags.DEFINE_integer('clients_per_round', 100, 'Clients per round.')
-flags.DEFINE_integer('total_clients', 3400, 'Population.')
+flags.DEFINE_integer('seeds', 3, 'Seeds per cell (client sampling and noise).',
+                     lower_bound=1)
+flags.DEFINE_integer('rounds', 300, 'Rounds per run.', lower_bound=1)
+flags.DEFINE_integer('clients_per_round', 100, 'Clients per round.', lower_bound=1)
+flags.DEFINE_integer('total_clients', 3400, 'Population.', lower_bound=1)
 flags.DEFINE_string('model', 'small_cnn', 'Keras model (tff_quant.models).')
 flags.DEFINE_float('clip_norm', 1.0, 'ℓ2 clip of each update.')
 flags.DEFINE_float('coordinate_clip_multiple', 3.0, 'c∞ = k·clip_norm/√d.')
@@ -72,8 +73,9 @@ flags.DEFINE_string('tuned', None, 'choice.json of experiments.fl_tune: per '
                     'and evaluation the test set, as without it.')
 flags.DEFINE_integer('eval_every', 5, 'Evaluate every k rounds: the endpoint '
                      '(fl_table.PRESPECIFIED) needs 5 evaluations in the last '
-                     '10% of rounds, so k <= rounds/50.')
-flags.DEFINE_integer('split_seed', 0, 'Seed of the federated split (fixed).')
+                     '10% of rounds, so k <= rounds/50.', lower_bound=1)
+flags.DEFINE_integer('split_seed', 0, 'Seed of the federated split (fixed).',
+                     lower_bound=0)
 flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
 flags.DEFINE_float('max_calibration_seconds', 600, 'A cell whose calibration '
                    'runs longer is reported with that reason.')
@@ -204,8 +206,8 @@ def cell_name(cell) -> str:
 
 def model_dim() -> int:
   """Coordinates the aggregator encodes: the model's, padded to 2^m (rotation)."""
-  raw = models.num_params(models.get(FLAGS.model, INPUT_SHAPE, NUM_CLASSES))
-  return 2**math.ceil(math.log2(raw))
+  return models.update_dim(models.get(FLAGS.model, INPUT_SHAPE, NUM_CLASSES),
+                           rotate=True)
 
 
 def calibrate(cell, dim, stored=None):

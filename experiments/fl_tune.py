@@ -59,14 +59,15 @@ flags.DEFINE_list('server_lr_schedules', list(_D.server_lr_schedules),
                   'Server learning-rate schedules (constant, cosine).')
 flags.DEFINE_integer('rerun_top', _D.rerun_top, 'Per ε, this many points '
                      '(the chosen one, then the best others) run again at '
-                     'seeds 1 .. --seeds_top - 1.')
-flags.DEFINE_integer('seeds_top', _D.seeds_top, 'Seeds of the re-run points.')
-flags.DEFINE_integer('rounds', _D.rounds, 'Rounds per run.')
+                     'seeds 1 .. --seeds_top - 1.', lower_bound=0)
+flags.DEFINE_integer('seeds_top', _D.seeds_top, 'Seeds of the re-run points.',
+                     lower_bound=1)
+flags.DEFINE_integer('rounds', _D.rounds, 'Rounds per run.', lower_bound=1)
 flags.DEFINE_integer('norm_rounds', _D.norm_rounds, 'Rounds of the noise-free '
-                     'runs that measure the update norms.')
+                     'runs that measure the update norms.', lower_bound=1)
 flags.DEFINE_integer('clients_per_round', _D.clients_per_round,
-                     'Clients per round.')
-flags.DEFINE_integer('total_clients', _D.total_clients, 'Population.')
+                     'Clients per round.', lower_bound=1)
+flags.DEFINE_integer('total_clients', _D.total_clients, 'Population.', lower_bound=1)
 flags.DEFINE_string('model', _D.model, 'Keras model (tff_quant.models).')
 flags.DEFINE_float('coordinate_clip_multiple', _D.coordinate_clip_multiple,
                    'c∞ = k·clip/√d (with rotation; the Gaussian itself is an '
@@ -75,11 +76,12 @@ flags.DEFINE_float('validation_fraction', _D.validation_fraction, 'Fraction '
                    'of each client\'s examples held out as the validation '
                    'split.')
 flags.DEFINE_integer('eval_every', _D.eval_every, 'Evaluate every k rounds '
-                     '(the endpoint needs 5 evaluations in the last 10%).')
+                     '(the endpoint needs 5 evaluations in the last 10%).',
+                     lower_bound=1)
 flags.DEFINE_integer('split_seed', _D.split_seed, 'Seed of the federated '
-                     'split and of its validation split (fixed).')
+                     'split and of its validation split (fixed).', lower_bound=0)
 flags.DEFINE_integer('clients_per_slot', None, 'K clients per TFF slot '
-                     '(default: automatic).')
+                     '(default: automatic).', lower_bound=0)
 flags.DEFINE_float('tie_tolerance', _D.tie_tolerance, 'Points within this of '
                    'the best validation endpoint are tied (fixed before the '
                    'runs).')
@@ -88,10 +90,10 @@ flags.DEFINE_bool('noise_free_at_choice', _D.noise_free_at_choice, 'After the '
 flags.DEFINE_string('deadline', None, 'HH:MM (UTC): no run starts after it.')
 flags.DEFINE_integer('max_runs', None, 'Start at most this many runs, then '
                      'write the report and exit (a loop of such calls gives '
-                     'every run a fresh process and TFF context).')
+                     'every run a fresh process and TFF context).', lower_bound=1)
 flags.DEFINE_string('data_dir', None, 'Folder with the Fashion-MNIST IDX files.')
 flags.DEFINE_integer('tf_threads', 0, 'TensorFlow intra/inter-op threads '
-                     '(0: TensorFlow\'s default).')
+                     '(0: TensorFlow\'s default).', lower_bound=0)
 flags.DEFINE_bool('report_only', False, 'Write the report from finished runs.')
 
 

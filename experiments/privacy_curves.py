@@ -26,7 +26,8 @@ from tff_quant.program import cli, results_io
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', 'results/privacy', 'Where CSV/PNG files go.')
-flags.DEFINE_integer('max_clients', 40, 'Largest n for the D_α-vs-n curves.')
+flags.DEFINE_integer('max_clients', 40, 'Largest n for the D_α-vs-n curves.',
+                     lower_bound=1)
 flags.DEFINE_list('alphas', ['1.5', '2', '3', '5', '10', '20', '50', '100', '200',
                              '500', '1000'], 'Orders for the D_α-vs-α curves.')
 

@@ -61,7 +61,8 @@ flags.DEFINE_list('epsilons', ['1', '3', '10', '30'], 'Whole-model ε targets.')
 flags.DEFINE_list('dims', ['61706', '1206590'], 'Model sizes d.')
 flags.DEFINE_list('clients', ['40', '100', '1000'], 'Clients per round n.')
 flags.DEFINE_list('rounds', ['300', '2000'], 'Training rounds.')
-flags.DEFINE_integer('total_clients', 3400, 'Population N (δ = 1/N by default).')
+flags.DEFINE_integer('total_clients', 3400, 'Population N (δ = 1/N by default).',
+                     lower_bound=1)
 flags.DEFINE_float('delta', None, 'Target δ (default 1 / total_clients).')
 flags.DEFINE_list('coordinate_clip_multiples', ['2', '3', '4'],
                   'k values tried per cell (c∞ = k·clip/√d).')
@@ -70,7 +71,8 @@ flags.DEFINE_float('max_operations', frontier.DEFAULT_MAX_OPERATIONS,
                    'other clients (the accountant\'s own default, so a cell '
                    'gets the bound a user of the library gets).')
 flags.DEFINE_float('rtol', 1e-2, 'Relative width at which calibration stops.')
-flags.DEFINE_integer('workers', 1, 'Processes computing cells in parallel.')
+flags.DEFINE_integer('workers', 1, 'Processes computing cells in parallel.',
+                     lower_bound=1)
 flags.DEFINE_float('max_seconds_per_cell', 900, 'Each end of a cell gets this '
                    'long: a cell still in its proved end is stopped and written '
                    'as inf with the reason; one still in its optimistic end '

@@ -44,16 +44,19 @@ flags.DEFINE_float('noise_multiplier', 0.1, 'z = σ / Cq for the k sweep.')
 flags.DEFINE_list('sigma_sweep', ['0.03', '1.0', '3', '10'], 'Further z values ...')
 flags.DEFINE_list('sigma_levels', ['16', 'none'], '... for these k (Fig. 5).')
 flags.DEFINE_bool('clean', True, 'Also run the noise-free clipped mean reference.')
-flags.DEFINE_integer('num_shadows', 4, 'Shadow (out) models per setting, >= 2.')
-flags.DEFINE_integer('members', 500, 'Target training examples (= non-members).')
-flags.DEFINE_integer('num_clients', 10, 'Clients (all in every round), IID shards.')
-flags.DEFINE_integer('rounds', 20, 'FedAvg rounds per model.')
-flags.DEFINE_integer('local_epochs', 5, 'Client epochs per round.')
-flags.DEFINE_integer('batch_size', 10, 'Client batch size.')
+flags.DEFINE_integer('num_shadows', 4, 'Shadow (out) models per setting, >= 2.',
+                     lower_bound=2)
+flags.DEFINE_integer('members', 500, 'Target training examples (= non-members).',
+                     lower_bound=1)
+flags.DEFINE_integer('num_clients', 10, 'Clients (all in every round), IID shards.',
+                     lower_bound=1)
+flags.DEFINE_integer('rounds', 20, 'FedAvg rounds per model.', lower_bound=1)
+flags.DEFINE_integer('local_epochs', 5, 'Client epochs per round.', lower_bound=1)
+flags.DEFINE_integer('batch_size', 10, 'Client batch size.', lower_bound=1)
 flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
 flags.DEFINE_float('clip_norm', 1.0, 'ℓ2 clip of each client update.')
 flags.DEFINE_string('model', 'small_cnn', 'Keras model (tff_quant.models).')
-flags.DEFINE_integer('seed', 0, 'Candidate / shadow sampling seed.')
+flags.DEFINE_integer('seed', 0, 'Candidate / shadow sampling seed.', lower_bound=0)
 flags.DEFINE_string('root_output_dir', 'results/qgauss_mia', 'Output folder.')
 
 

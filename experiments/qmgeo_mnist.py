@@ -36,17 +36,20 @@ from tff_quant.training import distributed_sgd
 FLAGS = flags.FLAGS
 flags.DEFINE_list('settings', ['none', '8:0.5', '8:0.9', '16:0.9'],
                   '"none" (no quantization) and/or "R:p" QMGeo settings.')
-flags.DEFINE_integer('rounds', 300, 'Communication rounds (one SGD step each).')
-flags.DEFINE_integer('num_users', 5, 'Users (all take part in every round).')
-flags.DEFINE_integer('batch_size', 64, 'Mini-batch per user per round.')
+flags.DEFINE_integer('rounds', 300, 'Communication rounds (one SGD step each).',
+                     lower_bound=1)
+flags.DEFINE_integer('num_users', 5, 'Users (all take part in every round).',
+                     lower_bound=1)
+flags.DEFINE_integer('batch_size', 64, 'Mini-batch per user per round.', lower_bound=1)
 flags.DEFINE_float('learning_rate', 0.04, 'Server step η.')
 flags.DEFINE_float('clip', 0.05, 'Element-wise gradient clip W_max (= QMGeo range).')
-flags.DEFINE_integer('pca_dims', 100, 'PCA dimensions of the input.')
+flags.DEFINE_integer('pca_dims', 100, 'PCA dimensions of the input.', lower_bound=1)
 flags.DEFINE_float('delta', 1e-5, 'δ for the whole-run ε.')
-flags.DEFINE_integer('eval_every', 25, 'Evaluate every k rounds.')
-flags.DEFINE_integer('seed', 0, 'Data split / batch sampling seed.')
+flags.DEFINE_integer('eval_every', 25, 'Evaluate every k rounds.', lower_bound=1)
+flags.DEFINE_integer('seed', 0, 'Data split / batch sampling seed.', lower_bound=0)
 flags.DEFINE_integer('noise_seed', None, 'Reproducible quantization noise '
-                     '(experiments only); default: unpredictable client seeds.')
+                     '(experiments only); default: unpredictable client seeds.',
+                     lower_bound=0)
 flags.DEFINE_bool('fresh', False, 'Discard existing runs instead of resuming.')
 flags.DEFINE_string('root_output_dir', 'results/qmgeo', 'Output folder.')
 

@@ -43,15 +43,16 @@ flags.DEFINE_enum('dataset', 'breast_cancer', ['breast_cancer', 'mnist'],
 flags.DEFINE_enum('model', 'logreg', ['logreg', 'svm'], 'Linear classifier.')
 flags.DEFINE_list('methods', ['nonprivate', 'dp_sgd', 'proj_dp_sgd', 'rqp_sgd'],
                   'Methods to run.')
-flags.DEFINE_integer('runs', 10, 'Independent runs per method (median, std).')
+flags.DEFINE_integer('runs', 10, 'Independent runs per method (median, std).',
+                     lower_bound=1)
 flags.DEFINE_integer('batch_size', None, 'Batch size m (default: 10 breast_cancer, '
-                     '64 mnist, as the paper).')
+                     '64 mnist, as the paper).', lower_bound=1)
 flags.DEFINE_integer('steps', None, 'Iterations T (default: one epoch, ceil(n/m): '
-                     'the paper\'s 46 = 455/10 and 938 = 60000/64).')
+                     'the paper\'s 46 = 455/10 and 938 = 60000/64).', lower_bound=1)
 flags.DEFINE_float('learning_rate', 1.0, 'Step size η.')
 flags.DEFINE_float('clip', 0.45, 'Per-example ℓ2 gradient clip C.')
 flags.DEFINE_float('bound', 0.3, 'Weight grid bound M.')
-flags.DEFINE_integer('bits', 4, 'Weight grid bits b.')
+flags.DEFINE_integer('bits', 4, 'Weight grid bits b.', lower_bound=1)
 flags.DEFINE_float('epsilon', 1.0, 'Privacy budget ε.')
 flags.DEFINE_float('delta', 1e-7, 'δ of DP-SGD / Proj-DP-SGD (RQP-SGD claims δ=0).')
 flags.DEFINE_float('rqp_noise_multiplier', 2.0, 'RQP-SGD Gaussian std / C (the '
@@ -60,7 +61,7 @@ flags.DEFINE_float('rqp_q', None, 'Projection coefficient q (default: from the '
                    'paper\'s Thm 1 so that T(m/n)ε_t = ε).')
 flags.DEFINE_bool('average_iterates', True, 'Evaluate the average of the T '
                   'iterates (the w̄_T of the paper\'s Thm 2) instead of w_T.')
-flags.DEFINE_integer('seed', 0, 'Base seed (run r uses seed + r).')
+flags.DEFINE_integer('seed', 0, 'Base seed (run r uses seed + r).', lower_bound=0)
 flags.DEFINE_string('root_output_dir', 'results/rqp_sgd', 'Output folder.')
 
 PAPER_TABLE_1 = {  # test accuracy %, median (std) over 10 runs

@@ -11,7 +11,7 @@ What this verifies (one wheel built and installed once for the module):
      tff_quant.training alone does not import TensorFlow;
   3. two binaries run from their console scripts outside the checkout:
      `tff-quant-privacy-curves` computes and writes its results under the
-     working folder (and an unknown flag exits 1 with absl's message),
+     working folder (and an unknown flag exits 2 with one line naming it),
      `tff-quant-fl-emnist --help` prints the binary's docstring and flags and
      exits 0.
 
@@ -195,8 +195,9 @@ def test_3_a_binary_computes_from_its_console_script_outside_the_checkout(
   assert os.path.getsize(os.path.join(out, 'verdicts.txt')) > 0
   assert 'CONFIRMED' in res.stdout
   bad = _run([script, '--no_such_flag'], installed['outside'], installed['site'])
-  assert bad.returncode == 1 and 'FATAL Flags parsing error' in bad.stderr, (
-      bad.stderr[-3000:])
+  assert bad.returncode == 2, bad.stderr[-3000:]
+  assert bad.stderr.strip().splitlines() == [
+      "error: Unknown command line flag 'no_such_flag'"], bad.stderr[-3000:]
 
 
 def test_3_fl_emnist_help_from_its_console_script_exits_0(installed):

@@ -108,8 +108,7 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
       '--model=logreg', '--total_clients=10'], 'multiple of clients_per_slot'),
     (['--clients_per_slot=-2', '--dataset=mnist', '--model=logreg',
       '--total_clients=10', '--clients_per_round=2'],
-     '`clients_per_slot` must be 0 or None (automatic) or an integer in '
-     '[1, clients_per_round], got -2'),
+     'flag --clients_per_slot=-2: -2 is not a non-negative integer'),
 ])
 def test_bad_input_is_a_clear_error(args, message, tmp_path):
   res = run_binary(args + [f'--root_output_dir={tmp_path}'], timeout=300)

@@ -14,3 +14,12 @@ def test_parameter_counts_match_the_papers():
 def test_unknown_model_raises():
   with pytest.raises(ValueError, match='Unknown model'):
     models.get('resnet18', (28, 28, 1), 10)
+
+
+def test_update_dim_is_what_the_rotating_factory_sends():
+  lenet = models.get('lenet5', (28, 28, 1), 10)
+  assert models.num_params(lenet) == 61_706
+  assert models.update_dim(lenet) == 65_536
+  assert models.update_dim(lenet, rotate=False) == 61_706
+  # logreg on 784 inputs: 7,850 parameters, padded to 8,192 (the FL table's d).
+  assert models.update_dim(models.get('logreg', (784,), 10)) == 8_192

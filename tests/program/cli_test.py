@@ -1,6 +1,13 @@
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from tff_quant.program import cli, runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize('error', [ValueError('bad --x'), FileNotFoundError('no data'),
@@ -83,3 +90,57 @@ def test_ctrl_c_is_one_line_and_exit_130_forked_children_included():
   while time.time() < deadline and any(runtime._alive(p) for p in pids):  # pylint: disable=protected-access
     time.sleep(0.1)
   assert not any(runtime._alive(p) for p in pids)  # pylint: disable=protected-access
+
+
+BINARIES = sorted(
+    name[:-3] for name in os.listdir(os.path.join(ROOT, 'experiments'))
+    if name.endswith('.py') and name != '__init__.py')
+
+# In a fresh process per binary (absl's flags are global): every integer flag
+# must carry a lower bound, and each bad line — an unknown flag, an integer
+# flag below its bound or not an integer — must exit 2 with one line naming
+# the flag, before main runs.
+_BAD_FLAGS_DRIVER = r'''
+import contextlib, importlib, io, json, sys
+from absl import flags
+from tff_quant.program import cli
+module = importlib.import_module('experiments.' + sys.argv[1])
+owned = flags.FLAGS.flags_by_module_dict().get(module.__name__, [])
+ints = [f for f in owned if f.flag_type() == 'int']
+cases = [('no_such_flag', ['--no_such_flag=1'])]
+for f in ints:
+  cases.append((f.name, ['--%s=x' % f.name]))
+  bound = getattr(f.parser, 'lower_bound', None)
+  if bound is not None:
+    cases.append((f.name, ['--%s=%d' % (f.name, bound - 1)]))
+out = dict(unbounded=[f.name for f in ints
+                      if getattr(f.parser, 'lower_bound', None) is None],
+           results=[])
+for name, argv in cases:
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    try:
+      cli.parse_flags(['prog'] + argv)
+      code = 0
+    except SystemExit as e:
+      code = e.code
+  flags.FLAGS.unparse_flags()
+  out['results'].append([name, argv, code, err.getvalue()])
+print('RESULT ' + json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize('binary', BINARIES)
+def test_bad_flags_of_every_binary_exit_2_with_one_line_naming_the_flag(binary):
+  res = subprocess.run([sys.executable, '-c', _BAD_FLAGS_DRIVER, binary],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  out = json.loads(res.stdout.split('RESULT ', 1)[1])
+  assert out['unbounded'] == [], (
+      f'{binary}: integer flags without a lower bound: {out["unbounded"]}')
+  assert out['results'], binary
+  for name, argv, code, err in out['results']:
+    assert code == 2, (binary, argv, code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: '), (binary, argv, err)
+    assert name in lines[0], (binary, argv, err)

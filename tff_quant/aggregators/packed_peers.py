@@ -54,7 +54,6 @@ does not compute it.
 """
 
 import collections
-import math
 
 import numpy as np
 import tensorflow as tf
@@ -71,7 +70,7 @@ from tensorflow_federated.python.aggregators import robust
 from tensorflow_federated.python.aggregators import rotation
 # pylint: enable=g-bad-import-order
 
-from tff_quant.common import validation
+from tff_quant.common import dims, validation
 
 MECHANISMS = ('distributed_dgauss', 'distributed_skellam')
 _INT32_MAX = 2**31 - 1
@@ -278,7 +277,7 @@ class PackedDistributedDpSumFactory(tff.aggregators.UnweightedAggregationFactory
     Raises:
       AssertionError: TFF's factory padded to another D.
     """
-    padded = 2**math.ceil(math.log2(max(1, _num_coordinates(row_specs))))
+    padded = dims.sent_dim(max(1, _num_coordinates(row_specs)), rotate=True)
     assert padded == self._ddp._padded_dim, (padded, self._ddp._padded_dim)  # pylint: disable=protected-access
     return padded
 

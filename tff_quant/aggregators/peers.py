@@ -24,7 +24,7 @@ import math
 from typing import Dict, Optional, Sequence
 
 from tff_quant import accounting, mechanisms
-from tff_quant.common import validation
+from tff_quant.common import dims, validation
 
 PEERS = ('gaussian', 'tff_skellam', 'tff_dgauss')
 _TFF_MECHANISM = {'tff_skellam': 'distributed_skellam',
@@ -75,7 +75,7 @@ class Peer:
   @property
   def padded_dim(self) -> int:
     """d after TFF's Hadamard rotation pads it to a power of two (tff_*)."""
-    return 2**math.ceil(math.log2(self.dim))
+    return dims.sent_dim(self.dim, rotate=True)
 
   def ddp_parameters(self) -> Dict[str, float]:
     """TFF's DistributedDpSumFactory numbers for this peer: scale, the scaled

@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from tff_quant.common import dims
+
 MODELS = ('emnist_cnn', 'small_cnn', 'lenet5', 'alexnet_small', 'mlp', 'logreg')
 
 
@@ -86,4 +88,18 @@ def get(name: str, input_shape, num_classes: int):
 
 
 def num_params(model: tf.keras.Model) -> int:
+  """The model's trainable parameters (the coordinates of its update)."""
   return int(sum(w.shape.num_elements() for w in model.trainable_weights))
+
+
+def update_dim(model: tf.keras.Model, rotate: bool = True) -> int:
+  """The d a client sends for this model's update: what to calibrate for.
+
+  Args:
+    model: the Keras model trained (its trainable weights are the update).
+    rotate: whether the factory rotates (rotate=True zero-pads to 2^m).
+
+  Returns:
+    `common.dims.sent_dim(num_params(model), rotate)`.
+  """
+  return dims.sent_dim(num_params(model), rotate)

@@ -16,7 +16,8 @@ from tff_quant.program.errors import USER_ERRORS
 
 def parse_flags(argv: Sequence[str]) -> List[str]:
   """Parses the command line into absl's FLAGS, as `app.run` does by default
-  (`app.parse_flags_with_usage`), except that asking for help is a success:
+  (`app.parse_flags_with_usage`), except that asking for help is a success
+  and a flag error is one line and status 2 (absl prints the usage, exits 1):
   --help, -?, --helpshort, --helpfull and --helpxml print the help and exit
   with status 0 (absl exits with 1).
 
@@ -27,8 +28,10 @@ def parse_flags(argv: Sequence[str]) -> List[str]:
     The arguments left after the flags, program name first.
 
   Raises:
-    SystemExit: status 0 after the help; status 1 after a flag error (absl's
-      message on stderr: "FATAL Flags parsing error: ...").
+    SystemExit: status 0 after the help; status 2 after a flag error (an
+      unknown flag, a value of the wrong type or outside the flag's bounds),
+      with one line on stderr naming the flag ('error: ...'), as for every
+      other bad input of a binary (`user_errors_exit`).
   """
   try:
     return flags.FLAGS(list(argv))
@@ -37,11 +40,9 @@ def parse_flags(argv: Sequence[str]) -> List[str]:
     # exit from inside the parse, each with status 1 after printing; an
     # error raises flags.Error instead.
     sys.exit(0 if e.code == 1 else e.code)
-  except flags.Error:
-    pass
-  # A flag error: absl's own message and exit status, from a fresh parse of
-  # the same line (which fails the same way before running anything).
-  return app.parse_flags_with_usage(list(argv))
+  except flags.Error as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
 
 
 def _help_for_module(module_name: str) -> None:
@@ -78,7 +79,7 @@ def run(main: Callable[[List[str]], object]) -> None:
 
   Raises:
     SystemExit: always, as `app.run` does (main's return value, 0 after the
-      help, 1 after a flag error).
+      help, 2 after a flag error).
   """
   _help_for_module(main.__module__)
   app.run(main, flags_parser=parse_flags)

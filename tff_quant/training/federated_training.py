@@ -764,9 +764,15 @@ class _Rounds:
     short = 'test' if self.split == 'test' else 'val'
     test = (f' {short}_acc={row[acc_key]:.4f}'
             if not math.isnan(row[acc_key]) else '')
+    # A quantized client's level indices (bits/client) travel in the secure
+    # sum's field, which must hold the cohort's sum (upload bits/client).
+    bits = (f'bits/client={row["bits_per_client"]} (levels; '
+            f'upload {row["upload_bits_per_client"]} in the secure sum\'s field)'
+            if 'upload_bits_per_client' in row
+            else f'bits/client={row["bits_per_client"]}')
     self.log(f'round {rnd}/{config.rounds} loss={row["train_loss"]:.4f} '
              f'train_acc={row["train_accuracy"]:.4f}{test} '
-             f'eps={row["epsilon"]:.4g} bits/client={row["bits_per_client"]} '
+             f'eps={row["epsilon"]:.4g} {bits} '
              f'clipped={row.get("clipped_fraction", row.get("clipped_clients_fraction", 0)):.3f} '
              f'({self.times[-1]:.1f}s, ETA {eta:.0f}s)')
     return state, row
@@ -837,10 +843,15 @@ class _Rounds:
                    attained_inputs=g.attained_inputs,
                    accountant=accounting.provenance.SOURCE_DIGEST)
     if mech is not None:
+      field_bits = (math.ceil(math.log2(mech.modulus)) if mech.modulus
+                    else aggregators.secure_sum_bits(config.clients_per_round,
+                                                     mech.num_levels))
       summary.update(
           epsilon_per_coordinate=self.coord_acct.epsilon_rdp(rounds_done)[0],
           bits_per_coordinate=mech.bits_per_coordinate,
-          bits_per_client_per_round=mech.bits_per_coordinate * self.dim)
+          bits_per_client_per_round=mech.bits_per_coordinate * self.dim,
+          secure_sum_bits=field_bits,
+          upload_bits_per_client_per_round=field_bits * self.dim)
     else:
       summary.update(epsilon_per_coordinate=math.nan,
                      bits_per_coordinate=peer.bits_per_coordinate,
