@@ -143,7 +143,12 @@ flags.DEFINE_integer('max_test_examples', None, 'Evaluate on a prefix of the tes
                      lower_bound=1)
 flags.DEFINE_list('workers', None, 'host:port,... of running TFF worker services '
                   '(worker_binary --port=N) that share each round\'s clients; '
-                  'default: one machine.')
+                  'default: one machine, its workers in a private network '
+                  'namespace where Linux allows it.')
+flags.DEFINE_bool('trusted_network', False, 'State that only trusted machines '
+                  'can reach the --workers ports (a private network, SSH '
+                  'tunnels): TFF workers run unauthenticated computations, so '
+                  'an address outside loopback is refused without it.')
 flags.DEFINE_integer('clients_per_slot', None, 'K clients trained per TFF client '
                      'slot (vectorized when the model allows), each clipped and '
                      'encoded on its own before the secure sum (same server '
@@ -238,7 +243,8 @@ def main(argv):
     run_dir = os.path.join(FLAGS.root_output_dir,
                            FLAGS.experiment_name or config.mechanism)
     summary = ft.run(config, data, run_dir, fresh=FLAGS.fresh, workers=FLAGS.workers,
-                     clients_per_slot=FLAGS.clients_per_slot)
+                     clients_per_slot=FLAGS.clients_per_slot,
+                     trusted_network=FLAGS.trusted_network)
   print('=' * 78)
   print(f'Data: {summary["data"]}')
   print(f'Mechanism: {summary["mechanism"]}')

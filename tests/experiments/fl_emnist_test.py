@@ -95,6 +95,8 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
     (['--mechanism=qmgeo', '--noqmgeo_full_support', '--dataset=mnist',
       '--model=logreg', '--total_clients=10', '--clients_per_round=2'], 'no privacy'),
     (['--target_epsilon=-3'], 'target_epsilon'),   # the rest: federated_training_test
+    (['--workers=10.9.8.7:8001', '--dataset=mnist', '--model=logreg',
+      '--total_clients=10', '--clients_per_round=2'], '--trusted_network'),
     (['--mechanism=bq', '--target_epsilon=5', '--dataset=mnist',
       '--model=logreg', '--total_clients=10', '--clients_per_round=2',
       '--rounds=2'], 'not reachable'),

@@ -32,6 +32,7 @@ from typing import List, Optional, Tuple
 import warnings
 import weakref
 
+from tff_quant.program import network
 from tff_quant.program.errors import RoundCheckError, WorkerUnavailableError  # pylint: disable=unused-import
 
 _REGISTERED = False
@@ -40,15 +41,30 @@ _REGISTERED = False
 _SECURE_SUM_CONTEXTS = weakref.WeakSet()
 
 
-def use_secure_sum_simulation():
-  """Sets TFF's C++ test context (runs secure sum); its workers end at exit."""
+def use_secure_sum_simulation(isolate_network: bool = True) -> bool:
+  """Sets TFF's C++ test context (runs secure sum); its workers end at exit.
+
+  TFF's workers listen on every interface and run unauthenticated
+  computations; by default this process first moves into a private network
+  namespace (`network.isolate_local_run`), so the workers it starts are
+  reachable from it alone, or says in one line why it could not.
+
+  Args:
+    isolate_network: False keeps the process on the machine's network (its
+      workers are then reachable by anyone who reaches the machine).
+
+  Returns:
+    Whether the workers are private to this process.
+  """
   global _REGISTERED
+  private = network.isolate_local_run() if isolate_network else False
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   tff.backends.test.set_sync_test_cpp_execution_context()
   _remember_current_context()
   if not _REGISTERED:   # the workers end in `end_tff`, registered at import
     exit_on_sigterm()
     _REGISTERED = True
+  return private
 
 
 def _remember_current_context():
@@ -652,7 +668,8 @@ class RemoteWorkers:
   the workers that do not answer, for error messages.
   """
 
-  def __init__(self, addresses, ready_timeout_s: float = 30.0):
+  def __init__(self, addresses, ready_timeout_s: float = 30.0,
+               trusted_network: bool = False):
     # pylint: disable=g-import-not-at-top
     import grpc
     from tensorflow_federated.python.core.backends.native import compiler as native_compiler
@@ -668,6 +685,7 @@ class RemoteWorkers:
     from tensorflow_federated.python.core.impl.types import placements
     # pylint: enable=g-import-not-at-top
     self.addresses = parse_workers(addresses)
+    network.check_worker_addresses(self.addresses, trusted_network)
     self._stubs = {}
     contexts = []
     deadline = time.time() + ready_timeout_s
@@ -740,18 +758,26 @@ def _fail_fast_stub(channel, address):
   return cls(channel)
 
 
-def use_remote_workers(addresses) -> RemoteWorkers:
-  """Sets the default TFF context to `RemoteWorkers(addresses)` and returns it."""
-  return RemoteWorkers(addresses)
+def use_remote_workers(addresses, trusted_network: bool = False
+                       ) -> RemoteWorkers:
+  """Sets the default TFF context to `RemoteWorkers(addresses)` and returns
+  it (an address outside loopback needs `trusted_network`)."""
+  return RemoteWorkers(addresses, trusted_network=trusted_network)
 
 
 def start_local_workers(num: int) -> Tuple[List[str], List[object]]:
-  """Starts `num` worker_binary services on free 127.0.0.1 ports (tests, demos).
+  """Starts `num` worker_binary services on free ports (tests, demos).
+
+  worker_binary listens on every interface (it has only --port); this
+  process first moves into a private network namespace where Linux allows
+  it (`network.isolate_local_run`), so the workers are reachable from it and
+  its children at 127.0.0.1 only.
 
   Returns (addresses, Popen handles); end them with `stop_processes(handles)`.
   """
   import subprocess  # pylint: disable=g-import-not-at-top
   import portpicker  # pylint: disable=g-import-not-at-top
+  network.isolate_local_run()
   addresses, procs = [], []
   for _ in range(num):
     port = portpicker.pick_unused_port()

@@ -28,7 +28,7 @@ from tff_quant import accounting, aggregators, mechanisms, models
 from tff_quant.accounting import rdp_route
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
-from tff_quant.program import results_io, runtime
+from tff_quant.program import network, results_io, runtime
 from tff_quant.program import round_loop
 from tff_quant.training import packed_clients
 
@@ -517,13 +517,15 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
         log: Callable[[str], None] = print, max_test_examples: Optional[int] = None,
         workers: Optional[Sequence[str]] = None,
         clients_per_slot: Optional[int] = None,
+        trusted_network: bool = False,
         observe: Optional[Callable[[int, object], None]] = None
         ) -> Dict[str, object]:
   """Trains (or resumes) and returns the summary dict (also in summary.json).
 
   `workers`: None (one machine, TFF's local C++ test context) or 'host:port'
   addresses of running TFF worker services that share each round's clients
-  (runtime.RemoteWorkers). `clients_per_slot`: K clients per TFF client slot
+  (runtime.RemoteWorkers; an address outside loopback needs
+  `trusted_network`: anyone who reaches a worker can run code on it). `clients_per_slot`: K clients per TFF client slot
   (`packed_clients`: the server sees the same law, several times faster);
   None or 0 chooses K (`choose_packing`; the log says what it chose), 1 runs
   every client in its own slot. Neither is part of the run's config: a run
@@ -534,6 +536,9 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   """
   config.validate()
   check_packing(config, clients_per_slot)
+  if workers:   # refused before anything is written
+    network.check_worker_addresses(runtime.parse_workers(workers),
+                                   trusted_network)
   held_out = getattr(data, 'validation_fraction', 0.0)
   if config.validation_fraction != held_out:
     raise ValueError(
@@ -544,7 +549,7 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
                      f'{len(data.train.client_ids)} clients of {data.name}.')
   rounds = _Rounds(config, data, clients_per_slot, workers, log,
-                   max_test_examples)
+                   max_test_examples, trusted_network)
   prepare_run_dir(run_dir, config, fresh)
   rounds.start(run_dir)
   step = rounds.step
@@ -592,8 +597,9 @@ class _Rounds:
   """One run's process, accountants and round step (`run`)."""
 
   def __init__(self, config, data, clients_per_slot, workers, log,
-               max_test_examples):
+               max_test_examples, trusted_network=False):
     self.config, self.data, self.log = config, data, log
+    self.trusted_network = trusted_network
     element_spec = data.train.element_type_structure
     self.input_spec = (
         tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
@@ -682,11 +688,15 @@ class _Rounds:
     config, data = self.config, self.data
     remote = runtime.parse_workers(self.workers) if self.workers else None
     if remote:
-      self.remote = runtime.use_remote_workers(remote)
+      self.remote = runtime.use_remote_workers(
+          remote, trusted_network=self.trusted_network)
       self.log(f'Running on {len(self.remote.addresses)} TFF workers: '
-               f'{", ".join(self.remote.addresses)}')
-    else:
-      runtime.use_secure_sum_simulation()
+               f'{", ".join(self.remote.addresses)} (they run unauthenticated '
+               'computations for whoever reaches their ports: keep them on a '
+               'trusted network, docs/scaling.md)')
+    elif runtime.use_secure_sum_simulation():
+      self.log('TFF workers: local, in this run\'s private network namespace '
+               '(reachable from this run only)')
     self.population = data.train.client_ids[:config.total_clients]
     self.eval_model = self.keras_fn()
     self.eval_model.compile(
