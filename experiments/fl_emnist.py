@@ -280,7 +280,9 @@ def main(argv):
     print(f'Assumptions: {summary["privacy_assumptions"]}')
   else:
     print('Privacy: none (noise-free clipped baseline)')
-  print(f'Run folder: {run_dir}')
+  print(f'Run folder: {run_dir} (the trained model: '
+        f'{os.path.join(run_dir, summary["model_file"])}, which '
+        'tf.keras.models.load_model reads without TFF)')
 
 
 def entry_point():

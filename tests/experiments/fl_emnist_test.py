@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -43,6 +45,16 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
   with open(tmp_path / 's' / 'summary.json') as f:
     summary = json.load(f)
   assert summary['rounds_completed'] == 2
+  # The trained model loads with Keras alone (no TFF, no tff_quant).
+  model_path = tmp_path / 's' / summary['model_file']
+  load = subprocess.run(
+      [sys.executable, '-c', 'import sys, tensorflow as tf; '
+       f'm = tf.keras.models.load_model({str(model_path)!r}); '
+       'print(m.count_params(), "tensorflow_federated" in sys.modules, '
+       '"tff_quant" in sys.modules)'],
+      capture_output=True, text=True, timeout=300, cwd=tmp_path)
+  assert load.returncode == 0, load.stderr[-2000:]
+  assert load.stdout.split()[-3:] == ['7850', 'False', 'False']
   assert summary['epsilon'] <= 8.0 and summary['epsilon_route'] == 'RDP'
   assert 'ℓ2 route' in summary['privacy_assumptions']
   assert summary['config']['mechanism_params']['q'] != 0.42   # calibrated

@@ -487,6 +487,9 @@ def check_peer_measurements(peer: peers.Peer, measurements) -> None:
 
 CorruptCheckpointError = round_loop.CorruptCheckpointError
 
+#: The trained model, saved in Keras' own format at the end of a run.
+MODEL_FILE = 'model.keras'
+
 
 def prepare_run_dir(run_dir: str, config: TrainingConfig, fresh: bool):
   """Creates run_dir or checks that an existing run used the same config."""
@@ -564,6 +567,7 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   if done.start >= config.rounds:
     log(f'{run_dir} already finished {done.start} rounds.')
   summary = rounds.summary(done.state, rounds_done)
+  summary['model_file'] = rounds.export(done.state, run_dir)
   results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
   return summary
 
@@ -733,6 +737,25 @@ class _Rounds:
     if isinstance(weights, collections.abc.Mapping):  # mergeable context
       weights = tff.learning.models.ModelWeights(**weights)
     return weights
+
+  def export(self, state, run_dir) -> str:
+    """Saves the trained global model where Keras alone can load it.
+
+    `tf.keras.models.load_model(path)` gives the model with these weights
+    (uncompiled: train or evaluate it with your own loss), without TFF or
+    this library.
+
+    Args:
+      state: the process state after the last round.
+      run_dir: the run's folder.
+
+    Returns:
+      The file's name inside run_dir ('model.keras').
+    """
+    model = self.keras_fn()
+    self.weights(state).assign_weights_to(model)
+    model.save(os.path.join(run_dir, MODEL_FILE))
+    return MODEL_FILE
 
   def evaluate(self, state):
     self.weights(state).assign_weights_to(self.eval_model)
