@@ -351,3 +351,32 @@ def test_only_an_unpacked_tff_peer_needs_the_python_protobuf():
       ft.check_protobuf_for_peer('tff_dgauss', 1)
   else:
     ft.check_protobuf_for_peer('tff_dgauss', 1)
+
+
+def test_a_calibrated_run_reuses_its_calibration_and_refuses_other_rounds_first(
+    mnist, tmp_path):
+  run_dir = str(tmp_path / 'run')
+  cfg = lambda **kw: small_config(target_epsilon=8.0, rotate=True,
+                                  coordinate_clip_multiple=3.0, **kw)
+  first = []
+  s1 = ft.run(cfg(), mnist, run_dir, log=first.append)
+  assert any(l.startswith('Calibrated rqm') for l in first)
+  assert os.path.exists(os.path.join(run_dir, ft.CALIBRATION_FILE))
+  # The same command again: the stored calibration, no new search.
+  again = []
+  s2 = ft.run(cfg(), mnist, run_dir, log=again.append)
+  assert any(l.startswith('Calibration reused') for l in again), again
+  cal_line = [l for l in again if l.startswith('Calibrated rqm')]
+  assert len(cal_line) == 1 and cal_line[0].endswith('(0 s)'), cal_line
+  assert s2['epsilon'] == s1['epsilon']
+  assert s2['config']['mechanism_params'] == s1['config']['mechanism_params']
+  # More rounds than calibrated for: refused before any calibration, naming
+  # --rounds, and nothing of the run changes.
+  before = sorted(os.listdir(run_dir))
+  extended = []
+  with pytest.raises(ValueError, match=r'--rounds=3: .* calibrated to ε <= 8'):
+    ft.run(cfg(rounds=3), mnist, run_dir, log=extended.append)
+  assert extended == [] and sorted(os.listdir(run_dir)) == before
+  # Another setting of the calibration: refused naming the flag.
+  with pytest.raises(ValueError, match=r'--clip_norm: 1\.0 there, 0\.5 now'):
+    ft.run(cfg(clip_norm=0.5), mnist, run_dir, log=lambda _: None)

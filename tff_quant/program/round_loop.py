@@ -82,14 +82,21 @@ def load_checkpoint(manager, template, root):
   return state, version
 
 
+def stored_config(run_dir: str) -> Dict:
+  """The config.json run_dir holds ({} if none)."""
+  cfg_path = os.path.join(run_dir, 'config.json')
+  if not os.path.exists(cfg_path):
+    return {}
+  with open(cfg_path) as f:
+    return json.load(f)
+
+
 def _config_diff(run_dir: str, config: Dict) -> Tuple[Dict, List[str]]:
   """(the config run_dir holds, the keys other than 'rounds' where `config`
   differs); ({}, []) if run_dir holds none."""
-  cfg_path = os.path.join(run_dir, 'config.json')
-  if not os.path.exists(cfg_path):
+  old = stored_config(run_dir)
+  if not old:
     return {}, []
-  with open(cfg_path) as f:
-    old = json.load(f)
   cfg = json.loads(json.dumps(config, default=float))
   return old, sorted(k for k in set(old) | set(cfg)
                      if k != 'rounds' and old.get(k) != cfg.get(k))

@@ -14,8 +14,10 @@ import asyncio
 import collections
 import collections.abc
 import dataclasses
+import json
 import math
 import os
+import pickle
 import random
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -403,14 +405,40 @@ def choose_packing(config: TrainingConfig, clients_per_slot: Optional[int],
       'computation')))
 
 
-def calibrate_config(config: TrainingConfig, dim: int, log=print):
+def calibration_key(config: TrainingConfig, dim: int) -> Dict[str, object]:
+  """What a calibration of `config` at model size `dim` depends on: the
+  run's config with only the mechanism parameters calibration does not set,
+  d, and the accountant's code (`accounting.provenance.SOURCE_DIGEST`)."""
+  cls = mechanisms.get(config.mechanism)
+  record = config_record(config)
+  record['mechanism_params'] = {k: v for k, v in config.mechanism_params.items()
+                                if k not in cls.CALIBRATED}
+  return json.loads(json.dumps(dict(config=record, dim=dim,
+                                    accountant=accounting.provenance.SOURCE_DIGEST),
+                               sort_keys=True, default=float))
+
+
+def stored_calibration(run_dir: str, key: Dict[str, object]):
+  """The calibration run_dir's CALIBRATION_FILE holds for `key` (the same
+  setting, made by the same accountant code), else None."""
+  path = os.path.join(run_dir, CALIBRATION_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path, 'rb') as f:
+    stored = pickle.load(f)   # the run's own folder, written by `run`
+  return stored['calibration'] if stored.get('key') == key else None
+
+
+def calibrate_config(config: TrainingConfig, dim: int, log=print,
+                     stored=None):
   """Sets config.mechanism_params to the calibration for config.target_epsilon.
 
   The whole run (rounds, clients_per_round of total_clients, δ) at model size
   `dim` meets the target with the smallest debiased error (signal-aware:
   `mechanisms.utility`) over the class's calibrated parameters, within the bits per coordinate the given parameters
   use; the given ones stay fixed. ValueError (nothing written)
-  when the target is out of reach.
+  when the target is out of reach. `stored`: a calibration made before for
+  the same `calibration_key` (`stored_calibration`), used as it is.
   """
   cls = mechanisms.get(config.mechanism)
   fixed = {k: v for k, v in config.mechanism_params.items()
@@ -419,12 +447,17 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print):
   bits = cls.for_coordinate_bound(
       1.0, **cls.complete_params(config.mechanism_params)).bits_per_coordinate
   t0 = time.time()
-  report = accounting.calibration_report(
-      config.mechanism, config.target_epsilon, config.target_delta,
-      config.rounds, config.clients_per_round, config.total_clients, dim,
-      l2_clip=config.clip_norm,
-      coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
-      math.sqrt(dim), bits=bits, progress=log, **fixed)
+  if stored is not None:
+    report = stored
+    log('Calibration reused: this run\'s folder holds one for the same '
+        'setting, made by the same accountant code.')
+  else:
+    report = accounting.calibration_report(
+        config.mechanism, config.target_epsilon, config.target_delta,
+        config.rounds, config.clients_per_round, config.total_clients, dim,
+        l2_clip=config.clip_norm,
+        coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
+        math.sqrt(dim), bits=bits, progress=log, **fixed)
   config.mechanism_params = cls.complete_params(report.tunables)
   interval = (f'ε ∈ [{report.epsilon_attained:.4g}, {report.epsilon:.4g}] '
               '[attained, proved]' if report.epsilon_attained is not None
@@ -486,6 +519,46 @@ def check_peer_measurements(peer: peers.Peer, measurements) -> None:
 
 
 CorruptCheckpointError = round_loop.CorruptCheckpointError
+
+#: A calibrated run's calibration, kept so that the same command resumes it
+#: at once (`stored_calibration`).
+CALIBRATION_FILE = 'calibration.pkl'
+
+
+def check_schedule(run_dir: str, config: TrainingConfig, fresh: bool) -> None:
+  """Refuses, before anything is calibrated or written, to continue a
+  started run with other settings.
+
+  Where a target ε is set, the mechanism's parameters are calibrated for the
+  whole schedule: a run calibrated for R rounds cannot be extended (its later
+  rounds would spend privacy the guarantee does not have), and the
+  calibrated parameters are not compared (they are recomputed or reused).
+  Without a target, `round_loop.check_run_dir` applies (more rounds resume).
+
+  Raises:
+    ValueError: naming the differing flags (--rounds first).
+  """
+  if fresh or config.target_epsilon is None:
+    return
+  old = round_loop.stored_config(run_dir)
+  if not old or not round_loop.run_started(run_dir):
+    return
+  new = json.loads(json.dumps(config_record(config), default=float))
+  diff = sorted(k for k in set(old) | set(new)
+                if k != 'mechanism_params' and old.get(k) != new.get(k))
+  if 'rounds' in diff:
+    raise ValueError(
+        f'--rounds={config.rounds}: {run_dir} holds a run calibrated to '
+        f'ε <= {old.get("target_epsilon")} for --rounds={old.get("rounds")}; '
+        'its noise was sized for that schedule, so it cannot run other rounds '
+        'under the same guarantee. Start another run (--experiment_name) '
+        'calibrated for the new rounds, or --fresh to discard this one.')
+  if diff:
+    raise ValueError(
+        f'{run_dir} holds a run with other settings ('
+        + ', '.join(f'--{k}: {old.get(k)!r} there, {new.get(k)!r} now'
+                    for k in diff)
+        + '). Use another --experiment_name, or --fresh to discard it.')
 
 #: The trained model, saved in Keras' own format at the end of a run.
 MODEL_FILE = 'model.keras'
@@ -551,9 +624,12 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   if config.total_clients > len(data.train.client_ids):
     raise ValueError(f'`total_clients` ({config.total_clients}) exceeds the '
                      f'{len(data.train.client_ids)} clients of {data.name}.')
+  check_schedule(run_dir, config, fresh)
   rounds = _Rounds(config, data, clients_per_slot, workers, log,
-                   max_test_examples, trusted_network)
+                   max_test_examples, trusted_network,
+                   None if fresh else run_dir)
   prepare_run_dir(run_dir, config, fresh)
+  rounds.keep_calibration(run_dir)
   rounds.start(run_dir)
   step = rounds.step
   if observe is not None:
@@ -601,7 +677,7 @@ class _Rounds:
   """One run's process, accountants and round step (`run`)."""
 
   def __init__(self, config, data, clients_per_slot, workers, log,
-               max_test_examples, trusted_network=False):
+               max_test_examples, trusted_network=False, stored_in=None):
     self.config, self.data, self.log = config, data, log
     self.trusted_network = trusted_network
     element_spec = data.train.element_type_structure
@@ -625,7 +701,11 @@ class _Rounds:
       # The run is accounted as its calibration was (`Calibration.guarantee`:
       # the same orders and routes), so it reports the ε calibration proved,
       # and its factory enforces the calibrated setting.
-      self.calibration = calibrate_config(config, self.used[0].dim, log)
+      self.calibration_key = calibration_key(config, self.used[0].dim)
+      self.calibration = calibrate_config(
+          config, self.used[0].dim, log,
+          stored_calibration(stored_in, self.calibration_key)
+          if stored_in else None)
       orders = self.calibration.orders
       self._build()
     self.mech, self.dim = ((self.used[0].mechanism, self.used[0].dim)
@@ -737,6 +817,13 @@ class _Rounds:
     if isinstance(weights, collections.abc.Mapping):  # mergeable context
       weights = tff.learning.models.ModelWeights(**weights)
     return weights
+
+  def keep_calibration(self, run_dir) -> None:
+    """Writes the run's calibration (if any) to run_dir's CALIBRATION_FILE."""
+    if self.calibration is None:
+      return
+    with open(os.path.join(run_dir, CALIBRATION_FILE), 'wb') as f:
+      pickle.dump(dict(key=self.calibration_key, calibration=self.calibration), f)
 
   def export(self, state, run_dir) -> str:
     """Saves the trained global model where Keras alone can load it.
