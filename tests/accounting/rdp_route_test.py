@@ -84,3 +84,33 @@ def test_epsilon_from_rdp_matches_dp_accounting_and_skips_infinite_orders():
   assert (eps, order) == (pytest.approx(expected[0], rel=1e-15), expected[1])
   eps, order = rdp_route.epsilon_from_rdp(orders, [math.inf] * 4, 10, 1e-5)
   assert eps == math.inf and math.isnan(order)
+
+
+def test_subsampled_rdp_is_rounded_up_past_its_own_evaluation():
+  """WBK19's sum evaluated at 40 digits from the same per-round RDP: the
+  float bound is at or above it, by no more than its stated allowance."""
+  import mpmath   # pylint: disable=g-import-not-at-top
+  rdp = {a: 0.05 * a for a in range(2, 33)}
+  rdp[math.inf] = 3.0
+  gamma, alpha = 0.03, 32
+  got = rdp_route.subsampled_rdp_without_replacement(rdp, gamma, alpha)
+  with mpmath.workdps(40):
+    g = mpmath.mpf(gamma)
+    em1_inf = mpmath.expm1(rdp[math.inf])
+    t2 = min(4 * mpmath.expm1(rdp[2]),
+             mpmath.exp(rdp[2]) * min(2, em1_inf**2))
+    total = 1 + g**2 * mpmath.binomial(alpha, 2) * t2
+    for j in range(3, alpha + 1):
+      total += (g**j * mpmath.binomial(alpha, j) * mpmath.exp((j - 1) * rdp[j])
+                * min(2, em1_inf**j))
+    exact = min(float(mpmath.log(total) / (alpha - 1)), rdp[alpha])
+  assert got >= exact
+  assert got - exact <= 1e-11
+
+
+def test_epsilon_from_rdp_is_at_or_above_dp_accountings_value():
+  orders, per_round = [2, 8, 32], [0.01, 0.05, 0.3]
+  eps, order = rdp_route.epsilon_from_rdp(orders, per_round, 100, 1e-5)
+  raw, raw_order = dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon(
+      orders, [100 * v for v in per_round], 1e-5)
+  assert order == raw_order and eps >= raw and eps - raw <= 1e-11

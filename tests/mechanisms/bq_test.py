@@ -112,3 +112,10 @@ def test_no_window_where_the_noise_is_too_small():
   assert bq.BQ(1.0, 2, 4).conditioned_sum(3, 1e-14) is None
   with pytest.raises(ValueError, match='`tail`'):
     bq.BQ(1.0, 2, 40).conditioned_sum(3, 0.0)
+
+
+def edge_mechanisms(c):
+  """BQ at clip c where a float32 x·s/C stepped past ±s at c = 0.0331
+  (contract_test.py): s = 1024 (1.2e-4 of the draws at ±float32(c)), s = 1
+  (the issue's: u = ±2), and the paper's noise."""
+  return [bq.BQ(c, 1024, 0), bq.BQ(c, 1, 0), bq.BQ(c, 2, 251)]

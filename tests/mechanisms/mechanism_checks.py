@@ -1,6 +1,7 @@
 """Checks every mechanism must pass; each mechanism's test module calls them."""
 
 import numpy as np
+from scipy import stats
 import tensorflow as tf
 
 NUM_DRAWS = 100_000
@@ -119,3 +120,115 @@ def assert_local_bound_holds(mech, orders=(1.0, 2.0, 8.0, np.inf), seed=0):
         assert exact <= bound[a][0] * (1 + 1e-9) + 1e-12, (
             f'{mech}: D_{a} = {exact} at x={x}, x\'={x_prime}, {num_others} '
             f'others above the local bound {bound[a][0]}')
+
+
+# Clips that float32 rounds UP (float32(c) > c): a float32 clip let the
+# samplers see an input past the range (docs/mechanisms.md, "Inside the
+# support"). 0.0331 is the issue's; 1e-3 and 1/7 round up as far (by
+# 4.8e-8 and 4.5e-8 relative, 2^-24 = 6e-8 at most); 1/3, 0.3, 0.1, 2.7 are
+# common clips that do too.
+EDGE_CLIPS = (0.0331, 1e-3, 1 / 7, 1 / 3, 0.3, 0.1, 2.7)
+
+
+def edge_inputs(c: float):
+  """float32 inputs at and just past both edges: ±float32(c) and
+  ±float32(c)·(1 + 1e-6), as float32 values (Python floats)."""
+  top = np.float32(c)
+  past = np.float32(float(top) * (1 + 1e-6))
+  return [float(top), -float(top), float(past), -float(past)]
+
+
+def sample_inputs(mech, inputs, draws, seed) -> np.ndarray:
+  """[len(inputs), draws] levels: one `encode` call over every input."""
+  values = np.repeat(np.asarray(inputs, np.float32), draws)
+  levels = mech.encode(tf.constant(values), tf.constant(seed, tf.int64)).numpy()
+  return levels.reshape(len(inputs), draws)
+
+
+def assert_levels_in_support(mech, x: float, levels: np.ndarray,
+                             log_p: np.ndarray = None):
+  """Every level in [0, L-1] with log_pmf(x) > -inf (x is clipped by
+  `log_pmf`, as `sanitize` clips it for the sampler); `log_p`: log_pmf(x)
+  if the caller has it."""
+  outside = (levels < 0) | (levels >= mech.num_levels)
+  assert not outside.any(), (
+      f'{mech} at x={x!r}: {int(outside.sum())} of {levels.size} draws outside '
+      f'[0, {mech.num_levels - 1}], e.g. {levels[outside][:5]}')
+  log_p = mech.log_pmf(x) if log_p is None else log_p
+  impossible = ~np.isfinite(log_p)[levels]
+  assert not impossible.any(), (
+      f'{mech} at x={x!r}: {int(impossible.sum())} of {levels.size} draws at '
+      f'levels the pmf calls impossible, e.g. {np.unique(levels[impossible])[:5]}')
+
+
+def assert_counts_follow_pmf(counts: np.ndarray, p: np.ndarray, what: str,
+                             false_alarm: float = 1e-6):
+  """Each level's count inside the central 1 - false_alarm/L interval of
+  its exact Binomial(N, p_i) law (N = counts.sum()): by the union bound the
+  check fails with probability <= false_alarm when the sampler's law is p.
+
+  A level whose N·p is far below false_alarm/L must not be drawn at all:
+  this is what catches a level that float arithmetic makes possible where
+  the pmf says (practically) impossible.
+
+  Args:
+    counts: [L] draws per level.
+    p: [L] the pmf.
+    what: the mechanism and input, for the message.
+    false_alarm: the check's false-alarm probability.
+  """
+  num = int(counts.sum())
+  q = false_alarm / (2 * counts.size)
+  p = np.clip(p, 0.0, 1.0)
+  low = stats.binom.ppf(q, num, p)    # P(X < low) <= q
+  high = stats.binom.isf(q, num, p)   # P(X > high) <= q
+  bad = (counts < low) | (counts > high)
+  if bad.any():
+    i = np.flatnonzero(bad)[:5]
+    raise AssertionError(
+        f'{what}: levels {i} drawn {counts[i]} times of {num}, outside '
+        f'[{low[i]}, {high[i]}] (pmf {p[i]}; false alarm {false_alarm:g})')
+
+
+def assert_edges_follow_pmf(mech, draws: int, seed=(61, 2),
+                            false_alarm: float = 1e-6):
+  """At x = ±float32(c) and just past (`edge_inputs`, c the input bound):
+  every draw in the pmf's support at the clipped input, and the histogram
+  of the draws at each clipped input within `assert_counts_follow_pmf`'s
+  bounds of the pmf there (where float32 rounds c up, the edge and the
+  input past it are pooled: both clip to ±c).
+
+  Args:
+    mech: the mechanism.
+    draws: draws per input (4 inputs).
+    seed: the encode seed.
+    false_alarm: per clipped input, for `assert_counts_follow_pmf`.
+  """
+  inputs = edge_inputs(mech.input_bound)
+  assert_edge_levels_follow_pmf(
+      mech, inputs, sample_inputs(mech, inputs, draws, seed), false_alarm)
+
+
+def assert_edge_levels_follow_pmf(mech, inputs, levels: np.ndarray,
+                                  false_alarm: float = 1e-6):
+  """`assert_edges_follow_pmf` on drawn levels: row i of `levels` drawn at
+  inputs[i] (`edge_inputs`).
+
+  Args:
+    mech: the mechanism.
+    inputs: the float32 inputs, each past or at ±float32(c).
+    levels: [len(inputs), draws] levels.
+    false_alarm: per clipped input, for `assert_counts_follow_pmf`.
+  """
+  # Inputs the pmf clips to one value (`clip_input`: ±c for float32(c) > c
+  # and past it; float32(c) itself where it rounds c down) share its law.
+  groups = {}
+  for x, row in zip(inputs, levels):
+    groups.setdefault(mech.clip_input(x), []).append(row)
+  for x, rows in groups.items():
+    log_p = mech.log_pmf(x)
+    for row in rows:
+      assert_levels_in_support(mech, x, row, log_p)
+    counts = np.bincount(np.concatenate(rows), minlength=mech.num_levels)
+    assert_counts_follow_pmf(counts, np.exp(log_p), f'{mech} at x={x!r}',
+                             false_alarm)

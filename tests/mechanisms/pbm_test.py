@@ -40,3 +40,9 @@ def test_decode_unbiased(params):
 def test_invalid_params_raise(kwargs, name, error):
   with pytest.raises(error, match=f'`{name}`'):
     pbm.PBM(**dict(PARAMS[0], **kwargs))
+
+
+def edge_mechanisms(c):
+  """PBM at clip c: θ = ½ (one level at ±c), and more trials than the
+  inversion serves (TF's sampler) (contract_test.py)."""
+  return [pbm.PBM(c, 16, 0.5), pbm.PBM(c, 100, 0.3)]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tests.mechanisms import mechanism_checks as checks
+from tff_quant import mechanisms
 from tff_quant.mechanisms import qmgeo
 
 PARAMS = [dict(clip=1.0, num_levels=8, p=0.5), dict(clip=0.05, num_levels=16, p=0.9),
@@ -87,3 +88,50 @@ def test_a_wider_level_range_is_more_private_and_keeps_more_signal():
     eps.append(divergence.epsilon_infinity(mech))
   assert slopes[0] < slopes[1] < slopes[2]
   assert eps[0] > eps[1] > eps[2]
+
+
+def edge_mechanisms(c):
+  """QMGeo at clip c with levels on ±c (W = 2c, R = 4097): as written, the
+  law jumps there, and an input -float32(c) < -c walked up from -c, half
+  its draws impossible for the pmf at -c (contract_test.py)."""
+  return [qmgeo.QMGeo(c, 4097, 0.5, False, 2 * c),
+          qmgeo.QMGeo(c, 4097, 0.5, True, 2 * c)]
+
+
+@pytest.mark.parametrize('full_support', [True, False])
+def test_log_pmf_within_its_proved_error(full_support):
+  """`log_pmf_error` bounds the computed log-pmf against 40-digit mpmath at
+  the critical inputs and random inputs (the served 4-bit cell's law)."""
+  import mpmath   # pylint: disable=g-import-not-at-top
+  c = 2 / math.sqrt(61706)
+  mech = mechanisms.get('qmgeo').for_coordinate_bound(
+      c, num_levels=16, p=0.9814228019672326, full_support=full_support,
+      range_ratio=256.0)
+  eta = mech.log_pmf_error
+  big_r = mech.r_levels
+  rng = np.random.default_rng(0)
+  with mpmath.workdps(40):
+    p = mpmath.mpf(mech.p)
+    q = 1 - p
+
+    def branch(start, down):
+      if full_support:
+        w = [q**abs(i - start) for i in range(big_r)]
+        return [v / sum(w) for v in w]
+      out = [mpmath.mpf(0)] * big_r
+      size = start + 1 if down else big_r - start
+      for g in range(size):
+        out[start - g if down else start + g] = p * q**g / (1 - q**size)
+      return out
+
+    for x in np.concatenate([mech.critical_inputs(), rng.uniform(-c, c, 10)]):
+      r, mix = mech._bin(mech.clip_input(x))
+      mix = mpmath.mpf(mix)
+      exact = [(1 - mix) * a + mix * b
+               for a, b in zip(branch(r, True), branch(r + 1, False))]
+      got = mech.log_pmf(x)
+      for g, e in zip(got, exact):
+        if e > 0:
+          assert abs(float(mpmath.log(e)) - g) <= eta
+        else:
+          assert g == -np.inf

@@ -94,3 +94,31 @@ def test_the_default_q_follows_the_bits_and_a_given_q_wins():
     assert complete({'bits': bits})['q'] >= 1 / 2**bits
   with pytest.raises(ValueError, match='bits'):
     complete({'bits': 0})
+
+
+def edge_mechanisms(c):
+  """Randomized projection at clip c without noise, with a cell edge
+  between c and float32(c) when float32 rounds c up: the float32 lattice's
+  end point float32(c) fell in the next cell (nearest level 3 instead of 2
+  w.p. q = 0.9), so the law at the edge was not the pmf's at c
+  (contract_test.py)."""
+  # Where float32 rounds c down, the edge still sits clear of c (1e-9c).
+  above = max(float(np.float32(c)) - c, 1e-9 * c)
+  return [rp.RandomizedProjection(1.5 * (c + above / 2), 2, 0.9, 0.0, c, 9),
+          rp.RandomizedProjection(2 * c, 8, 0.9, 0.3 * c, c, 0)]
+
+
+def test_resampled_level_reaches_every_level_at_24_bits():
+  """The resampled ("other") level is uniform over the L - 1 others: at
+  b = 24 a float32 uniform (multiples of 2^-23) reached only odd levels
+  below the nearest and even ones above it, so every level the pmf gives
+  (1-q)/(L-1) was impossible at half the inputs. Below the nearest, odd
+  and even levels must each be half the draws (5 standard deviations)."""
+  mech = rp.RandomizedProjection(1.0, 24, 2.0**-23, 0.0)
+  draws = 50_000
+  levels = checks.sample(mech, 0.0, num=draws)
+  nearest = 2**23   # of x = 0
+  below = levels[levels < nearest]
+  assert below.size > 0.45 * draws
+  odd = float(np.mean(below % 2))
+  assert abs(odd - 0.5) <= 5 * np.sqrt(0.25 / below.size), odd

@@ -159,3 +159,10 @@ def test_recurrence_at_many_levels_sums_to_one_with_mean_x():
     assert np.all(np.isfinite(log_p))
     assert abs(special.logsumexp(log_p)) < 1e-11
     assert abs(float(np.dot(np.exp(log_p), mech.levels)) - x) < 1e-11
+
+
+def edge_mechanisms(c):
+  """RQM at clip c: levels a hair past ±c (Δ = 1e-7c, 2^16 levels: a
+  float32(c) input was past the range's rounding point), and the registry's
+  defaults (contract_test.py)."""
+  return [rqm.RQM(c, 1e-7 * c, 2**16, 0.5), rqm.RQM(c, c, 16, 0.42)]

@@ -104,3 +104,9 @@ def test_chernoff_tail_bounds_the_exact_tail(t, variance):
   exact = math.log(2) + special.logsumexp(skellam.skellam_log_pmf(z, variance))
   bound = skellam.skellam_log_tail(t, variance)
   assert exact <= bound <= exact + 2 + math.log(t + 2)   # not vacuous
+
+
+def edge_mechanisms(c):
+  """Skellam at clip c with r = 128 and almost no noise (variance 1e-14):
+  a float32 clip gave the shift r + 1 (contract_test.py)."""
+  return [skellam.DistributedSkellam(c, 2**12, 128, 1e-7)]

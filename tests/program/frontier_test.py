@@ -307,7 +307,8 @@ CELL = ('pbm', 4, 10.0, 1 / 3400, 1000, 40, 3400, 300)
 def test_a_cell_carries_both_ends():
   """PBM on the ℓ2 route: the optimistic end (calibrated on the attained ε)
   is below the proved one, and the proved calibration's attained ε below
-  its ε; a closed form's two ends are one value."""
+  its ε; so do a modular sum's (its ℓ2 round bound is a chord majorant above
+  what named inputs attain)."""
   row = frontier.compute_cell(CELL, 1e9, [3.0], 1e-2)
   assert row['ratio_to_gaussian_attained'] < row['ratio_to_gaussian']
   assert row['ratio_to_gaussian_attained'] == pytest.approx(
@@ -315,10 +316,12 @@ def test_a_cell_carries_both_ends():
   assert row['epsilon_attained'] < row['epsilon_achieved'] <= 10.0
   assert json.loads(row['params_attained'])['theta'] > json.loads(
       row['params'])['theta']
-  exact = frontier.compute_cell(('skellam', 12) + CELL[2:], 1e9, [2.0], 1e-2)
-  assert exact['ratio_to_gaussian_attained'] == exact['ratio_to_gaussian']
-  assert exact['epsilon_attained'] == exact['epsilon_achieved']
-  assert 'exact divergences' in exact['reason_attained']
+  modular = frontier.compute_cell(('skellam', 12) + CELL[2:], 1e9, [2.0],
+                                  1e-2)
+  assert (modular['ratio_to_gaussian_attained'] <=
+          modular['ratio_to_gaussian'])
+  assert modular['epsilon_attained'] < modular['epsilon_achieved'] <= 10.0
+  assert 'exact divergences' not in modular['reason_attained']
 
 
 def test_an_optimistic_end_out_of_reach_is_unknown_with_the_reason():

@@ -38,6 +38,18 @@ l2_clip/√d everywhere). `box=True` drops that constraint (inputs
 anywhere in [-c, c]^d, the set the accountant's f_α covers): still at most
 the accountant's bound, and larger, which is what calibration's screening
 wants (`lower_bound`).
+
+Modular sums (ddgauss, skellam: `is_modular`) take their own route
+(`_modular_round_rdp`, the comment above MODULAR_LAW_LOG_ERROR): their laws
+are shifts of the mechanism's n-client noise-sum law, the others at 0 (on
+the lattice, where any others' inputs only translate the law), and the ℓ2
+route names a split of the budget over pairs of inputs, symmetric or with
+one end on the rounding lattice, at integer and fractional shifts. Their
+proved per-coordinate curve is exact, but the ℓ2 route's round bound (the
+chord majorant) is not attained: at the FL table's 16-bit Skellam cells it
+is 7.7e-4 (r = 128) and 1.6e-3 (r = 64) above what these inputs attain at
+α = 2, and 6-14% (α = 2) and 9-49% (α = 8) with coarse rounding (r = 2-8,
+σ = 1 step, n = 3, d = 1,000; `tests/accounting/attained_test.py`).
 """
 
 import dataclasses
@@ -50,6 +62,7 @@ from tff_quant.accounting import matrix_sums
 from tff_quant.accounting import secure_sum
 from tff_quant.common import laws as laws_lib
 from tff_quant.common import validation
+from tff_quant.mechanisms import modular
 
 # The multiply-adds the others' laws may take in all are a limit passed in
 # (`secure_sum.Limits.attained_operations`); configurations beyond are not
@@ -337,6 +350,342 @@ def _l2_route(mech, laws, dim, t_star, orders, box, l2_clip=None):
   return best, configs
 
 
+# --- Modular sums (`mechanisms.modular`: ddgauss, skellam) -------------------
+#
+# The n-client sum mod M with the target at x and the others at 0 (which round
+# to 0 without randomness) has the law of J + W: J the target's stochastic
+# rounding of x/γ (⌊x/γ⌋ + 1 with probability the fraction f) and W the n
+# clients' noise sum mod M (`noise_sum_log_pmf(n)`), i.e.
+# (1-f)·roll(W, j) + f·roll(W, j+1). Every figure below is D_α of two such
+# laws for named inputs x, x', added over the coordinates (independent given
+# the inputs: Rényi divergence adds over a product, Mironov 2017), with
+# Σ P^α Q^(1-α) read at or below its exact value
+# (`matrix_sums.log_power_sums(lower=True)`) and W's entries taken to be off
+# by at most MODULAR_LAW_LOG_ERROR in log: 3x the per-entry accuracy the
+# tilted FFT sum states for ddgauss's W (~3e-10 relative, `laws._TRUST`);
+# Skellam's closed form is more accurate. Other clients off the lattice only
+# mix shifts of these laws (joint convexity), so 0 loses nothing.
+#
+# On the coordinate route every coordinate takes the integer shift whose
+# divergence is largest (by joint convexity no fractional shift is larger).
+# On the ℓ2 route the accountant bounds the round by d·ĝ_α(S²/d), ĝ_α the
+# concave majorant of chords of f_α over u = t² (`secure_sum.vector_rdp`);
+# the attained end names a split of the budget instead: k coordinates at one
+# kind of pair and d - k at another (`_Kind`), and one coordinate taking what
+# the integer k leaves, each of x and x' a clipped update (‖x‖, ‖x'‖ <= clip,
+# |x_i|, |x'_i| <= c). The kinds are shifts s (in steps γ) on a grid,
+# integers and, where the laws are small enough, fractions of a step (with
+# little noise the divergence of a fractional shift is far above the
+# lattice's: ddgauss r = 2, σ = 0.5, n = 2, α = 2: f at 4/3 steps 5.9, the
+# chord of the shifts 1 and 2 (f = 2, 8) over u 3.6), each in two forms:
+# symmetric (s/2, -s/2), both ends mixing two shifts, and anchored, one end
+# on the lattice, half the group at (s - b, -b) and half at (b, b - s), b the
+# integer nearest s/2 (so x and x' carry the same norm). The best split at
+# each rung of `secure_sum.order_ladder` is then evaluated at every order,
+# and each order takes the best of them (with the box, `round_rdp(box=True)`:
+# ‖x - x'‖ <= S alone, either anchored end alone).
+MODULAR_LAW_LOG_ERROR = 1e-9
+MODULAR_SHIFTS = 512    # every integer shift up to 2r searched while 2r <= this
+MODULAR_NEAR = 16       # else the shifts within this of t*/γ, and
+MODULAR_FAR = 48        # this many more, geometric from 1 to 2r
+MODULAR_FRACTIONS = 16  # most fractional shifts per step, where they fit in
+MODULAR_ENTRIES = 2**23  # law entries (pairs x M) the fractions may take
+_MODULAR_ROWS = 32      # law pairs per power-sum call (memory: rows x M)
+
+
+def is_modular(mech) -> bool:
+  """Whether `mech` is a modular sum (`mechanisms.modular`), whose attained
+  end comes from `_modular_round_rdp`.
+
+  Args:
+    mech: a mechanism.
+
+  Returns:
+    True for `modular.ModularNoiseMechanism` subclasses (ddgauss, skellam).
+  """
+  return isinstance(mech, modular.ModularNoiseMechanism)
+
+
+def _law_key(mech, x: float, y: float) -> Tuple[int, float, float]:
+  """(j_x - j_y, f_x, f_y) of the target's stochastic rounding at x and at y
+  (`ModularNoiseMechanism._rounding`, the mechanism's own): the pair of sum
+  laws up to a common translation on Z_M, which D_α does not see."""
+  jx, fx = mech._rounding(x)   # pylint: disable=protected-access
+  jy, fy = mech._rounding(y)   # pylint: disable=protected-access
+  return jx - jy, float(fx), float(fy)
+
+
+def _mixed(log_w: np.ndarray, shift: int, f: float) -> np.ndarray:
+  """log((1-f)·roll(W, shift) + f·roll(W, shift + 1))."""
+  with np.errstate(divide='ignore'):
+    return np.logaddexp(
+        math.log1p(-f) + np.roll(log_w, shift) if f < 1 else -np.inf,
+        math.log(f) + np.roll(log_w, shift + 1) if f > 0 else -np.inf)
+
+
+def modular_divergences(log_w: np.ndarray,
+                        keys: Sequence[Tuple[int, float, float]],
+                        orders: np.ndarray, err: float) -> np.ndarray:
+  """Lower bounds on D_α(P‖Q) (and D∞) for law pairs of a modular sum.
+
+  For key (j, f_x, f_y): P = (1-f_x)·roll(W, j) + f_x·roll(W, j+1) and Q =
+  (1-f_y)·W + f_y·roll(W, 1), the sum's laws with the target at two inputs
+  (`_law_key`). D_α = log Σ P^α Q^(1-α) / (α-1) (Mironov 2017, Def. 3), the
+  power sum at or below its exact value (`matrix_sums.log_power_sums`,
+  lower=True) for W's entries off by at most `err` in log; D∞ = max log P/Q
+  - 2·err.
+
+  Args:
+    log_w: [M] log-pmf of the n clients' noise sum mod M.
+    keys: law pairs as (shift, f_x, f_y).
+    orders: [A] finite orders > 1.
+    err: a bound on |log W - exact| at every entry, >= 0 (it covers the
+      mixing's own rounding too, a few units of 2^-53).
+
+  Returns:
+    [A + 1, len(keys)] float64: D_α at each order, then D∞; each >= 0 and at
+    most the exact divergence of the pair.
+  """
+  out = np.empty((orders.size + 1, len(keys)))
+  for start in range(0, len(keys), _MODULAR_ROWS):
+    block = keys[start:start + _MODULAR_ROWS]
+    p = np.stack([_mixed(log_w, j, fx) for j, fx, _ in block])
+    q = np.stack([_mixed(log_w, 0, fy) for _, _, fy in block])
+    logs = matrix_sums.log_power_sums(p, q, orders, err, lower=True)
+    cols = slice(start, start + len(block))
+    out[:-1, cols] = np.maximum(logs / (orders[:, None] - 1), 0.0)
+    with np.errstate(invalid='ignore'):   # -inf - -inf: outside both supports
+      ratio = np.nan_to_num(p - q, nan=-np.inf)
+    out[-1, cols] = np.maximum(np.max(ratio, axis=1) - 2 * err, 0.0)
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+  """A pair of target inputs for a group of coordinates, in steps γ.
+
+  Attributes:
+    shift: s = |x - x'| in steps, in [0, 2r].
+    form: 'symmetric': (s/2, -s/2) in every coordinate of the group;
+      'anchored': half the group at (s - b, -b) and half at (b, b - s), b the
+      integer nearest s/2 (one end on the lattice, x and x' of equal norm);
+      'up' / 'down' (the box only): (s - b, -b) / (b, b - s) alone.
+  """
+  shift: float
+  form: str
+
+  def _ends(self) -> List[Tuple[float, float]]:
+    s = self.shift
+    if self.form == 'symmetric':
+      return [(s / 2, 0.0 - s / 2)]   # 0.0 - 0.0 is +0.0
+    b = float(math.floor(s / 2 + 0.5))
+    up, down = (s - b, 0.0 - b), (b, b - s)
+    if self.form == 'up' or up == down:
+      return [up]
+    return [down] if self.form == 'down' else [up, down]
+
+  def parts(self, gamma: float) -> List[Tuple[float, float, float]]:
+    """[(weight, x, x')]: the share of the group's coordinates at each pair
+    (the weights add up to 1)."""
+    ends = self._ends()
+    return [(1 / len(ends), x * gamma, y * gamma) for x, y in ends]
+
+  def entries(self, count: int, gamma: float
+              ) -> List[Tuple[int, float, float]]:
+    """The group's `Configuration.pairs` entries (count, x, x') for `count`
+    coordinates (an odd count puts the extra one at the first pair)."""
+    ends = self._ends()
+    counts = [count - count // 2, count // 2] if len(ends) == 2 else [count]
+    return [(m, x * gamma, y * gamma) for m, (x, y) in zip(counts, ends)]
+
+  def cost(self, box: bool) -> float:
+    """Mean squared norm per coordinate (steps²) the group adds to each of x
+    and x'; with `box`, ‖x - x'‖²/4 (the budget is then the difference's)."""
+    if box:
+      return self.shift**2 / 4
+    return float(np.mean([(x * x + y * y) / 2 for x, y in self._ends()]))
+
+
+def _norms(groups, gamma: float) -> Tuple[float, float]:
+  """(‖x‖², ‖x'‖²) in steps² over `groups` ((count, x, x') entries)."""
+  return (sum(k * (x / gamma)**2 for k, x, _ in groups),
+          sum(k * (y / gamma)**2 for k, _, y in groups))
+
+
+def _spent(groups, gamma: float, box: bool) -> float:
+  """What `groups` take of the budget (steps²): the larger of ‖x‖², ‖x'‖²;
+  with `box`, ‖x - x'‖²/4."""
+  if box:
+    return sum(k * ((x - y) / gamma)**2 for k, x, y in groups) / 4
+  return max(_norms(groups, gamma))
+
+
+def _modular_shifts(mech, s_star: Optional[float]) -> np.ndarray:
+  """The shifts (in steps, in (0, 2r]) the search takes.
+
+  Integers: all of them while 2r <= MODULAR_SHIFTS, else MODULAR_NEAR each
+  side of `s_star` (t*/γ; None: the coordinate route) and MODULAR_FAR
+  geometric from 1 to 2r. With `s_star`, also s_star and, where the laws
+  fit MODULAR_ENTRIES, F = 2, 4, ..., MODULAR_FRACTIONS fractions of every
+  step below 2r and 2^-4 ... 2^-10 steps.
+  """
+  top = 2 * mech.steps
+  if top <= MODULAR_SHIFTS:
+    ints = np.arange(1, top + 1, dtype=np.float64)
+  else:
+    picked = [np.round(np.geomspace(1, top, MODULAR_FAR)), [top]]
+    if s_star is not None:
+      near = math.floor(s_star)
+      picked.append(np.arange(near - MODULAR_NEAR + 1, near + MODULAR_NEAR + 1))
+    ints = np.unique(np.concatenate(picked))
+    ints = ints[(ints >= 1) & (ints <= top)]
+  if s_star is None:
+    return ints
+  out = [ints, [min(s_star, top)]]
+  fractions = 1
+  while (fractions < MODULAR_FRACTIONS and
+         3 * 2 * fractions * ints.size * mech.modulus <= MODULAR_ENTRIES):
+    fractions *= 2
+  if fractions > 1:
+    steps = np.concatenate([[0.0], ints[ints < top]])
+    out += [(steps[:, None] + np.arange(1, fractions)[None, :] /
+             fractions).ravel(), 2.0**-np.arange(4, 11)]
+  return np.unique(np.concatenate(out))
+
+
+def _best_split(values: np.ndarray, costs: np.ndarray, dim: int,
+                budget: float) -> Tuple[int, int, int]:
+  """(p, k, q): k coordinates at kind p and dim - k at kind q, the largest
+  k·v_p + (dim - k)·v_q with k·c_p + (dim - k)·c_q <= budget.
+
+  Args:
+    values: [K] per-coordinate values of the kinds (one kind: no move, 0).
+    costs: [K] their costs per coordinate (that kind: 0).
+    dim: d, coordinates.
+    budget: the most the costs may add up to.
+
+  Returns:
+    The split's (p, k, q).
+  """
+  v, cp = values[:, None], costs[:, None]
+  vq, cq = values[None, :], costs[None, :]
+  with np.errstate(divide='ignore', invalid='ignore'):
+    k = np.floor((budget - dim * cq) / (cp - cq))
+  alone = dim * cp <= budget   # p in every coordinate
+  k = np.where(alone, dim, np.where(cp > cq, k, -1))
+  k = np.where(dim * cq <= budget, np.clip(k, 0, dim), -1)
+  total = np.where(k >= 0, k * v + (dim - k) * vq, -np.inf)
+  p, q = np.unravel_index(int(np.argmax(total)), total.shape)
+  return int(p), int(k[p, q]), int(q)
+
+
+def _split_groups(kinds, p: int, k: int, q: int, dim: int, gamma: float,
+                  budget: float, box: bool):
+  """The `Configuration.pairs` entries of k coordinates at kinds[p] and
+  dim - k at kinds[q], k lowered until they fit `budget` exactly (an odd
+  anchored group is one coordinate off balance)."""
+  def groups(k):
+    return [g for g in kinds[p].entries(k, gamma) +
+            kinds[q].entries(dim - k, gamma) if g[0]]
+  while k > 0 and _spent(groups(k), gamma, box) > budget:
+    k -= 1
+  out = groups(k)
+  return out if _spent(out, gamma, box) <= budget else []
+
+
+def _with_remainder(mech, groups, gamma: float, budget: float, box: bool):
+  """`groups` with one coordinate of the last group moved to the symmetric
+  pair (t/2, -t/2), t the largest distance (<= 2r steps) the budget leaves
+  it; None where that is no farther."""
+  *head, (m, x, y) = groups
+  rest = head + ([(m - 1, x, y)] if m > 1 else [])
+  left = budget - _spent(rest, gamma, box)
+  t = min(2 * math.sqrt(max(left, 0.0)), 2 * mech.steps) * (1 - 1e-12)
+  if t <= abs(x - y) / gamma * (1 + 1e-9):
+    return None
+  return rest + [(1, t / 2 * gamma, 0.0 - t / 2 * gamma)]
+
+
+def _modular_round_rdp(mech, finite: np.ndarray, clients_per_round: int,
+                       dim: int, l2_clip: Optional[float], box: bool
+                       ) -> AttainedRdp:
+  """`round_rdp` for a modular sum (the comment above MODULAR_LAW_LOG_ERROR):
+  the others at 0; on the coordinate route the target at the integer shift
+  of largest divergence in every coordinate, on the ℓ2 route the best split
+  of the budget over `_Kind`s found at each rung, evaluated at every order.
+
+  Args:
+    mech: a `modular.ModularNoiseMechanism` (input bound c, r steps).
+    finite: the distinct finite integer orders >= 2 (`_finite_orders`).
+    clients_per_round: n >= 1, clients in the secure sum.
+    dim: d >= 1, coordinates per client.
+    l2_clip: each update's ℓ2 bound (None: the coordinate route).
+    box: on the ℓ2 route, ‖x - x'‖ <= 2·l2_clip alone (the accountant's
+      set) instead of clipped updates.
+
+  Returns:
+    An `AttainedRdp` over `finite` and math.inf, each figure the exact
+    round D_α of its configuration (summed over the d coordinates) or below.
+
+  Raises:
+    modular.UnresolvableError: W has unresolved entries (as the accountant).
+  """
+  log_w = mech.noise_sum_log_pmf(clients_per_round)
+  if np.any(np.isnan(log_w)):
+    raise modular.UnresolvableError(
+        f'The noise-sum law on Z_{mech.modulus} has unresolved entries: raise '
+        'noise_std or lower num_levels.')
+  gamma, c, err = mech.gamma, mech.input_bound, MODULAR_LAW_LOG_ERROR
+  others = ((clients_per_round - 1, 0.0),) if clients_per_round > 1 else ()
+  if l2_clip is None or secure_sum.coordinate_route_applies(mech, dim,
+                                                            l2_clip):
+    ends = [_Kind(j, 'up').parts(gamma)[0][1:]
+            for j in _modular_shifts(mech, None)]
+    per = modular_divergences(log_w, [_law_key(mech, *e) for e in ends],
+                              finite, err)
+    best = np.argmax(per, axis=1)
+    configs = [Configuration(((dim,) + ends[i],), others) for i in best]
+    return _as_attained(dim * per[np.arange(per.shape[0]), best], configs,
+                        finite, c)
+  s_star = min(2 * l2_clip / math.sqrt(dim), 2 * c) / gamma
+  budget = (l2_clip / gamma)**2
+  forms = ('symmetric', 'up', 'down') if box else ('symmetric', 'anchored')
+  kinds = [_Kind(0.0, 'symmetric')] + [
+      _Kind(float(s), form) for s in _modular_shifts(mech, s_star)
+      for form in forms]
+  keys = list(dict.fromkeys(_law_key(mech, x, y) for kind in kinds
+                            for _, x, y in kind.parts(gamma)))
+  column = {key: i for i, key in enumerate(keys)}
+  rungs = np.array([a for a in secure_sum.order_ladder(finite.tolist())
+                    if math.isfinite(a)], np.float64)
+  at_rungs = modular_divergences(log_w, keys, rungs, err)
+  values = np.stack([sum(w * at_rungs[:, column[_law_key(mech, x, y)]]
+                         for w, x, y in kind.parts(gamma))
+                     for kind in kinds], axis=1)
+  costs = np.array([kind.cost(box) for kind in kinds])
+  candidates = [((dim, 0.0, 0.0),)]   # the target not moving: D = 0
+  for row in values:
+    p, k, q = _best_split(row, costs, dim, budget)
+    groups = _split_groups(kinds, p, k, q, dim, gamma, budget, box)
+    if groups:
+      candidates.append(tuple(groups))
+      more = _with_remainder(mech, groups, gamma, budget, box)
+      if more:
+        candidates.append(tuple(more))
+  candidates = list(dict.fromkeys(candidates))
+  keys = list(dict.fromkeys(_law_key(mech, x, y) for groups in candidates
+                            for _, x, y in groups))
+  column = {key: i for i, key in enumerate(keys)}
+  per_key = modular_divergences(log_w, keys, finite, err)
+  totals = np.stack([sum(m * per_key[:, column[_law_key(mech, x, y)]]
+                         for m, x, y in groups) for groups in candidates],
+                    axis=1)
+  best = np.argmax(totals, axis=1)
+  configs = [Configuration(candidates[i], others) for i in best]
+  return _as_attained(totals[np.arange(totals.shape[0]), best], configs,
+                      finite, c)
+
+
 def others_inputs(mech, bound: float) -> List[float]:
   """Values for the others, each in every coordinate, |v| <= `bound`: the
   bound, the critical input next below it, and the one nearest 0.
@@ -381,7 +730,10 @@ def applies(mech, clients_per_round: int, fft: bool = False,
   search over inputs (not a closed form, not a central mechanism) and one
   configuration's laws fit `limits.attained_operations` (by matrix
   products) or, with `fft`, MAX_FFT_OPERATIONS (by the FFT route;
-  `operations`).
+  `operations`); or `mech` is a modular sum (`is_modular`) and not `fft`:
+  its named inputs' laws are shifts of the mechanism's own noise-sum law
+  (`_modular_round_rdp`), which calibration's screen does not take (the
+  accountant's per-coordinate curve is exact there).
 
   Args:
     mech: the mechanism.
@@ -392,6 +744,8 @@ def applies(mech, clients_per_round: int, fft: bool = False,
   Returns:
     Whether `round_rdp` (with search=not fft) returns figures for `mech`.
   """
+  if is_modular(mech):
+    return not fft
   if mech.central or mech.has_exact_divergences:
     return False
   if _products_cost(mech, clients_per_round - 1) <= limits.attained_operations:
@@ -469,6 +823,9 @@ def round_rdp(mech, orders: Sequence[float], clients_per_round: int,
   finite = _finite_orders(orders)
   if not applies(mech, clients_per_round, fft=not search, limits=limits):
     return None
+  if is_modular(mech):
+    return _modular_round_rdp(mech, finite, clients_per_round, dim, l2_clip,
+                              box)
   c = mech.input_bound
   l2_route = l2_clip is not None and not secure_sum.coordinate_route_applies(
       mech, dim, l2_clip)

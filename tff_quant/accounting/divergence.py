@@ -11,6 +11,7 @@ from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from tff_quant.accounting import numerics
 from tff_quant.common import laws
 from tff_quant.common import validation
 # The primitives, under the names the accountant has always exported.
@@ -244,7 +245,10 @@ def epsilon_infinity(mech) -> float:
   possible = np.isfinite(hi)
   if np.any(possible & ~np.isfinite(lo)):
     return math.inf
-  return float(np.max(hi[possible] - lo[possible]))
+  # Plus twice the laws' proved error (`numerics`: a log-ratio of two
+  # entries), the subtraction's rounding u·|value| rounded up.
+  value = float(np.max(hi[possible] - lo[possible]))
+  return value * (1 + 4 * numerics.U) + numerics.rdp_allowance(mech, 1, math.inf)
 
 
 IMPOSSIBLE_MASS_MAX_INPUTS = 65

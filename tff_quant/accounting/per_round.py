@@ -24,6 +24,7 @@ import math
 from typing import Dict, Optional, Sequence
 
 from tff_quant.accounting import divergence
+from tff_quant.accounting import numerics
 from tff_quant.accounting import rdp_route
 from tff_quant.accounting import secure_sum
 
@@ -115,14 +116,17 @@ def _extremes_divergences(mech, orders, num_clients, reduce_above_points,
       red.mechanism.num_levels < mech.num_levels):
     res = divergence.renyi_divergence_of_sum(red.mechanism, orders,
                                              red.num_clients)
-    return {r.alpha: red.copies * r.value for r in res}
+    # Plus the reduced laws' proved error (`numerics`), per copy.
+    return {r.alpha: red.copies * (r.value + numerics.rdp_allowance(
+        red.mechanism, red.num_clients, r.alpha)) for r in res}
   local = mech.local_divergences(orders, [2 * mech.input_bound])
   local = None if local is None else {a: float(local[a][0]) for a in orders}
   if points > local_above_points:   # D_α <= D∞ at every order
     return local or dict.fromkeys(orders, divergence.epsilon_infinity(mech))
   try:
     res = divergence.renyi_divergence_of_sum(mech, orders, num_clients)
-    return {r.alpha: r.value for r in res}
+    return {r.alpha: r.value + numerics.rdp_allowance(mech, num_clients,
+                                                      r.alpha) for r in res}
   except divergence.UnresolvedSumError:
     # An exact value is never above the local bound (data processing), so
     # the bound only matters where the sum's law cannot be resolved.

@@ -11,10 +11,13 @@ elsewhere), and is skipped, with the reason, when its grid would exceed
 pld_max_points.
 """
 
+import math
+
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from tff_quant.accounting import divergence
 from tff_quant.accounting import loss_pmf
+from tff_quant.accounting import numerics
 from tff_quant.accounting import secure_sum
 from tff_quant.common import validation
 
@@ -94,6 +97,11 @@ def _composed_epsilon(mech, clients_per_round, dim, rounds, gamma, delta,
   dp-accounting (public API) and composed over `rounds`. Each composition's
   grid is bounded first; above `max_points` the route is skipped, not tried.
   """
+  # The input laws' proved error (`numerics`): each pair's laws are within
+  # e^(±κ), κ = nη, of the computed ones, so are the mixed and composed
+  # ones within e^(±dTκ) of theirs; an event's P <= e^(dTκ)(e^ε̃ Q̃ + δ̃) <=
+  # e^(ε̃ + 2dTκ) Q + e^(dTκ) δ̃: ε̃ at δ e^(-dTκ), plus 2dTκ.
+  kappa = dim * rounds * clients_per_round * numerics.law_error(mech)
   eps = 0.0
   for k in mixes:
     lp, lq = divergence.sum_pair_log_pmfs(mech, clients_per_round, k)
@@ -111,5 +119,6 @@ def _composed_epsilon(mech, clients_per_round, dim, rounds, gamma, delta,
     pld = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
         per_round.as_dict(), per_round.inf_mass, interval)
     total = pld.self_compose(rounds) if rounds > 1 else pld
-    eps = max(eps, total.get_epsilon_for_delta(delta))
+    eps = max(eps, total.get_epsilon_for_delta(delta * math.exp(-kappa))
+              + 2 * kappa)
   return eps, ''

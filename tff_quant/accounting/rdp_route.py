@@ -18,6 +18,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
 from tff_quant.accounting import others as others_lib
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 
 DEFAULT_ORDERS = tuple(range(2, 65)) + (80, 96, 128, 192, 256)
@@ -93,6 +94,13 @@ def subsampled_rdp_without_replacement(rdp: Mapping[float, float], gamma: float,
                                    - special.gammaln(alpha - j + 1)) +
                  (j - 1) * rdp[j] + min(math.log(2), j * log_em1_inf))
   bound = special.logsumexp(terms) / (alpha - 1)
+  # Rounded up by what the float evaluation may lose (docs/privacy.md,
+  # "Numerics"): each term's few operations and logs u·|term|-sized
+  # (ELEMENTARY_ULPS), the exps and the sum of α terms, the log and the
+  # division; 8·lib per unit of the largest term plus (α + 8)·lib.
+  finite = [abs(t) for t in terms if math.isfinite(t)]
+  lib = 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U
+  bound += lib * (8 * max(finite, default=0.0) + alpha + 8) / (alpha - 1)
   return min(bound, rdp[alpha])
 
 
@@ -119,4 +127,12 @@ def epsilon_from_rdp(orders: Sequence[float], per_round: Sequence[float],
     return math.inf, math.nan
   eps, order = rdp_privacy_accountant.compute_epsilon(
       [o for o, _ in finite], [v for _, v in finite], delta)
+  # dp-accounting's conversion (CKS20 Prop. 12) is a handful of additions,
+  # divisions and logs of terms no larger than the RDP, log(1/δ) and log α:
+  # rounded up by 32·lib of their size (docs/privacy.md, "Numerics").
+  if math.isfinite(eps) and math.isfinite(order):
+    lib = 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U
+    size = next((v for o, v in finite if o == order),
+                max(v for _, v in finite))
+    eps += 32 * lib * (abs(size) + abs(math.log(delta)) + math.log(order) + 1)
   return float(eps), float(order)

@@ -16,6 +16,8 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from scipy import special
 
+from tff_quant.common import exact_laws
+
 # An index is trusted from a tilt when its tilted value is within this many
 # e-folds of the tilted maximum (FFT error is ~1e-16 * log(size) relative to
 # the max, so a trusted entry is accurate to ~1e-16 * 20 * e^12 ~ 3e-10 relative;
@@ -386,12 +388,30 @@ def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
   if np.any(p_pos & ~np.isfinite(log_q)):
     return math.inf
   lp, lq = log_p[p_pos], log_q[p_pos]
+  # Each result is rounded up by a bound on its own float evaluation (for
+  # the laws as given; docs/privacy.md, "Numerics"): u = 2^-53 per
+  # operation, ELEMENTARY_ULPS (lib) per exp and log, N·u for a sum of N
+  # terms (Higham 2002, Sec. 3.1).
+  u, lib = exact_laws.U, 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U
   if alpha == 1:
-    return float(max(np.dot(np.exp(lp), lp - lq) + extra, 0.0))
+    ratio = lp - lq
+    terms = np.exp(lp) * ratio
+    size = float(np.sum(np.abs(terms)))
+    allowance = ((lp.size + 8) * u + 2 * lib) * size * 1.01
+    return float(max(np.sum(terms) + extra + allowance, 0.0))
   if math.isinf(alpha):
-    return float(max(np.max(lp - lq), 0.0))
-  val = np.logaddexp(special.logsumexp(alpha * lp + (1 - alpha) * lq),
-                     log_extra) / (alpha - 1)
-  return float(max(val, 0.0))
+    value = float(np.max(lp - lq)) if lp.size else 0.0
+    return float(max(value + 2 * u * abs(value), 0.0))
+  t = alpha * lp + (1 - alpha) * lq
+  log_sum = special.logsumexp(t)
+  val = np.logaddexp(log_sum, log_extra)
+  # t: three roundings of terms <= T = max(α|lp| + (α-1)|lq|); the shift
+  # t - top (2T), the exps (lib), the sum (N·u), the log (lib·|log sum|,
+  # plus the shift added back u·|val|), the tail's logaddexp (u + 2·lib).
+  big_t = float(np.max(alpha * np.abs(lp) + (alpha - 1) * np.abs(lq),
+                       initial=0.0))
+  allowance = 1.01 * (u * (5 * big_t + lp.size + abs(float(val)) + 4) +
+                      lib * (4 + abs(float(log_sum) if np.isfinite(log_sum) else 0.0)))
+  return float(max((val + allowance) / (alpha - 1), 0.0))
 
 

@@ -115,10 +115,88 @@ def uniform(shape, seed, dtype=None):
 
 
 def stochastic_round(t, seed):
-  """Unbiased randomized rounding of `t` to an adjacent integer (as t.dtype)."""
+  """Unbiased randomized rounding of `t` to an adjacent integer (as t.dtype).
+
+  No range guarantee: a `t` a rounding error past the end of its grid rounds
+  past it. Samplers round with `round_within`.
+  """
   low = tf.floor(t)
   up = tf.cast(uniform(tf.shape(t), seed, t.dtype) < (t - low), t.dtype)
   return low + up
+
+
+#: Radius, in units of 2^-53 times the grid's extent, within which a
+#: sampler's rounding point is snapped to an integer (`snap_to_integers`).
+SNAP_ULPS = 16
+
+
+def snap_to_integers(t, extent: float):
+  """t (float64) with every entry within τ = SNAP_ULPS·2^-53·extent of an
+  integer set to that integer.
+
+  Why: the pmf (numpy) and the sampler (TF, compiled) compute a rounding
+  point such as x·s/c or (x + W)/h from the same float64 operands, but not
+  with the same roundings: TensorFlow's graph optimizer and XLA turn a
+  division by a constant into a multiplication by its reciprocal (28% of
+  x·s/c differ by an ulp at c = 0.0331; `contract_test.py` measures it).
+  Each way is a few correctly rounded operations on operands bounded by the
+  grid's extent E (|t| <= E), so the two differ by at most about 6·2^-53·E
+  <= τ/2. Where the pmf's point t_p is an integer k (it gives k + 1, or
+  k - 1, probability 0), the sampler's t_s is within τ of k, so it snaps to
+  k exactly. Generally, if t_s snaps to k then |t_p - k| <= 2τ and k has
+  positive pmf mass (it is floor(t_p) or floor(t_p) + 1 with the weight
+  near 1); if it does not, t_s and t_p lie strictly between the same two
+  integers, both of positive pmf mass. Snapping moves at most τ of
+  probability (1e-14 at E = 1024, 3e-8 at E = 2^24), toward the pmf's
+  point mass.
+
+  Args:
+    t: a float64 tensor.
+    extent: E >= max |t| the computation can reach (e.g. s, r, R - 1).
+
+  Returns:
+    t, snapped.
+  """
+  tau = SNAP_ULPS * 2.0**-53 * max(float(extent), 1.0)
+  nearest = tf.round(t)
+  return tf.where(tf.abs(t - nearest) <= tau, nearest, t)
+
+
+def round_within(t, low: int, high: int, seed):
+  """Unbiased stochastic rounding of `t` clamped to [low, high], snapped to
+  an integer within rounding error of one (`snap_to_integers`), in float64.
+
+  Every sampler rounds through this, on a point it computes from the
+  float64 input `Mechanism.sanitize` clipped at the float64 bound, with
+  the operations its numpy `log_pmf` uses.
+
+  Never leaves [low, high], for every t: after the clamp low <= t <= high,
+  and snapping moves t to its nearest integer, also in [low, high]; then
+  low <= floor(t) <= high, and one is added only when u < t - floor(t) for
+  the uniform u >= 0, which needs floor(t) < t <= high, i.e. floor(t) <=
+  high - 1 (integers of float64 are exact below 2^53). The law: floor(t) + 1
+  with probability P(u < t - floor(t)), t - floor(t) to the float64
+  uniform's resolution; 0 when t is an integer (t = high included: the
+  pmf's point mass at the end). With the snap, the level is one the pmf
+  gives positive mass at the same input (`snap_to_integers`).
+
+  Args:
+    t: the rounding point, a float tensor (cast to float64).
+    low: the least level, an integer.
+    high: the largest level, an integer >= low.
+    seed: an int64[2] seed.
+
+  Returns:
+    A float64 tensor of t's shape with integer values in [low, high].
+
+  Raises:
+    ValueError: high < low.
+  """
+  if high < low:
+    raise ValueError(f'`high` ({high}) must be >= `low` ({low}).')
+  t = tf.clip_by_value(tf.cast(t, tf.float64), float(low), float(high))
+  t = snap_to_integers(t, max(abs(low), abs(high)))
+  return stochastic_round(t, seed)
 
 
 def lattice_log_pmf(law_at: Callable[[int], np.ndarray], x: float,
@@ -151,9 +229,27 @@ def lattice_log_pmf(law_at: Callable[[int], np.ndarray], x: float,
 
 def lattice_round(x, bound: float, points: int, seed):
   """x in [-bound, bound] rounded stochastically (unbiased) to the
-  `points`-point lattice of `lattice_log_pmf` (TF; the sampler's twin)."""
+  `points`-point lattice of `lattice_log_pmf` (TF; the sampler's twin).
+
+  In float64 with `lattice_log_pmf`'s operations: t = (x + bound)/h is its
+  t up to the compiler's roundings, clamped to [0, points - 1] and snapped
+  (`round_within`), so the point is one of the lattice's for every input
+  (in float32, t a rounding error past points - 1 rounded to a point beyond
+  +bound), and at x = ±bound it is the end point.
+
+  Args:
+    x: the sanitized input (float64, in [-bound, bound]).
+    bound: the lattice's half-width, > 0.
+    points: lattice points, >= 2.
+    seed: an int64[2] seed.
+
+  Returns:
+    float64 lattice points -bound + i·h, i in [0, points - 1].
+  """
+  x = tf.cast(x, tf.float64)
   h = 2.0 * bound / (points - 1)
-  return -bound + h * stochastic_round((x + bound) / h, seed)
+  i = round_within((x + bound) / h, 0, points - 1, seed)
+  return -bound + i * h
 
 
 def lattice_gaussian_local_divergences(orders, distances, sigma: float,
@@ -289,22 +385,35 @@ def binomial(seed, trials: int, probs):
 
   For trials <= 64: inversion of one uniform along the pmf recurrence
   P(k+1) = P(k) (n-k)/(k+1) p/(1-p), run on min(p, 1-p) and flipped, so the start
-  (1-p)^n >= 2^-64 never underflows float32; the law is exact up to the float32
-  resolution of the uniform (as for every sampler here). Else TF's sampler.
+  (1-p)^n >= 2^-64 never underflows; in probs' dtype (float64 for PBM), the
+  law exact up to that dtype's resolution of the uniform. Else TF's sampler.
+
+  Support: k counts the `trials` tests u >= cdf, so k is in [0, trials]; at
+  p = 0 the start is 1 and k = 0, at p = 1 (flipped to 0) k = trials: the
+  only levels Binomial(trials, p) allows at the ends.
+
+  Args:
+    seed: an int64[2] seed.
+    trials: n >= 0.
+    probs: the success probabilities, a float tensor in [0, 1].
+
+  Returns:
+    Counts as probs' dtype, in [0, trials].
   """
   if trials > INVERSION_MAX_TRIALS:
     return tf.random.stateless_binomial(tf.shape(probs), seed, counts=float(trials),
                                         probs=probs, output_dtype=probs.dtype)
-  p = tf.cast(probs, tf.float32)
+  dtype = tf.float64 if probs.dtype == tf.float64 else tf.float32
+  p = tf.cast(probs, dtype)
   flip = p > 0.5
   p = tf.where(flip, 1.0 - p, p)
-  u = uniform(tf.shape(p), seed, tf.float32)
+  u = uniform(tf.shape(p), seed, dtype)
   ratio = p / (1.0 - p)
   pk = tf.pow(1.0 - p, float(trials))
   cdf = pk
   k = tf.zeros_like(p)
   for i in range(trials):
-    k += tf.cast(u >= cdf, tf.float32)
+    k += tf.cast(u >= cdf, dtype)
     pk = pk * ((trials - i) / (i + 1.0)) * ratio
     cdf = cdf + pk
   k = tf.where(flip, trials - k, k)
@@ -419,8 +528,9 @@ class ConditionedSum:
   def conditioning_rdp(self, alpha: float) -> float:
     """α/(α-1)·λ (λ at α = inf): the normalisation's share of one
     coordinate's D_α."""
-    lam = self.log_ratio
-    return lam if math.isinf(alpha) else alpha / (alpha - 1) * lam
+    # Rounded up: log1p's ulps and the product's and quotient's roundings.
+    lam = self.log_ratio * (1 + 1e-14)
+    return lam if math.isinf(alpha) else alpha / (alpha - 1) * lam * (1 + 1e-15)
 
 
 class Mechanism(abc.ABC):
@@ -547,6 +657,14 @@ class Mechanism(abc.ABC):
   @abc.abstractmethod
   def log_pmf(self, x: float) -> np.ndarray:
     """log P(encode(x) = i), i = 0..L-1, exact; -inf where impossible."""
+
+  @property
+  def log_pmf_error(self) -> Optional[float]:
+    """η: a proved bound on |computed - exact| at every finite entry of
+    `log_pmf(x)`, for every input x (absolute, in log); the accountant adds
+    its consequence (`accounting.numerics`). None (the default): no proved
+    bound stated; docs/privacy.md ("Numerics") lists which mechanisms."""
+    return None
 
   def pmf(self, x: float) -> np.ndarray:
     """P(encode(x) = i), i = 0..L-1 (float64, sums to 1)."""
@@ -712,7 +830,22 @@ class Mechanism(abc.ABC):
 
   # --- sampling and decoding (TensorFlow) -----------------------------------
   def sanitize(self, x):
-    """Non-finite -> 0 (counted by the factory), then clip to the input range."""
+    """Non-finite -> 0 (counted by the factory), then clip to the input range,
+    in float64 at the float64 bound: bit for bit `clip_input` of each entry.
+
+    A clip in the input's float32 would clip at float32(c), which exceeds c
+    for some c (0.0331 by 1.5e-9): the sampler would then round a point past
+    the range the pmf is accounted on. Every `_encode` computes its rounding
+    point from this float64 value with its `log_pmf`'s operations and rounds
+    it with `round_within` (docs/mechanisms.md, "Inside the support").
+
+    Args:
+      x: a float tensor.
+
+    Returns:
+      float64 tensor of x's shape, in [-input_bound, input_bound].
+    """
+    x = tf.cast(x, tf.float64)
     x = tf.where(tf.math.is_finite(x), x, tf.zeros_like(x))
     return tf.clip_by_value(x, -self.input_bound, self.input_bound)
 
@@ -745,7 +878,9 @@ class Mechanism(abc.ABC):
 
   @abc.abstractmethod
   def _encode(self, x, seed):
-    """Samples level indices for already sanitized inputs."""
+    """Samples level indices for already sanitized inputs (float64, in
+    [-input_bound, input_bound]: `sanitize`); every level must lie in the
+    support of `log_pmf` at the same input."""
 
   def decode(self, level_sum, num_clients):
     """Sum over clients of level indices -> estimate of the sum of their inputs.

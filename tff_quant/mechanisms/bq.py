@@ -19,8 +19,9 @@ import copy
 import math
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
@@ -72,17 +73,61 @@ class BQ(base.Mechanism):
   def log_pmf(self, x):
     return self._log_pmf_on(x, np.arange(self.num_levels))
 
+  def _noise_law(self):
+    """(log-pmf, per-entry error bound) of Binomial(m, 1/2), k = 0..m
+    (`exact_laws.log_binomial`: proved, not a library's log-pmf)."""
+    return exact_laws.log_binomial(self.m, 0.5)
+
+  def _noise_at(self, offsets):
+    """log P(N = k) at the integers `offsets` (-inf outside [0, m])."""
+    law = self._noise_law()[0]
+    inside = (offsets >= 0) & (offsets <= self.m)
+    return np.where(inside, law[np.clip(offsets, 0, self.m)], -np.inf)
+
   def _log_pmf_on(self, x, idx):
-    """log P(level i | x) at the level indices `idx`."""
+    """log P(level i | x) at the level indices `idx`: the noise law
+    shifted by the rounded input, mixed over its two values; within
+    `log_pmf_error` of exact."""
     # In [-s, s]; clamped because x s / C can round past s (e.g. 0.0015 * 6 / 0.0015).
     t = min(max(self.clip_input(x) * self.s / self.clip, -self.s), self.s)
     low = min(int(np.floor(t)), self.s - 1)
     frac = min(max(t - low, 0.0), 1.0)
+    idx = np.asarray(idx, np.int64)
+    if frac == 0.0:
+      return self._noise_at(idx - (low + self.s))
+    if frac == 1.0:
+      return self._noise_at(idx - (low + 1 + self.s))
     with np.errstate(divide='ignore'):
-      noise = lambda u: stats.binom.logpmf(idx - (u + self.s), self.m, 0.5)
-      return special.logsumexp(
-          np.stack([noise(low), noise(low + 1)]), axis=0,
-          b=np.array([[1.0 - frac], [frac]]))
+      return np.logaddexp(math.log1p(-frac) + self._noise_at(idx - (low + self.s)),
+                          math.log(frac) + self._noise_at(idx - (low + 1 + self.s)))
+
+  def _noise_range(self):
+    """The noise counts [first, last] that `log_pmf` reads (beyond [0, m]:
+    entries with one side of the mixture impossible)."""
+    return -1, self.m + 1
+
+  @property
+  def log_pmf_error(self) -> float:
+    """The noise law's proved error over the counts `log_pmf` reads
+    (`exact_laws.log_binomial`), plus the two-point mixture's rounding
+    (`exact_laws.two_point_mixture_error`) at inputs off the grid."""
+    cached = self.__dict__.get('_log_pmf_error')
+    if cached is None:
+      law, err = self._noise_law()
+      first, last = self._noise_range()
+      # An entry reads counts i - (u + s), u + s in [0, 2s]: one side of the
+      # mixture is impossible only where those leave [0, m].
+      one_sided = first < 0 or last > self.m
+      first, last = max(first, 0), min(last, self.m)
+      used = slice(first, last + 1)
+      # The two sides are the law at adjacent counts: |b - a| <= the largest
+      # step of the log-law over the counts read.
+      gap = float(np.max(np.abs(np.diff(law[used])), initial=0.0))
+      cached = float(np.max(err[used])) + exact_laws.two_point_mixture_error(
+          float(np.max(np.abs(law[used]))),
+          gap * 1.001 + 2 * float(np.max(err[used])), one_sided)
+      self.__dict__['_log_pmf_error'] = cached
+    return cached
 
   def _sum_reduction(self, num_clients):
     """One client whose noise is every client's: Binomial(n·m, 1/2).
@@ -129,7 +174,7 @@ class BQ(base.Mechanism):
     spread = (num_clients - 1) * self.s
     named = _WindowedSum(self.clip, self.s, big_m, a - spread,
                          big_m - a + 2 * self.s + spread, normalized=True)
-    missed = float(2 * np.exp(stats.binom.logcdf(a - 1, big_m, 0.5))) if a else 0.0
+    missed = _lower_tail_bound(big_m, a) if a else 0.0
     return base.ConditionedSum(
         one, 1, max(missed, np.finfo(float).tiny),
         f'each coordinate\'s sum conditioned on the window [{a - num_clients * self.s}, '
@@ -144,23 +189,53 @@ class BQ(base.Mechanism):
     return np.arange(-self.s, self.s + 1) * self.clip / self.s
 
   def _encode(self, x, seed):
+    """u + s + Binomial(m, 1/2) for the float64 input `sanitize` clipped.
+
+    Inside the support: t = x·s/C is `_log_pmf_on`'s t (float64, the same
+    operations up to the compiler's roundings), clamped to [-s, s], snapped
+    and rounded there (`base.round_within`), so u is one of the pmf's two
+    values at x (u = ±s alone at |x| = C) and the noise is in [0, m]: the
+    level is in [0, 2s + m], inside the pmf's support at x. At C = 0.0331 a
+    float32 t rounded u to ±2 at s = 1 (u = s + 1 in 1.2e-4 of the draws at
+    s = 1024).
+    """
     s_round, s_noise = tf.unstack(base.split_seed(seed, 2))
-    u = base.stochastic_round(x * (self.s / self.clip), s_round)
-    noise = base.binomial_half(tf.shape(x), s_noise, self.m, x.dtype)
-    return u + self.s + noise
+    t = tf.cast(x, tf.float64) * float(self.s) / self.clip
+    u = base.round_within(t, -self.s, self.s, s_round)
+    noise = base.binomial_half(tf.shape(x), s_noise, self.m, tf.float32)
+    return u + self.s + tf.cast(noise, tf.float64)   # integers < 2^24: exact
+
+
+def _lower_tail_bound(trials: int, a: int) -> float:
+  """An upper bound on 2·P(Binomial(trials, 1/2) < a): the proved log-pmf
+  (`exact_laws.log_binomial`) raised by its error bound at each count,
+  exponentiated (ELEMENTARY_ULPS) and summed by math.fsum (one rounding),
+  then rounded up by a relative 1e-12 that covers those roundings."""
+  law, err = exact_laws.log_binomial(trials, 0.5)
+  if a <= 0:
+    return 0.0
+  with np.errstate(under='ignore'):
+    terms = np.exp(law[:a] + err[:a])
+  # Subnormal terms (< e^-708) may lose their relative accuracy: each is
+  # bounded by 2^-1022 instead.
+  return 2 * (math.fsum(terms) * (1 + 1e-12) + a * 2.0**-1022)
 
 
 def _largest_lower_cut(trials: int, tail: float) -> int:
-  """The largest a in [0, trials/2] with 2·P(Binomial(trials, 1/2) < a) <= tail."""
-  log_half_tail = math.log(tail / 2)
-  lo, hi = 0, trials // 2
-  while lo < hi:   # P(N <= a - 1) increases with a
-    mid = (lo + hi + 1) // 2
-    if stats.binom.logcdf(mid - 1, trials, 0.5) <= log_half_tail:
-      lo = mid
-    else:
-      hi = mid - 1
-  return lo
+  """The largest a in [0, trials/2] with `_lower_tail_bound`(trials, a) <=
+  tail (a bound on 2·P(Binomial(trials, 1/2) < a))."""
+  law, err = exact_laws.log_binomial(trials, 0.5)
+  half = trials // 2
+  with np.errstate(under='ignore'):
+    terms = np.exp(law[:half] + err[:half])
+  cum = np.cumsum(terms)   # a guide only: the bound itself is recomputed
+  a = int(np.searchsorted(cum * (1 + 1e-9), tail / 2 * (1 - 1e-9), side='right'))
+  a = min(a, half)
+  while a > 0 and _lower_tail_bound(trials, a) > tail:
+    a -= 1
+  while a < half and _lower_tail_bound(trials, a + 1) <= tail:
+    a += 1
+  return a
 
 
 class _WindowedSum(BQ):
@@ -195,6 +270,29 @@ class _WindowedSum(BQ):
   def log_pmf(self, x):
     out = self._log_pmf_on(x, np.arange(self.lo, self.hi + 1))
     return out - special.logsumexp(out) if self.normalized else out
+
+  def _noise_range(self):
+    # Level i = u + s + N with u + s in [0, 2s]: the window reads these counts.
+    return self.lo - 2 * self.s, self.hi
+
+  @property
+  def log_pmf_error(self) -> float:
+    """BQ's bound over the window's counts; the conditioned (normalised)
+    law also carries its normaliser's: the window's mass is within the same
+    e^(±η), and logsumexp adds its roundings (the shift u/e-weighted, the
+    exps and the log 2·ELEMENTARY_ULPS, the window's sum window·u, the
+    shift added back u·(Λ + 1)); the subtraction u·(|value| + |log mass|) <=
+    u·(2Λ + 2), Λ the largest |log| of the noise law over the window's
+    counts (each entry's value is within log 2 of it)."""
+    base_err = BQ.log_pmf_error.fget(self)
+    if not self.normalized:
+      return base_err
+    u = exact_laws.U
+    law = self._noise_law()[0]
+    top = float(np.max(np.abs(law[max(self.lo - 2 * self.s, 0):self.hi + 1])))
+    rounding = (u * (self.num_levels + 1 + (top + 1) + (2 * top + 2)) +
+                4 * exact_laws.ELEMENTARY_ULPS * u)
+    return (2 * base_err + rounding) * (1 + 1e-6)
 
   def _sum_reduction(self, num_clients):
     del num_clients

@@ -67,6 +67,8 @@ class Gaussian(base.Mechanism):
                     'is closed form (sum_divergences).')
 
   def _encode(self, x, seed):
+    """No sampler (`central`: accounted, never encoded), so no support to
+    stay inside; TFF's Gaussian aggregator adds the noise."""
     raise TypeError('The continuous Gaussian sends floats, not levels through '
                     'the secure sum: use tff.aggregators.DifferentiallyPrivate'
                     'Factory.gaussian_fixed.')

@@ -477,9 +477,18 @@ class ModularNoiseMechanism(base.Mechanism):
     return cached
 
   def _encode(self, x, seed):
+    """(j + Z) mod M: j the rounded x/γ, Z from the noise table.
+
+    Inside the support: y = x/γ is `_rounding`'s (float64, the same
+    operation on the float64 input `sanitize` clipped, up to the compiler's
+    roundings), rounded within [-r, r] (`base.round_within`, which snaps):
+    the shift j is one the pmf mixes, j = ±r alone at x = ±c. At
+    c = 0.0331, r = 128 the float32 clip let j = r + 1 (5.9e-6 of the draws
+    at float32(c)), a shift no input in range gives.
+    """
     s_round, s_noise = tf.unstack(base.split_seed(seed, 2))
     y = tf.cast(x, tf.float64) / self.gamma
-    j = tf.cast(base.stochastic_round(y, s_round), tf.int64)
+    j = tf.cast(base.round_within(y, -self.steps, self.steps, s_round), tf.int64)
     table, lowest = self._noise_table()
     u = base.uniform(tf.stack([1, tf.size(x)]), s_noise, tf.float64)
     idx = tf.searchsorted(tf.constant(table), u, side='right', out_type=tf.int64)

@@ -7,8 +7,8 @@ accountant reports that honestly rather than refusing the parameter.
 """
 
 import numpy as np
-from scipy import stats
 
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
@@ -81,9 +81,15 @@ class PBM(base.Mechanism):
     return 0.5 + self.theta * self.clip_input(x) / self.clip
 
   def log_pmf(self, x):
-    k = np.arange(self.m)
-    with np.errstate(divide='ignore'):
-      return stats.binom.logpmf(k, self.m - 1, self.success_prob(x))
+    """Binomial(m - 1, p(x)), proved to `log_pmf_error` (`exact_laws`)."""
+    return exact_laws.log_binomial(self.m - 1, self.success_prob(x))[0].copy()
+
+  @property
+  def log_pmf_error(self) -> float:
+    """`exact_laws.log_binomial_error_bound` over p in [1/2 - θ, 1/2 + θ]
+    (the float p = 1/2 + θx/c stays in it: each operation is monotone)."""
+    return exact_laws.log_binomial_error_bound(
+        self.m - 1, max(0.5 - self.theta, 0.0), min(0.5 + self.theta, 1.0))
 
   def critical_inputs(self):
     # P_x(k) is unimodal in p = 1/2 + θx/c with mode p = k/(m-1): min at +-c,
@@ -94,5 +100,18 @@ class PBM(base.Mechanism):
     return np.concatenate([[-self.clip], inside, [self.clip]])
 
   def _encode(self, x, seed):
+    """Binomial(m - 1, p) for the float64 input `sanitize` clipped.
+
+    Inside the support: p = ½ + θ·x/c is `success_prob`'s (float64, the same
+    operations on the same clipped x, up to the compiler's roundings),
+    clamped to [½ - θ, ½ + θ] ∩ [0, 1] and snapped to 0 or 1 within
+    rounding error (`base.snap_to_integers`: where the pmf's p is 1, at
+    θ = ½ and x = c, the sampler's is 1 too); `base.binomial` returns a
+    count in [0, m - 1], and at p = 1 or 0 the one level the pmf allows.
+    The law at x >= c is the pmf's at c (a float32 p at float32(c) > c was
+    a law past the range), computed in float64.
+    """
+    x = tf.cast(x, tf.float64)
     p = 0.5 + self.theta * x / self.clip
-    return base.binomial(seed, self.m - 1, p)
+    p = tf.clip_by_value(p, max(0.0, 0.5 - self.theta), min(1.0, 0.5 + self.theta))
+    return base.binomial(seed, self.m - 1, base.snap_to_integers(p, 1.0))

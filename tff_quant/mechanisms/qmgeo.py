@@ -35,6 +35,7 @@ import math
 
 import numpy as np
 
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
@@ -143,6 +144,49 @@ class QMGeo(base.Mechanism):
   def log_pmf(self, x):
     return self._log_pmf_in_bin(*self._bin(self.clip_input(x)))
 
+  @property
+  def log_pmf_error(self) -> float:
+    """η: a proved bound on the rounding of `log_pmf` at every input
+    (`exact_laws`' model: ELEMENTARY_ULPS (lib) for exp, log, log1p, pow).
+
+    Full support: lq = log1p(-p) carries lib·|lq|, so log w_i = d·lq (d < R
+    exact) carries (lib + u)·|log w_i| <= (lib + u)·Λ, Λ = (R-1)·|lq|. The
+    normaliser log Z (R-1 logaddexp steps in any order) passes its inputs'
+    errors weighted by their shares s_i = w_i/Z (Z >= 1: w_start = 1), so by
+    (lib + u)·Σ s_i·|log w_i| <= (lib + u)·2|lq|·q/(1-q)²; each step adds
+    u/e (its difference), 1.2·lib (exp, log1p) and u·|partial| weighted by
+    that partial's later share, <= u·max(1/e, log R). The branch log w_i -
+    log Z adds u·(Λ + log R). The two branches (at r and r + 1) differ at
+    each level by |lq| and their normalisers by <= log R: the mixture's gap
+    (`exact_laws.two_point_mixture_error`). As written: log p + g·log q -
+    log1p(-q^K) carries lib·|log p| + (R-1)·(lib + u)·|log q| + lib·q^K/(1 -
+    q^K) (pow's error through log1p; <= lib·(1-p)/p) + lib·|log1p(-q^K)|
+    (<= lib·|log p|) + 3u·(the values), and a branch may be impossible
+    (one-sided mixture).
+    """
+    lib, u = 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U, exact_laws.U
+    big_r = self.r_levels
+    lq = abs(math.log1p(-self.p))
+    lam = (big_r - 1) * lq
+    log_r = math.log(big_r)
+    if self.full_support:
+      q = 1.0 - self.p
+      shares = 2 * lq * q / (1 - q)**2
+      norm = ((lib + u) * shares +
+              (big_r - 1) * (u / math.e + 1.2 * lib + u * max(1 / math.e, log_r)))
+      branch = (lib + u) * lam + norm + u * (lam + log_r)
+      mix = exact_laws.two_point_mixture_error(
+          lam + log_r, lq + log_r + 2 * branch, one_sided=False)
+    else:
+      # K >= 1: q^K <= q = 1 - p, so q^K/(1 - q^K) <= (1 - p)/p and
+      # |log1p(-q^K)| <= |log p|.
+      lp = abs(math.log(self.p))
+      values = 2 * lp + lam
+      branch = (lib * lp + (big_r - 1) * (lib + u) * lq
+                + lib * (1.0 - self.p) / self.p + lib * lp + 3 * u * values)
+      mix = exact_laws.two_point_mixture_error(values, one_sided=True)
+    return (branch + mix) * (1 + 1e-6)
+
   def extreme_log_pmfs(self):
     # Add the left limits at each level (bin r-1 with p_mix = 1): the law as
     # written jumps there, and the supremum over inputs includes those limits.
@@ -153,14 +197,28 @@ class QMGeo(base.Mechanism):
     return np.stack(rows)
 
   def _encode(self, x, seed):
+    """The mixed geometric walk for the float64 input `sanitize` clipped.
+
+    Inside the support: t = (x + W)/h is `_bin`'s (float64, the same
+    operations on the same clipped x, up to the compiler's roundings),
+    snapped to a level within rounding error of one
+    (`base.snap_to_integers`), so where the pmf's t is a level the bin r and
+    p_mix = 0 are the pmf's: as written the law jumps at levels (at
+    c = 0.0331, W = 2c, an input -float32(c) past the level at -c walked up
+    from it, impossible for the pmf at -c, in half the draws; a graph-mode
+    t an ulp below a level did the same). The branch is taken with a
+    float64 uniform, so p_mix = 0 never goes up and p_mix >= 1 always does.
+    start is in [0, R - 1]; each walk is clamped to its branch's support
+    (`truncated_geometric` to [0, size - 1]; the two-sided walk to
+    [0, start] below and [start + 1, R - 1] above).
+    """
     s_mix, s_walk = tf.unstack(base.split_seed(seed, 2))
-    # As written the law jumps at levels: bin in float64 like numpy does (the
-    # rest runs in float32).
-    dtype = tf.float32
+    dtype = tf.float32   # the walk (integers below 2^24)
     t = (tf.cast(x, tf.float64) + self.level_range) / self.level_step
+    t = base.snap_to_integers(t, self.r_levels - 1)
     r64 = tf.clip_by_value(tf.floor(t), 0.0, self.r_levels - 2.0)
     r = tf.cast(r64, dtype)
-    go_up = base.uniform(tf.shape(x), s_mix, dtype) < tf.cast(t - r64, dtype)
+    go_up = base.uniform(tf.shape(x), s_mix, tf.float64) < t - r64
     start = tf.where(go_up, r + 1.0, r)
     top = self.r_levels - 1.0
     if not self.full_support:

@@ -209,18 +209,30 @@ class RandomizedProjection(base.InputLattice, base.Mechanism):
     return out
 
   def _encode(self, x, seed):
+    """Lattice, noise, clip, nearest level, then keep it or resample, in float64.
+
+    Inside the support: the nearest level is clamped to [0, L - 1] and the
+    resampled one is in [0, L - 2], shifted past the nearest: every level is
+    in [0, L - 1] (the pmf gives each positive mass). The input (and its
+    lattice point, `base.lattice_round`) is the float64 one `sanitize`
+    clipped, so the noise is centred where the pmf centres it (the float32
+    lattice's end point was float32(c) > c); the uniforms are float64 (a
+    float32 one reaches only every other level of 2^24); the noise is a
+    float32 normal, cast.
+    """
     s_noise, s_keep, s_other, s_lattice = tf.unstack(base.split_seed(seed, 4))
     shape = tf.shape(x)
-    x = self._on_lattice(x, s_lattice)
+    x = self._on_lattice(tf.cast(x, tf.float64), s_lattice)
     y = x
     if self.sigma > 0:
-      y = x + self.sigma * tf.random.stateless_normal(shape, s_noise, dtype=x.dtype)
+      noise = tf.random.stateless_normal(shape, s_noise, dtype=tf.float32)
+      y = x + self.sigma * tf.cast(noise, tf.float64)
     y = tf.clip_by_value(y, -self.bound, self.bound)
     top = float(self.num_levels - 1)
     nearest = tf.clip_by_value(tf.floor((y + self.bound) / self.level_step + 0.5),
                                0.0, top)
-    keep = base.uniform(shape, s_keep, x.dtype) < self.q
-    other = tf.minimum(tf.floor(base.uniform(shape, s_other, x.dtype) * top),
+    keep = base.uniform(shape, s_keep, tf.float64) < self.q
+    other = tf.minimum(tf.floor(base.uniform(shape, s_other, tf.float64) * top),
                        top - 1.0)
-    other = other + tf.cast(other >= nearest, x.dtype)
+    other = other + tf.cast(other >= nearest, tf.float64)
     return tf.where(keep, nearest, other)

@@ -129,3 +129,16 @@ def test_cut_powers_keep_the_pairs_power_sums_above_the_exact_value(
       exact = mpmath.log(mpmath.fsum(a**alpha * b**(1 - alpha)
                                      for a, b in zip(up, lo) if a > 0))
       assert got[o, p] >= exact, (p, alpha, got[o, p], exact)
+
+
+def test_blankets_weight_is_lowered_by_the_laws_proved_error():
+  """A blanket certified on the computed laws holds for the exact ones with
+  β·e^(-gη) (`numerics.blanket_log_beta`): the cached blankets carry it."""
+  mech = mechanisms.PBM(1.0, 8, 0.25)
+  targets = secure_sum.target_pairs(mech, np.array([2.0]))
+  eta = mech.log_pmf_error
+  assert eta > 0
+  raw_beta, _ = any_others.common_part(mech)
+  got = any_others.blankets(mech, targets, 10)
+  assert got[0].log_beta == pytest.approx(raw_beta - eta, abs=1e-15)
+  assert all(b.log_beta <= 0 for b in got)

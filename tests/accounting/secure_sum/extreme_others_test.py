@@ -8,8 +8,10 @@ import pytest
 
 from tff_quant import mechanisms
 from tff_quant.accounting import divergence
+from tff_quant.accounting import matrix_sums
 from tff_quant.accounting import others as others_lib
 from tff_quant.accounting import secure_sum
+from tff_quant.accounting.secure_sum import convolution
 from tests.accounting.secure_sum import helpers
 
 
@@ -72,3 +74,97 @@ def test_two_vertex_mixes_are_evaluated_one_by_one():
       q = divergence.sum_log_pmf([(mech.log_pmf(y), 1)] + rest)
       worst = max(worst, divergence.renyi_divergence(p, q, 2.0))
   assert worst <= curve.values[2.0][0] <= worst * (1 + 1e-6)
+
+
+def _longdouble_log_power_sums(targets, at_plus, at_minus, num_clients,
+                               groups, orders):
+  """[orders, pairs] max over `groups` of log Σ P^α Q^(1-α), every law built
+  by direct convolution in 80-bit arithmetic (np.longdouble, u = 2^-64)
+  from the float64 log-pmfs taken as exact."""
+  ld = np.longdouble
+  to = lambda lp: np.exp(np.asarray(lp, ld))
+  plus, minus, basis = to(at_plus), to(at_minus), to(targets.basis)
+  tiny = np.finfo(ld).tiny
+  up = np.asarray(targets.upper_weights, ld) @ basis
+  lo = np.asarray(targets.lower_weights, ld) @ basis
+
+  def power(law, m):
+    out = np.ones(1, ld)
+    for _ in range(m):
+      out = np.convolve(out, law)
+    return out
+
+  best = np.full((len(orders), len(targets.pairs)), -np.inf)
+  for k0, k1 in groups:
+    others = np.convolve(power(plus, k0), power(minus, num_clients - 1 - k1))
+    for j, (a, b) in enumerate(targets.pairs):
+      p, q = np.convolve(up[a], others), np.convolve(lo[b], others)
+      keep = p > tiny
+      assert np.all(q[keep] > tiny)   # no underflow: the logs are exact enough
+      lp, lq = np.log(p[keep]), np.log(q[keep])
+      for i, alpha in enumerate(orders):
+        t = ld(alpha) * lp + ld(1 - alpha) * lq   # log domain: no overflow
+        top = np.max(t)
+        value = top + np.log(np.sum(np.exp(t - top)))
+        best[i, j] = max(best[i, j], float(value))
+  return best
+
+
+def test_qmgeo_served_4_bit_mixes_are_proved_above_80_bit_convolution():
+  """Issue 61, item 3: at QMGeo's served 4-bit cell (16 levels, p = 0.9814,
+  range 256·c, c = 2/√61706, n = 100) the ±c mixes set the bound; their
+  laws now come from `matrix_sums` with its proved error carried, so every
+  pair's log power sum is at or above the 80-bit direct convolution's (whose
+  own error, ~1e-16 relative after 99 convolutions of 16 terms at u = 2^-64,
+  is far below the margin asserted), and above it by no more than the
+  carried allowance."""
+  c = 2.0 / math.sqrt(61706)
+  mech = mechanisms.get('qmgeo').for_coordinate_bound(
+      c, num_levels=16, p=0.9814228019672326, full_support=True,
+      range_ratio=256.0)
+  n, orders = 100, np.array([2.0, 8.0])
+  assert secure_sum.extreme_others.proved_mixes_apply(mech, n)
+  targets = secure_sum.target_pairs(mech, np.array([2 * c]))
+  got = secure_sum.extreme_mixes(mech, targets, n, orders, exact=4)
+  first = (n - 1) // 2 if targets.symmetric else 0
+  groups = others_lib.split_groups(first, n - 1, (n - 1) // 2, 4)
+  at_plus, at_minus = divergence.end_log_pmfs(mech)
+  exact = _longdouble_log_power_sums(targets, at_plus, at_minus, n, groups,
+                                     orders)
+  exact = np.maximum(exact, 0.0)   # extreme_mixes reports at least 0
+  margin = got - exact
+  assert np.all(margin >= -1e-15), margin.min()
+  # Not vacuous: above by no more than the proved allowance carried
+  # ((2α-1)·(the laws' err + mixing) + U·(rounding + terms), matrix_sums).
+  powers = (matrix_sums.Powers(at_plus), matrix_sums.Powers(at_minus))
+  err = 0.0
+  for k0, k1 in groups:
+    conv, law_err, _ = secure_sum.extreme_others._proved_sum(
+        targets.basis, powers, (k0, n - 1 - k1))
+    err = max(err, law_err + convolution.mix_error(targets, conv))
+  conv_len = n * (mech.num_levels - 1) + 1
+  allowance = 1.01 * ((2 * orders - 1) * err + matrix_sums.U * (
+      matrix_sums._POWER_ROUNDING + 4 + conv_len))
+  assert np.all(margin <= allowance[:, None]), (margin, allowance)
+
+
+@pytest.mark.parametrize('log_r', [[math.log(0.3), math.log(0.7)],
+                                   [math.log(0.9), math.log(0.1) - 1e-3],
+                                   [0.0, -np.inf]])
+def test_two_point_powers_within_their_proved_error(log_r):
+  """A two-entry law's m-fold convolution in closed form (one PBM trial's
+  ±c mixes) against 40-digit binomial sums of the same measure."""
+  import mpmath   # pylint: disable=g-import-not-at-top
+  powers = secure_sum.extreme_others._TwoPointPowers(np.array(log_r))
+  for m in (1, 7, 99):
+    law, err = powers(m)
+    with mpmath.workdps(40):
+      a0, a1 = (mpmath.exp(v) if np.isfinite(v) else mpmath.mpf(0)
+                for v in log_r)
+      for j in range(m + 1):
+        exact = mpmath.binomial(m, j) * a0**(m - j) * a1**j
+        if exact == 0:
+          assert law[j] == -np.inf
+        else:
+          assert abs(float(mpmath.log(exact)) - law[j]) <= err
+    assert err < 1e-11

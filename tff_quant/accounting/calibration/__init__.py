@@ -35,7 +35,9 @@ calibrated to. It is NOT a privacy guarantee (a mechanism calibrated so may
 exceed the target under the proved bound, and a tighter proof could land
 anywhere between the two ends); it exists to tell which comparisons survive
 the slack of our bounds. Where the divergences are exact in closed form
-(gaussian, skellam, ddgauss) the two ends coincide; where the attained search
+(gaussian) the two ends coincide, and for the modular sums (skellam, ddgauss)
+on the coordinate route; on the ℓ2 route theirs differ by the chord
+majorant's gap (`accounting.attained`); where the attained search
 does not apply (its others' law over `secure_sum.Limits.attained_operations`),
 `AttainedUnavailable` says so rather than fall back to the proved ε. RDP
 route only (not with use_pld).

@@ -31,6 +31,7 @@ from scipy import special
 
 from tff_quant.accounting import blankets as blankets_lib
 from tff_quant.accounting import matrix_sums
+from tff_quant.accounting import numerics
 from tff_quant.accounting import others as others_lib
 from tff_quant.accounting.secure_sum import convolution
 from tff_quant.accounting.secure_sum import limits as limits_lib
@@ -132,8 +133,12 @@ def blankets(mech, targets: TargetPairs, num_others: int
     log_beta, log_r = common_part(mech)
     aligned = blankets_lib.blankets(vertex_rows(targets),
                                     max(blankets_lib.BLOCKS))
-    cache[key] = [blankets_lib.Blanket(log_beta, log_r, 1, 'common part')
-                  ] + aligned[1:]
+    # Certified on the computed laws; the exact ones are at least e^(-gη)
+    # of them (`numerics.blanket_log_beta`).
+    cache[key] = [blankets_lib.Blanket(
+        numerics.blanket_log_beta(log_beta, 1, mech), log_r, 1, 'common part')
+                  ] + [dataclasses.replace(b, log_beta=numerics.blanket_log_beta(
+                      b.log_beta, b.block, mech)) for b in aligned[1:]]
   return [b for b in cache[key] if b.block <= max(num_others, 1)]
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from scipy import special
 
 from tff_quant.accounting import divergence
+from tff_quant.accounting import numerics
 from tff_quant.accounting.secure_sum import any_others
 from tff_quant.accounting.secure_sum import convolution
 from tff_quant.accounting.secure_sum import cost
@@ -381,7 +382,10 @@ def _pair_divergences(mech, targets: targets_lib.TargetPairs,
   local_up = convolution.mix_rows(targets.upper_weights, targets.basis)
   local_lo = convolution.mix_rows(targets.lower_weights, targets.basis)
   d_inf = convolution.log_ratio_max(local_up, local_lo, targets.pairs)
-  out = {a: d_inf for a in orders if math.isinf(a)}
+  # The input laws' proved error (`numerics`): D∞ from the target's law
+  # alone (the finite orders: `_finite_log_sums`, path by path).
+  out = {a: d_inf + numerics.rdp_allowance(mech, 1, a)
+         for a in orders if math.isinf(a)}
   if not finite.size:
     return out
   # Σ P^α Q^(1-α) <= max(P/Q)^(α-1) Σ P (Σ P > 1 for an upper envelope).
@@ -408,6 +412,9 @@ def _finite_log_sums(mech, targets, finite, num_clients, exact_splits,
     log_e = any_others.others_mixture(
         mech, targets, num_clients - 1, finite, log_cap, exact_splits, tail,
         limits, pair_bounds.constructions)
+    # The input laws' proved error (`numerics`): the mixture bound reads the
+    # target's rows (R is used as computed, β lowered for it), so one law.
+    log_e = log_e + numerics.log_sum_allowance(mech, 1, finite)[:, None]
   if others == 'extremes' or extreme_others.ends_are_vertices(mech, targets):
     if log_e is not None and not pair_bounds.end_mixes:
       pair_bounds.skipped.append(mech)   # the mixture bound alone: larger, still proved
@@ -417,6 +424,9 @@ def _finite_log_sums(mech, targets, finite, num_clients, exact_splits,
         exact = extreme_others.vertex_splits(num_clients, exact_splits)
       mixes = pair_bounds.extreme_mixes(mech, targets, num_clients, finite,
                                         exact, tail, limits)
+      # The ±c mixes are built from num_clients client laws (`numerics`).
+      mixes = mixes + numerics.log_sum_allowance(mech, num_clients,
+                                                 finite)[:, None]
       log_e = mixes if log_e is None else np.minimum(log_e, mixes)
   return log_e
 

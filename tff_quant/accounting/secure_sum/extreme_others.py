@@ -13,6 +13,12 @@ Where the law is affine in the input on the whole range (one PBM trial: the
 ends are its only vertices) the ±c mixes are the sup over any inputs of the
 others (`blankets.two_vertices`), so they bound the sum for any others too
 (`ends_are_vertices`).
+
+Numerics (docs/privacy.md, "Numerics"): where `proved_mixes_apply`, the
+others' law of each group is built by `matrix_sums` (or in closed form for
+a two-entry law, `_TwoPointPowers`) and its proved error is carried into
+the power sums; above that cost, by the tilted FFT, whose error is not
+proved.
 """
 
 from concurrent import futures
@@ -22,10 +28,12 @@ import numpy as np
 
 from tff_quant.accounting import blankets as blankets_lib
 from tff_quant.accounting import divergence
+from tff_quant.accounting import matrix_sums
 from tff_quant.accounting import others as others_lib
 from tff_quant.accounting.secure_sum import convolution
 from tff_quant.accounting.secure_sum import limits as limits_lib
 from tff_quant.accounting.secure_sum import targets as targets_lib
+from tff_quant.common import exact_laws
 
 EXACT_SPLITS = others_lib.EXACT_SPLITS
 split_groups = others_lib.split_groups
@@ -67,6 +75,100 @@ def ends_are_vertices(mech, targets: targets_lib.TargetPairs) -> bool:
       targets_lib.mirrored_critical_inputs(mech), mech.input_bound)
 
 
+def proved_mixes_apply(mech, num_clients: int,
+                       limits: limits_lib.Limits = limits_lib.DEFAULT_LIMITS
+                       ) -> bool:
+  """Whether `extreme_mixes` builds the others' laws by `matrix_sums`
+  (proved rounding, carried) rather than the tilted FFT (not proved).
+
+  Up to `limits.matrix_levels` levels and L²(n-1)² multiply-adds (each end's
+  copies added one at a time, `matrix_sums.Powers`) within
+  `limits.proved_mixes`; always for a two-entry law (closed form).
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism`.
+    num_clients: n, clients in the secure sum.
+    limits: the `Limits`.
+
+  Returns:
+    True where the proved construction serves.
+  """
+  levels = mech.num_levels
+  return levels == 2 or (
+      levels <= limits.matrix_levels and
+      float(levels)**2 * float(num_clients - 1)**2 <= limits.proved_mixes)
+
+
+class _TwoPointPowers:
+  """`matrix_sums.Powers`' interface for a two-entry law [l0, l1] (one PBM
+  trial): its m-fold convolution in closed form, m·L + log Binomial(m, p)(j)
+  with L = log(e^l0 + e^l1) and p the smaller side's share (j mirrored if
+  it is l0's), by `exact_laws.log_binomial`. Error: L̃ carries u/e +
+  1.2·lib + u·|L̃|; log p̃ = (l - L̃) then exp carries ρ = that + u·|l - L̃|
+  + lib, and log(1 - p̃) (p <= 1/2) at most ρ·p/(1-p) <= ρ; so the law
+  carries m·(e_L + ρ) + u·|m·L̃| + the builder's own bound + u·|value|.
+  Nothing is cut (log_dropped is -inf)."""
+
+  def __init__(self, log_r: np.ndarray):
+    self.l0, self.l1 = (float(v) for v in np.asarray(log_r, np.float64))
+    self._memo = {}
+
+  def log_dropped(self, m: int) -> float:
+    del m
+    return -np.inf
+
+  def __call__(self, m: int):
+    if m in self._memo:
+      return self._memo[m]
+    u = exact_laws.U
+    lib = 2 * exact_laws.ELEMENTARY_ULPS * u
+    if m == 0:
+      out = (np.zeros(1), 0.0)
+    elif not (math.isfinite(self.l0) and math.isfinite(self.l1)):
+      # A point mass: m·l at j = 0 (l1 impossible) or j = m (l0 impossible).
+      law = np.full(m + 1, -np.inf)
+      at, value = (0, self.l0) if math.isfinite(self.l0) else (m, self.l1)
+      law[at] = m * value
+      out = (law, u * abs(m * value) * (1 + 1e-6))
+    else:
+      big_l = float(np.logaddexp(self.l0, self.l1))
+      e_l = u / math.e + 1.2 * lib + u * abs(big_l)
+      small, flip = (self.l1, False) if self.l1 <= self.l0 else (self.l0, True)
+      p = math.exp(small - big_l)
+      rho = e_l + u * abs(small - big_l) + lib
+      log_bin, err = exact_laws.log_binomial(m, p)
+      law = m * big_l + (log_bin[::-1] if flip else log_bin)
+      top = float(np.max(np.abs(law)))
+      out = (law, (m * (e_l + rho) * 1.01 + u * abs(m * big_l) +
+                   float(np.max(err)) + u * top) * (1 + 1e-6))
+    self._memo[m] = out
+    return out
+
+
+def _powers(log_r: np.ndarray, tail: float):
+  """The copies' laws of one end: in closed form for a two-entry law
+  (`_TwoPointPowers`), else by `matrix_sums.Powers`."""
+  if np.asarray(log_r).size == 2:
+    return _TwoPointPowers(log_r)
+  return matrix_sums.Powers(log_r, tail)
+
+
+def _proved_sum(rows: np.ndarray, powers, counts):
+  """(rows convolved with the others' law, a bound on its log error, log
+  of a bound on the mass the cuts left out).
+
+  The others' law is A' * B', A' and B' the cut powers of the ±c laws
+  (`matrix_sums.Powers`); with A = A' + a and B = B' + b the uncut ones
+  (masses <= 1 each up to their proved error), A*B - A'*B' = a*B + A'*b has
+  mass at most |a| + |b| (each side's mass <= e^err, 1e-9 margin in log)."""
+  (law_a, err_a), (law_b, err_b) = powers[0](counts[0]), powers[1](counts[1])
+  law, err = matrix_sums.convolve(law_a[None], err_a, law_b, err_b)
+  lost = float(np.logaddexp(powers[0].log_dropped(counts[0]) + err_b,
+                            powers[1].log_dropped(counts[1]) + err_a)) + 1e-9
+  conv, err = matrix_sums.convolve(rows, 0.0, law[0], err)
+  return conv, err, lost
+
+
 def extreme_mixes(mech, targets: targets_lib.TargetPairs, num_clients: int,
                   orders: np.ndarray, exact: int, tail: float = math.inf,
                   limits: limits_lib.Limits = limits_lib.DEFAULT_LIMITS
@@ -94,9 +196,20 @@ def extreme_mixes(mech, targets: targets_lib.TargetPairs, num_clients: int,
   first = (num_clients - 1) // 2 if targets.symmetric else 0
   at_plus, at_minus = divergence.end_log_pmfs(mech)
   log_e0 = convolution.pair_log_sums(targets, targets.basis, orders)
+  proved = proved_mixes_apply(mech, num_clients, limits)
+  if proved:
+    # The others' laws by matrix products with proved rounding bounds
+    # (`matrix_sums`), carried into the power sums: not the tilted FFT,
+    # whose error is not bounded by proof (docs/privacy.md, "Numerics").
+    powers = (_powers(at_plus, tail), _powers(at_minus, tail))
 
   def group(bounds):
     k0, k1 = bounds
+    if proved:
+      conv, err, lost = _proved_sum(targets.basis, powers,
+                                    (k0, num_clients - 1 - k1))
+      return convolution.add_lost(
+          convolution.pair_log_sums(targets, conv, orders, err), lost, log_e0)
     conv, lost = convolution.with_sum(
         targets.basis, [(at_plus, k0), (at_minus, num_clients - 1 - k1)],
         tail, limits)

@@ -37,6 +37,12 @@ class Limits:
       products with proved rounding bounds; its power sums too): faster than
       the tilted FFT at 256 levels (docs/performance.md), and ~40x more
       accurate.
+    proved_mixes: up to this many multiply-adds (L²(n-1)², L levels, n
+      clients), the ±c mixes build the others' laws by `matrix_sums`, with
+      their proved error carried (`extreme_others.proved_mixes_apply`);
+      above, by the tilted FFT (not proved; docs/privacy.md, "Numerics"):
+      QMGeo at 16 levels, n = 100 (2.5e6) is proved in ~1 s, at 256 levels
+      (6.4e8) it would take ~45 s per evaluation against ~8 s.
     attained_operations: multiply-adds the attained end's laws of the
       others may take in all (`attained`: m copies of L levels cost L²m²/2
       each, about 1 s per 1e9); over it the attained search does not apply,
@@ -49,6 +55,7 @@ class Limits:
   fft_levels: int = 128
   product_convolve: float = 1e9
   matrix_levels: int = 512
+  proved_mixes: float = 2e7
   attained_operations: float = 1e9
 
 

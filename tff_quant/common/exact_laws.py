@@ -1,0 +1,296 @@
+"""Input laws with a proved per-entry error: the binomial log-pmf.
+
+The accountant's bound is only as exact as the laws it is given
+(docs/privacy.md, "Numerics"). A library log-pmf carries no error bound
+(scipy's `binom.logpmf` is off by 1e-10..1e-9 in log at 1e5..1e6 trials, and
+the proved RDP then fell below the exact one: issue 61). Here the binomial
+log-pmf is built from operations whose rounding is bounded, and every entry
+comes with a rigorous bound on |computed - exact| (absolute, in log).
+
+Model of arithmetic (Higham 2002, Sec. 2.2; docs/references.md): +, -, ×, /
+and conversions are correctly rounded (IEEE 754 binary64, unit roundoff
+u = 2^-53); exp, log and log1p (numpy's and the C library's) are within
+ELEMENTARY_ULPS ulps of the exact value, an ulp of y being at most 2u|y|
+(glibc documents 1 ulp for these on x86-64; 4 is the assumption carried).
+
+Construction (`log_binomial`), N trials, success probability p, anchor k0
+(the mode; any anchor is valid):
+  t_j = log(C(N, j+1)/C(N, j)) = log((N-j)/(j+1)), j = 0..N-1, as
+        log1p((N-2j-1)/(j+1)) where that argument is >= -1/2, else
+        log((N-j)/(j+1)) (integers < 2^53 are exact in float64);
+  S_k = Σ_{j=k0}^{k-1} t_j (k > k0), -Σ_{j=k}^{k0-1} t_j (k < k0): each t_j
+        split into a multiple of 2^-30 and a remainder on a 2^-K grid, both
+        summed as int64 (exactly), so a partial sum is rounded once;
+  v_k = S_k + (k - k0)·L, L = log(p/(1-p));
+  log P(k) = v_k - log Σ_j e^(v_j) (the sum by math.fsum, e^(v_k0) = 1).
+Each step's error is bounded in `log_binomial`'s code, entry by entry.
+"""
+
+import functools
+import math
+from typing import Optional, Tuple
+
+import numpy as np
+
+from tff_quant.common import validation
+
+#: Unit roundoff of float64.
+U = 2.0**-53
+#: Assumed accuracy of exp, log, log1p, in ulps (module docstring).
+ELEMENTARY_ULPS = 4.0
+_LIB = 2.0 * ELEMENTARY_ULPS * U   # relative error of one elementary function
+_HIGH_BITS = 30                     # the exact part of a term: a multiple of 2^-30
+
+
+def _grid_bits(trials: int) -> int:
+  """K with trials·2^(K-31) < 2^62: the remainders' int64 sums cannot overflow."""
+  return 92 - max(1, (trials + 1).bit_length())
+
+
+def exact_prefix_sums(terms: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """(s, err): s[i] ≈ Σ_{l<=i} terms[l], |s[i] - Σ_{l<=i} terms[l]| <= err[i].
+
+  Each term is split into h = round(t·2^30)/2^30 (exact: |t| < 2^22) and
+  the remainder r = t - h (exact: |r| <= 2^-31 and r is a multiple of
+  ulp(t) <= 2^-48); h·2^30 and r·2^K (rounded to an integer, error <= 1/2 each) are
+  summed as int64, exactly. A prefix is then two int64 → float64 conversions
+  (relative error u each) and one addition (u): err = grid rounding so far
+  + u·(|H| + |R|)·(1 + u) + u·|s|.
+
+  Args:
+    terms: [N] finite float64 values, |t| < 32, N < 2^27 (the int64 sums
+      then stay below 2^62).
+
+  Returns:
+    (s, err), two [N] float64 arrays.
+
+  Raises:
+    ValueError: a term not finite or too large.
+  """
+  terms = np.asarray(terms, np.float64)
+  if terms.size == 0:
+    return np.zeros(0), np.zeros(0)
+  if not np.all(np.isfinite(terms)) or np.max(np.abs(terms)) >= 32:
+    raise ValueError('`terms` must be finite and below 32 in size.')
+  if terms.size >= 2**27:
+    raise ValueError(f'`terms` must hold fewer than 2^27 values, got {terms.size}.')
+  bits = _grid_bits(terms.size)
+  high = np.round(np.ldexp(terms, _HIGH_BITS))            # exact integers
+  rest = terms - np.ldexp(high, -_HIGH_BITS)              # exact
+  scaled = np.ldexp(rest, bits)
+  rest_int = np.round(scaled)
+  # Each rounding to the grid is <= 2^-(K+1): the first i+1 cost (i+1)·2^-(K+1).
+  grid = np.arange(1, terms.size + 1, dtype=np.float64) * 2.0**-(bits + 1)
+  h_sum = np.cumsum(high.astype(np.int64))
+  r_sum = np.cumsum(rest_int.astype(np.int64))
+  h_val = np.ldexp(h_sum.astype(np.float64), -_HIGH_BITS)
+  r_val = np.ldexp(r_sum.astype(np.float64), -bits)
+  s = h_val + r_val
+  err = (grid * (1 + 4 * U) + U * (1 + 4 * U) * (np.abs(h_val) + np.abs(r_val))
+         + U * np.abs(s))
+  return s, err * (1 + 8 * U)
+
+
+def _ratio_terms(trials: int) -> Tuple[np.ndarray, np.ndarray]:
+  """(t, e): t_j ≈ log((N-j)/(j+1)), j = 0..N-1, |t_j - exact| <= e_j.
+
+  log1p path (δ = (N-2j-1)/(j+1) >= -1/2): δ̃ = δ(1 + θ), |θ| <= u, so
+  |log1p(δ̃) - log1p(δ)| <= u|δ|/(1 + min(δ, δ̃)) <= 2.0001·u·min(|δ|, 1);
+  log path: |log(r̃) - log(r)| = |log(1 + θ)| <= 1.0001·u; plus the
+  function's own ELEMENTARY_ULPS ulps of the result.
+  """
+  j = np.arange(trials, dtype=np.float64)
+  num, den = trials - j, j + 1.0
+  delta = (num - den) / den
+  near = delta >= -0.5
+  with np.errstate(divide='ignore'):
+    t = np.where(near, np.log1p(np.maximum(delta, -0.5)), np.log(num / den))
+  e = (np.where(near, 2.0001 * U * np.minimum(np.abs(delta), 1.0), 1.0001 * U)
+       + _LIB * np.abs(t))
+  return t, e
+
+
+def _log_odds(p: float) -> Tuple[float, float]:
+  """(L̃, e_L): L = log(p/(1-p)) and a bound on |L̃ - L|, 0 < p < 1.
+
+  p in [1/4, 3/4]: L = log1p(δ), δ = (2p-1)/(1-p) in [-2/3, 2], three
+  roundings (2p is exact): |δ̃ - δ| <= 3.01u|δ|, so the argument's share is
+  <= 3.01u|δ|/(1/3 - 4u) <= 9.1u|δ|. Else log(p) - log1p(-p) (-p exact):
+  each function's ulps and the subtraction's u.
+  """
+  if p == 0.5:
+    return 0.0, 0.0
+  if 0.25 <= p <= 0.75:
+    delta = (2.0 * p - 1.0) / (1.0 - p)
+    value = math.log1p(delta)
+    return value, 9.1 * U * abs(delta) + _LIB * abs(value)
+  lp, lq = math.log(p), math.log1p(-p)
+  value = lp - lq
+  return value, _LIB * (abs(lp) + abs(lq)) * (1 + U) + U * abs(value) * (1 + U)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(trials: int, p: float) -> Tuple[np.ndarray, np.ndarray]:
+  out = _log_binomial(trials, p)
+  for a in out:
+    a.setflags(write=False)
+  return out
+
+
+def log_binomial(trials: int, p: float) -> Tuple[np.ndarray, np.ndarray]:
+  """log P(Binomial(trials, p) = k), k = 0..trials, with a proved error bound.
+
+  Args:
+    trials: N, an integer in [0, 2^27) (|t_j| <= log N < 32 and the exact
+      int64 partial sums stay below 2^62).
+    p: the success probability, in [0, 1] (the law at this float64 p).
+
+  Returns:
+    (log_pmf, err): two read-only [N + 1] float64 arrays; -inf where a count
+    is impossible (p = 0 or 1), and |log_pmf[k] - log P(k)| <= err[k] at
+    every finite entry (0 at the others). Cached.
+
+  Raises:
+    ValueError: `trials` or `p` out of range (named).
+  """
+  trials = validation.check_integer('trials', trials, 0, 2**27 - 1)
+  p = float(validation.check_number('p', p, 0, 1))
+  return _cached(trials, p)
+
+
+def _log_binomial(trials: int, p: float) -> Tuple[np.ndarray, np.ndarray]:
+  """`log_binomial` uncached (module docstring: the construction)."""
+  if trials == 0 or p in (0.0, 1.0):
+    out = np.full(trials + 1, -np.inf)
+    out[0 if p == 0.0 or trials == 0 else trials] = 0.0
+    return out, np.zeros(trials + 1)
+  if trials == 1:   # [log(1-p), log p]: one function each (-p is exact)
+    out = np.array([math.log1p(-p), math.log(p)])
+    return out, _LIB * np.abs(out) * (1 + 1e-6)
+  k0 = min(trials, max(0, int(math.floor((trials + 1) * p))))
+  t, e_t = _ratio_terms(trials)
+  s = np.zeros(trials + 1)
+  e_s = np.zeros(trials + 1)
+  if k0 < trials:   # S_k for k > k0: Σ t_{k0..k-1}
+    up, up_err = exact_prefix_sums(t[k0:])
+    s[k0 + 1:] = up
+    e_s[k0 + 1:] = up_err + np.cumsum(e_t[k0:]) * (1 + trials * 4 * U)
+  if k0 > 0:        # S_k for k < k0: -Σ t_{k..k0-1}
+    down, down_err = exact_prefix_sums(t[:k0][::-1])
+    s[:k0] = -down[::-1]
+    e_s[:k0] = (down_err + np.cumsum(e_t[:k0][::-1]) *
+                (1 + trials * 4 * U))[::-1]
+  lodds, e_l = _log_odds(p)
+  d = np.arange(trials + 1, dtype=np.float64) - k0   # exact
+  dl = d * lodds
+  v = s + dl
+  # |dL̃ - dL| <= |d|e_L + u|dL̃|; the addition u|v|.
+  e_v = (e_s + np.abs(d) * e_l + U * np.abs(dl) * (1 + U) + U * np.abs(v)) * (1 + 4 * U)
+  # Z = Σ e^(v_k) >= 1 (v_k0 = 0 exactly). Each e^(ṽ_k) is within e^(±e_v)
+  # of e^(v_k) and the exp adds _LIB; terms below e^-700 (exp's relative
+  # bound may fail in the subnormals) are each < e^-700 however computed.
+  with np.errstate(under='ignore'):
+    w = np.exp(v)
+  z = math.fsum(w)
+  spread = math.fsum(w * np.expm1(e_v + _LIB * 1.01)) * (1 + 1e-6)
+  low = max(z * (1 - U) - spread, 1.0)
+  rel = (spread + z * U + 2 * (trials + 1) * math.exp(-700)) / low
+  log_z = math.log(z)
+  e_z = -math.log1p(-rel) * (1 + 1e-6) + _LIB * abs(log_z) + U
+  out = v - log_z
+  err = (e_v + e_z + U * np.abs(out)) * (1 + 4 * U)
+  return out, err
+
+
+#: |log f| for a float f in (0, 1): at most 1075·log 2 < 745.2; |log(1 - f)|
+#: at most 53·log 2 < 36.8 (f <= 1 - 2^-53).
+_LOG_WEIGHT_MAX = 745.2
+_LOG_COMPLEMENT_MAX = 36.8
+
+
+def two_point_mixture_error(term_max: float, gap_max: Optional[float] = None,
+                            one_sided: bool = True) -> float:
+  """A bound on the rounding of log((1-f)·e^a + f·e^b), computed as
+  logaddexp(log1p(-f) + a, log(f) + b) for a float f in (0, 1).
+
+  Both sides finite (|a|, |b| <= Λ = `term_max`, |b - a| <= D = `gap_max`):
+  with X = log(1-f) + a, Y = log f + b and shares s_X, s_Y of the result,
+  s_Y·|log f| <= D + 2 (s_Y <= f·e^D/(1-f): where |log f| > D + 1 the share
+  decays faster than |log f| grows) and likewise s_X·|log(1-f)|, so the
+  inputs' roundings (ELEMENTARY_ULPS of each log, u of each addition) move
+  the result by <= 2·lib·(D + 2) + u·(Λ + D + 2) each side; logaddexp's own
+  (its difference u·|X-Y| weighted by e^-|X-Y| <= u/e, exp and log1p their
+  ulps of values <= log 2, the last addition u·(Λ + 1)); second order by the
+  factor 1 + 1e-6. One side -inf (`one_sided`): the value is log f + b (or
+  log(1-f) + a), whose own rounding is lib·745.2 + u·(745.2 + Λ).
+
+  Args:
+    term_max: Λ, a bound on |a| and |b| at finite entries, >= 0.
+    gap_max: D, a bound on |b - a| where both are finite (default 2Λ).
+    one_sided: whether an entry may have one side -inf.
+
+  Returns:
+    The bound (absolute, in log), added to the inputs' own error.
+  """
+  lam = float(term_max)
+  d = 2 * lam if gap_max is None else min(float(gap_max), 2 * lam)
+  both = (2 * (2 * _LIB * (d + 2) + U * (lam + d + 2)) + U / math.e +
+          2 * _LIB + U * (lam + 1))
+  if not one_sided:
+    return both * (1 + 1e-6)
+  single = _LIB * _LOG_WEIGHT_MAX + U * (_LOG_WEIGHT_MAX + lam)
+  return max(both, single) * (1 + 1e-6)
+
+
+def log_binomial_error_bound(trials: int, p_low: float, p_high: float) -> float:
+  """A bound on `log_binomial`(trials, p)'s error at every entry and every p
+  in [p_low, p_high] (a mechanism whose p depends on its input).
+
+  Each term of `log_binomial`'s per-entry bound, at its largest over the
+  range. Along any path from the anchor, Σ|t_j| <= Σ_j |t_j| = 2·log
+  C(N, ⌊N/2⌋) <= 2N·log 2, so a partial sum's error is <= 2.0001u·N +
+  lib·2N·log 2, plus the grid's N·2^-(K+1) and the conversions'
+  3.03u·N·log 2. L = log(p/(1-p)): |L| <= L_max at the ends; e_L <= 9.1u·|δ|
+  + lib·L_max (δ = (2p-1)/(1-p), the range inside [1/4, 3/4]), else 20u +
+  lib·(2Λ + L_max) + 1.01u·L_max with Λ = -log min(p, 1-p) (<= 745.2 for a
+  positive float); |v_k| <= N·(log 2 + L_max), |log P(k)| <= N·Λ; the
+  normaliser adds the largest e_v, 1.02·lib, lib·log(N+1) and 3u (lib =
+  ELEMENTARY_ULPS·2u).
+
+  Args:
+    trials: N in [0, 2^27).
+    p_low, p_high: 0 <= p_low <= p_high <= 1.
+
+  Returns:
+    The bound (absolute, in log).
+
+  Raises:
+    ValueError: an argument out of range (named).
+  """
+  n = validation.check_integer('trials', trials, 0, 2**27 - 1)
+  validation.check_number('p_low', p_low, 0, 1)
+  validation.check_number('p_high', p_high, p_low, 1)
+  if n == 0:
+    return 0.0
+  if n == 1:   # `log_binomial`'s direct [log1p(-p), log p]
+    worst = max(-math.log(p_low) if p_low > 0 else _LOG_WEIGHT_MAX,
+                -math.log1p(-p_high) if p_high < 1 else _LOG_WEIGHT_MAX)
+    return _LIB * min(worst, _LOG_WEIGHT_MAX) * (1 + 1e-5)
+  smallest = min(p_low, 1.0 - p_high)
+  big_lambda = (_LOG_WEIGHT_MAX if smallest <= math.exp(-_LOG_WEIGHT_MAX)
+                else -math.log(smallest))
+  big_lambda = max(big_lambda, math.log(2.0))
+  ends = [q for q in (p_low, p_high) if 0 < q < 1]
+  l_max = max([abs(math.log(q) - math.log1p(-q)) for q in ends] + [0.0])
+  l_max = min(l_max, 2 * _LOG_WEIGHT_MAX)
+  log2 = math.log(2.0)
+  e_s = ((2.0001 * U * n + _LIB * 2 * n * log2) * (1 + n * 4 * U)
+         + n * 2.0**-(_grid_bits(n) + 1) + 3.03 * U * n * log2)
+  if 0.25 <= p_low and p_high <= 0.75:
+    delta = max(abs((2 * q - 1) / (1 - q)) for q in (p_low, p_high))
+    e_l = 9.1 * U * delta + _LIB * l_max
+  else:
+    e_l = 20 * U + _LIB * (2 * big_lambda + l_max) + 1.01 * U * l_max
+  e_v = (e_s + n * e_l + 1.01 * U * n * l_max + U * n * (log2 + l_max)) * (1 + 4 * U)
+  e_z = e_v + 1.02 * _LIB + _LIB * math.log(n + 1) + 3 * U + 2 * (n + 1) * math.exp(-700)
+  return (e_v + e_z + U * (n * big_lambda + math.log(n + 1))) * (1 + 1e-6)
