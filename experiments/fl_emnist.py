@@ -149,6 +149,13 @@ flags.DEFINE_bool('trusted_network', False, 'State that only trusted machines '
                   'can reach the --workers ports (a private network, SSH '
                   'tunnels): TFF workers run unauthenticated computations, so '
                   'an address outside loopback is refused without it.')
+flags.DEFINE_integer('min_clients_per_round', None, 'Dropout tolerance: the '
+                     'fewest of a round\'s sampled clients that may contribute. '
+                     'The calibration sizes the noise so that ε holds for every '
+                     'cohort from it to --clients_per_round, and a round with '
+                     'fewer is refused before its output is released. Needs '
+                     '--target_epsilon (default: every sampled client).',
+                     lower_bound=1)
 flags.DEFINE_integer('clients_per_slot', None, 'K clients trained per TFF client '
                      'slot (vectorized when the model allows), each clipped and '
                      'encoded on its own before the secure sum (same server '

@@ -523,3 +523,145 @@ def test_zeroing_and_clipping_wrappers_compose_securely_with_secure_counts():
     tff.test.assert_not_contains_unsecure_aggregation(process.next)
     out = process.next(process.initialize(), [np.full(4, 0.1, np.float32)] * 3)
     assert np.asarray(out.result).shape == (4,)
+
+
+# --- The calibrated schedule, enforced inside the process before release.
+
+SMALL = tff.TensorType(np.float32, [16])
+FIVE_OF_30 = dict(epsilon=5.0, delta=1e-4, rounds=3, clients_per_round=5,
+                  total_clients=30, bits=4, l2_clip=1.0, compare_gaussian=False)
+
+
+@pytest.fixture(scope='module')
+def cal_5_of_30():
+  """RQM calibrated to ε = 5 for 3 rounds of 5 of 30 clients, d = 16."""
+  return accounting.calibration_report('rqm', dim=16, **FIVE_OF_30)
+
+
+@pytest.fixture(scope='module')
+def cal_3_to_5_of_30():
+  """The same, tolerating dropouts down to 3 contributing clients."""
+  return accounting.calibration_report('rqm', dim=16, **FIVE_OF_30,
+                                       min_clients_per_round=3)
+
+
+def _values(n):
+  return [np.full(16, 0.05 * (i + 1), np.float32) for i in range(n)]
+
+
+def _refused(process, state, values):
+  """The one-line message of a round refused inside the computation. TFF's
+  C++ context raises (the raw error carries the same assertion) and
+  returns nothing."""
+  from tff_quant.program import runtime  # pylint: disable=g-import-not-at-top
+  returned = []
+  with pytest.raises(Exception) as raw:
+    returned.append(process.next(state, values))
+  assert not returned
+  assert runtime.assertion_message(str(raw.value)).startswith(
+      qf.SCHEDULE_REFUSED)
+  with pytest.raises(runtime.RoundCheckError) as readable:
+    with runtime.readable_round_errors():
+      process.next(state, values)
+  message = str(readable.value)
+  assert message.startswith(qf.SCHEDULE_REFUSED) and '\n' not in message
+  return message
+
+
+def test_fewer_clients_than_calibrated_are_refused_before_release(cal_5_of_30):
+  """The issue's row: 2 clients in a round calibrated for 5 (ε 10.07, not 5)."""
+  process = aggregators.rqm_factory(1.0, **cal_5_of_30.params).create(SMALL)
+  state = process.initialize()
+  message = _refused(process, state, _values(2))
+  assert message.startswith(
+      f'{qf.SCHEDULE_REFUSED} 2 clients contributed to round 1, fewer than the '
+      '5 (clients_per_round) the mechanism was calibrated for (5 of 30 '
+      f'clients per round): fewer clients add less noise, so its ε = '
+      f'{cal_5_of_30.epsilon:.6g} would not hold.')
+  assert 'Allowed: 5 to 5 clients per round.' in message
+  assert 'min_clients_per_round=k' in message
+  # Nothing was consumed: the same state runs the calibrated cohort as round 1.
+  out = process.next(state, _values(5))
+  assert out.state['round_num'] == 1
+  assert aggregators.find_measurements(out.measurements)['num_clients'] == 5
+
+
+def test_a_round_past_the_calibrated_rounds_is_refused_before_release(
+    cal_5_of_30):
+  """The issue's row: round 4 of a 3-round calibration (6 rounds: ε 6.34)."""
+  process = aggregators.rqm_factory(1.0, **cal_5_of_30.params).create(SMALL)
+  state = process.initialize()
+  for _ in range(3):
+    state = process.next(state, _values(5)).state
+  assert state['round_num'] == 3
+  message = _refused(process, state, _values(5))
+  assert message.startswith(
+      f'{qf.SCHEDULE_REFUSED} round 4 of a mechanism calibrated for 3 rounds '
+      f'(rounds=3): its ε = {cal_5_of_30.epsilon:.6g} holds for 3 rounds only.')
+  assert 'Allowed: rounds 1 to 3.' in message and 'rounds=R' in message
+
+
+def test_more_clients_than_calibrated_are_refused(cal_5_of_30):
+  process = aggregators.rqm_factory(1.0, **cal_5_of_30.params).create(SMALL)
+  message = _refused(process, process.initialize(), _values(6))
+  assert message.startswith(f'{qf.SCHEDULE_REFUSED} 6 clients contributed to '
+                            'round 1, more than the 5 clients per round')
+  assert 'rate 5/30' in message and 'Allowed: 5 to 5' in message
+
+
+def test_a_dropout_tolerant_factory_runs_down_to_its_minimum(cal_3_to_5_of_30):
+  cal = cal_3_to_5_of_30
+  process = aggregators.rqm_factory(1.0, **cal.params).create(SMALL)
+  state = process.initialize()
+  for n in (5, 3, 4):
+    out = process.next(state, _values(n))
+    assert aggregators.find_measurements(out.measurements)['num_clients'] == n
+    state = out.state
+  fresh = process.initialize()
+  message = _refused(process, fresh, _values(2))
+  assert ('2 clients contributed to round 1, fewer than the 3 '
+          '(min_clients_per_round)') in message
+  assert '(5 of 30 clients per round, at least 3 contributing)' in message
+  assert 'Allowed: 3 to 5 clients per round.' in message
+  assert 'lose at most 2 of them' in message
+  assert _refused(process, state, _values(5)).startswith(
+      f'{qf.SCHEDULE_REFUSED} round 4 of')
+
+
+def test_the_schedule_is_enforced_inside_a_tff_learning_process():
+  """Any TFF pipeline gets the checks: FedAvg with the calibrated factory
+  stops at a short round and past the last round."""
+  dim = 4 * 3 + 3 + 3 * 2 + 2
+  cal = accounting.calibration_report('rqm', dim=dim, **dict(
+      FIVE_OF_30, rounds=2, clients_per_round=3, total_clients=10,
+      epsilon=10.0))
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      _small_model_fn(), tff.learning.optimizers.build_sgdm(0.1),
+      model_aggregator=aggregators.rqm_factory(1.0, **cal.params),
+      metrics_aggregator=tff.learning.metrics.secure_sum_then_finalize)
+  state = process.initialize()
+  assert 'Outside the calibrated schedule: 2 clients contributed' in _refused(
+      process, state, _client_data(2))
+  for _ in range(2):
+    state = process.next(state, _client_data(3)).state
+  assert 'round 3 of a mechanism calibrated for 2 rounds' in _refused(
+      process, state, _client_data(3))
+
+
+def test_a_factory_without_a_calibration_enforces_no_schedule():
+  """Raw parameters promised no ε: any cohort and any number of rounds run
+  (docs/privacy.md, "From calibration to run")."""
+  process = aggregators.rqm_factory(1.0).create(SMALL)
+  state = process.initialize()
+  for n in (1, 7, 2, 5, 3):
+    out = process.next(state, _values(n))
+    assert aggregators.find_measurements(out.measurements)['num_clients'] == n
+    state = out.state
+  assert state['round_num'] == 5
+
+
+def test_a_max_clients_below_the_calibrated_cohort_is_refused(cal_5_of_30):
+  with pytest.raises(ValueError, match=r'`max_clients_per_round`=4 is below '
+                     r'the 5 clients per round of the calibration.*>= 5'):
+    aggregators.rqm_factory(1.0, **cal_5_of_30.params, max_clients_per_round=4)
+  aggregators.rqm_factory(1.0, **cal_5_of_30.params, max_clients_per_round=5)

@@ -96,18 +96,19 @@ BINARIES = sorted(
     name[:-3] for name in os.listdir(os.path.join(ROOT, 'experiments'))
     if name.endswith('.py') and name != '__init__.py')
 
-# In a fresh process per binary (absl's flags are global): every integer flag
-# must carry a lower bound, and each bad line — an unknown flag, an integer
-# flag below its bound or not an integer — must exit 2 with one line naming
-# the flag, before main runs.
+# In a fresh process per binary (absl's flags are global): --help exits 0;
+# every integer flag must carry a lower bound, and each bad line — an unknown
+# flag, an integer flag below its bound or not an integer — must exit 2 with
+# one line naming the flag, before main runs.
 _BAD_FLAGS_DRIVER = r'''
 import contextlib, importlib, io, json, sys
-from absl import flags
+from absl import app, flags
 from tff_quant.program import cli
 module = importlib.import_module('experiments.' + sys.argv[1])
+app.define_help_flags()   # as app.run does before it parses
 owned = flags.FLAGS.flags_by_module_dict().get(module.__name__, [])
 ints = [f for f in owned if f.flag_type() == 'int']
-cases = [('no_such_flag', ['--no_such_flag=1'])]
+cases = [('help', ['--help']), ('no_such_flag', ['--no_such_flag=1'])]
 for f in ints:
   cases.append((f.name, ['--%s=x' % f.name]))
   bound = getattr(f.parser, 'lower_bound', None)
@@ -139,7 +140,9 @@ def test_bad_flags_of_every_binary_exit_2_with_one_line_naming_the_flag(binary):
   assert out['unbounded'] == [], (
       f'{binary}: integer flags without a lower bound: {out["unbounded"]}')
   assert out['results'], binary
-  for name, argv, code, err in out['results']:
+  (_, _, code, err), *bad = out['results']
+  assert code == 0 and err == '', (binary, '--help exits 0', code, err)
+  for name, argv, code, err in bad:
     assert code == 2, (binary, argv, code, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: '), (binary, argv, err)

@@ -380,3 +380,28 @@ def test_a_calibrated_run_reuses_its_calibration_and_refuses_other_rounds_first(
   # Another setting of the calibration: refused naming the flag.
   with pytest.raises(ValueError, match=r'--clip_norm: 1\.0 there, 0\.5 now'):
     ft.run(cfg(clip_norm=0.5), mnist, run_dir, log=lambda _: None)
+
+
+def test_a_dropout_tolerant_run_reports_its_cohorts_and_their_epsilon(mnist,
+                                                                      tmp_path):
+  cfg = small_config(target_epsilon=8.0, rotate=True,
+                     coordinate_clip_multiple=3.0, min_clients_per_round=3)
+  s = ft.run(cfg, mnist, str(tmp_path / 'run'), log=lambda _: None)
+  assert s['config']['min_clients_per_round'] == 3
+  assert s['cohort_sizes'] == [4]   # no client dropped here
+  assert s['epsilon'] <= 8.0
+  # Every round had all 4: the ε for the cohorts that occurred is smaller.
+  assert s['epsilon_for_cohorts_that_occurred'] < s['epsilon']
+  assert 'of whom at least 3 contribute' in s['privacy_assumptions']
+
+
+@pytest.mark.parametrize('kw, message', [
+    (dict(min_clients_per_round=3), 'needs a registry mechanism calibrated'),
+    (dict(min_clients_per_round=5, target_epsilon=8.0),
+     'min_clients_per_round'),
+    (dict(min_clients_per_round=0, target_epsilon=8.0),
+     'min_clients_per_round'),
+])
+def test_bad_dropout_tolerance_is_refused_naming_it(kw, message):
+  with pytest.raises(ValueError, match=message):
+    small_config(**kw).validate()

@@ -22,8 +22,10 @@ def test_grid_interleaves_epsilons_and_puts_the_median_clip_first():
   assert points[0] == tuning.Point(3.0, 0.05, 0.0, 1.0)   # the simplest
   assert points[0].name == 'eps3_lr0.05_mom0_clip1x'
   assert tuning.Point(3, 0.05, 0, 1, 2.0).name.endswith('_slr2')
-  with pytest.raises(ValueError, match='momenta'):
+  with pytest.raises(ValueError, match='server_momenta'):
     tuning.grid([3], [0.1], [1.0], [1])
+  with pytest.raises(ValueError, match='server_lr_schedules'):
+    tuning.grid([3], [0.1], [0], [1], [1.0], ['linear'])
   with pytest.raises(ValueError, match='empty'):
     tuning.grid([3], [], [0], [1])
 

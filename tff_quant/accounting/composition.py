@@ -71,6 +71,9 @@ class Guarantee:
   epsilon_attained: Optional[float] = None
   #: The inputs attaining the per-round divergence at the ε's order.
   attained_inputs: str = ''
+  #: The fewest clients whose outputs a round's sum holds (dropouts; None:
+  #: every sampled client's, `clients_per_round`).
+  min_clients_per_round: Optional[int] = None
 
   @property
   def slack(self) -> Optional[float]:
@@ -111,13 +114,19 @@ DIVERGENCES_NOTE = 'Per-coordinate divergences: '
 CONDITIONING_TAIL = 1e-14
 
 
-def _check_schedule(clients_per_round, total_clients, delta, dim):
+def _check_schedule(clients_per_round, total_clients, delta, dim,
+                    min_clients_per_round=None):
   validation.check_integer('clients_per_round', clients_per_round, 1)
   validation.check_integer('total_clients', total_clients, 1)
   validation.check_integer('dim', dim, 1)
   validation.check_at_most('clients_per_round', clients_per_round,
                            'total_clients', total_clients)
   validation.check_probability('delta', delta)
+  validation.check_optional(validation.check_integer, 'min_clients_per_round',
+                            min_clients_per_round, 1)
+  if min_clients_per_round is not None:
+    validation.check_at_most('min_clients_per_round', min_clients_per_round,
+                             'clients_per_round', clients_per_round)
 
 
 class RoundAccountant:
@@ -144,10 +153,20 @@ class RoundAccountant:
     pair_bounds: how a pair is bounded for any others
       (`secure_sum.PairBounds`; default: the mixture bound and the ±c
       mixes, the smaller).
+    min_clients_per_round: None (every sampled client contributes), or
+      n_min in [1, clients_per_round]: the fewest of a round's sampled
+      clients whose outputs its sum holds (dropouts independent of the
+      data and of which sampled client is which). The round's RDP is then
+      that of the sum of n_min clients, and WBK19 subsamples it at γ =
+      clients_per_round / total_clients: a bound for every cohort from n_min
+      to clients_per_round (docs/privacy.md, "Dropouts"). The mechanism's
+      own subsampling analysis (`Mechanism.subsampled_rdp`, which ties the
+      noise to the sampled count) is not used then.
 
   Raises:
-    ValueError: a schedule argument out of range (named), or
-      `conditioning_tail` outside (0, 1).
+    ValueError: a schedule argument out of range (named),
+      `conditioning_tail` outside (0, 1), or `min_clients_per_round` below
+      clients_per_round for a mechanism accounted by conditioning (BQ).
   """
 
   def __init__(self, mech, clients_per_round: int, total_clients: int,
@@ -156,13 +175,17 @@ class RoundAccountant:
                l2_clip: Optional[float] = None, others: str = 'any',
                conditioning_tail: float = CONDITIONING_TAIL,
                limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
-               pair_bounds: Optional[secure_sum.PairBounds] = None):
-    _check_schedule(clients_per_round, total_clients, delta, dim)
+               pair_bounds: Optional[secure_sum.PairBounds] = None,
+               min_clients_per_round: Optional[int] = None):
+    _check_schedule(clients_per_round, total_clients, delta, dim,
+                    min_clients_per_round)
     secure_sum.check_others(others)
     self.others = others
     self.limits, self.pair_bounds = limits, pair_bounds
     validation.check_optional(validation.check_positive, 'l2_clip', l2_clip)
     self.mech, self.n, self.population = mech, clients_per_round, total_clients
+    #: Clients in the sum the round's RDP is computed for (n_min <= n).
+    self.summed = min_clients_per_round or clients_per_round
     self.delta, self.dim, self.orders = delta, dim, list(orders)
     self.gamma = clients_per_round / total_clients
     self.l2_clip = l2_clip
@@ -170,15 +193,22 @@ class RoundAccountant:
                      not secure_sum.coordinate_route_applies(mech, dim, l2_clip))
     self._attained = None
     #: The conditioned secure sum the RDP routes account (None: the sum itself).
-    self.conditioned = mech.conditioned_sum(clients_per_round,
-                                            conditioning_tail)
+    self.conditioned = mech.conditioned_sum(self.summed, conditioning_tail)
+    if self.conditioned is not None and self.summed < self.n:
+      raise ValueError(
+          f'`min_clients_per_round`={self.summed} < `clients_per_round`='
+          f'{self.n} is not available for {mech}: its RDP routes account the '
+          'sum conditioned on a window fixed by the number of clients summed '
+          '(docs/privacy.md, "Conditioning on a window"), and a sum over '
+          'more clients is not a post-processing of that conditioned sum. '
+          'Calibrate it without dropouts (min_clients_per_round=None).')
 
   @property
   def _accounted(self):
     """(mechanism, clients) whose secure sum the RDP routes bound: the
     conditioned sum's windowed mechanism where there is one."""
     if self.conditioned is None:
-      return self.mech, self.n
+      return self.mech, self.summed
     return self.conditioned.mechanism, self.conditioned.num_clients
 
   @functools.cached_property
@@ -211,7 +241,7 @@ class RoundAccountant:
     bounds)."""
     sub = [rdp_route.subsampled_rdp_without_replacement(rdp, self.gamma, a)
            for a in self.orders]
-    if self.mech is None or self.gamma >= 1:
+    if self.mech is None or self.gamma >= 1 or self.summed < self.n:
       return sub
     sensitivity = (2 * self.l2_clip if self.l2_route
                    else 2 * self.mech.input_bound * math.sqrt(self.dim))
@@ -224,11 +254,13 @@ class RoundAccountant:
   @property
   def attained(self) -> Optional[Dict[float, float]]:
     """{order: per-round RDP attained by named inputs} (`attained.round_rdp`,
-    its `describe(order)` names them), computed on first use; the proved
-    values themselves where the divergences are exact in closed form; None
-    where no search applies."""
+    its `describe(order)` names them; for a modular sum its own route,
+    `attained.is_modular`), computed on first use; the proved values
+    themselves where the divergences are exact in closed form (the central
+    Gaussian); None where no search applies."""
     if self._attained is None and self.mech is not None:
-      if self.mech.has_exact_divergences:
+      if (self.mech.has_exact_divergences and
+          not attained_lib.is_modular(self.mech)):
         self._attained = attained_lib.AttainedRdp(
             dict(self.rdp), {}, self.mech.input_bound)
       else:
@@ -296,6 +328,7 @@ class RoundAccountant:
     _check_schedule(clients_per_round, total_clients, delta, dim)
     self = cls.__new__(cls)
     self.mech, self.n, self.population = None, clients_per_round, total_clients
+    self.summed = clients_per_round
     self.delta, self.dim, self.orders = delta, dim, list(orders)
     self.gamma = clients_per_round / total_clients
     self.l2_clip, self.l2_route, self.rdp = None, True, dict(rdp)
@@ -371,7 +404,7 @@ class RoundAccountant:
                        attained_inputs='the per-round RDP was given in closed '
                        'form')
     eps_pld, note = pld_route.pld_epsilon(
-        self.mech, self.n, self.dim, rounds, self.gamma, self.delta,
+        self.mech, self.summed, self.dim, rounds, self.gamma, self.delta,
         use_pld=use_pld, l2_route=self.l2_route, others=self.others,
         limits=self.limits, pld_interval=pld_interval,
         pld_max_points=pld_max_points)
@@ -398,7 +431,8 @@ class RoundAccountant:
         inputs = inputs.replace('others none', self.conditioned.attained_others)
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp,
-                     self._assumptions_text(), note, low, inputs)
+                     self._assumptions_text(), note, low, inputs,
+                     self.summed if self.summed < self.n else None)
 
   def _assumptions_text(self) -> str:
     """The neighbouring relation, sampling, route and worst cases, in words."""
@@ -418,7 +452,7 @@ class RoundAccountant:
                 f'{self.conditioned.tail:.3g}); the PLD route, where it '
                 'applies, composes the exact law (infinite losses in δ)')
     else:
-      red = self.mech.sum_reduction(self.n)
+      red = self.mech.sum_reduction(self.summed)
       if red is not None and (self.l2_route or self.others == 'any' or
                               self.mech.piecewise_affine):
         others = f'{red.why}, targets at every vertex pair'
@@ -438,12 +472,16 @@ class RoundAccountant:
       else:
         others += ('; ASSUMED: others at ±c (worst mix; the papers\' setting, '
                    'not a worst case: interior inputs can give more)')
+    dropouts = ('' if self.summed == self.n else
+                f', of whom at least {self.summed} contribute (dropouts '
+                'independent of the data and of who the client is; each round '
+                f'accounted as the sum of {self.summed} clients sampled at γ)')
     text = (
         f'replace-one neighbouring (participant count public); {self.n} of '
-        f'{self.population} clients per round (γ={self.gamma:.4g}), fixed-size '
-        'without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: target '
-        f'participation revealed, pessimistic); {coords}; {others}; D∞ = sup '
-        'over all inputs.')
+        f'{self.population} clients per round (γ={self.gamma:.4g}){dropouts}, '
+        'fixed-size without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: '
+        f'target participation revealed, pessimistic); {coords}; {others}; '
+        'D∞ = sup over all inputs.')
     method = getattr(self.rdp, 'method', '')
     if method:   # what the ℓ2 route's curve did (a sub-sum, a local bound)
       text += f' {DIVERGENCES_NOTE}{method}.'
@@ -459,7 +497,8 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
                        l2_clip: Optional[float] = None,
                        others: str = 'any', attained: bool = True,
                        limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
-                       pair_bounds: Optional[secure_sum.PairBounds] = None
+                       pair_bounds: Optional[secure_sum.PairBounds] = None,
+                       min_clients_per_round: Optional[int] = None
                        ) -> Guarantee:
   """(ε, δ) after `rounds` rounds of `clients_per_round` sampled from `total_clients`.
 
@@ -481,11 +520,14 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
     limits: the `secure_sum.Limits` the target-pair search runs under.
     pair_bounds: how a pair is bounded for any others
       (`secure_sum.PairBounds`).
+    min_clients_per_round: None, or the fewest sampled clients a round's sum
+      may hold (dropouts; `RoundAccountant`).
   """
   validation.check_integer('rounds', rounds, 1)
   accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
                                dim, orders, l2_clip, others, limits=limits,
-                               pair_bounds=pair_bounds)
+                               pair_bounds=pair_bounds,
+                               min_clients_per_round=min_clients_per_round)
   return accountant.guarantee(
       rounds, use_pld, pld_interval,
       pld_max_points or pld_route.DEFAULT_PLD_MAX_POINTS, attained)

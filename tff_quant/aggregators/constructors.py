@@ -40,8 +40,12 @@ def mechanism_factory(name: str, clip_norm: float,
   `Calibration.params` carries, so `rqm_factory(clip, **cal.params)` passes
   it) the factory runs exactly the calibrated mechanism: c∞ is the calibrated
   one, and every argument that would change the ε calibration reported is
-  refused here, or at `create` for the dimension (docs/privacy.md, "From
-  calibration to run").
+  refused here, or at `create` for the dimension; and every round outside
+  the calibrated schedule (past its `rounds`, fewer contributing clients than
+  its `min_clients_per_round` or more than its `clients_per_round`) fails
+  before its output is released (`QuantizationFactory`; docs/privacy.md,
+  "From calibration to run" and "Dropouts"). Without `calibrated_for` (raw
+  parameters) no ε was promised, so no schedule is enforced.
 
   Args:
     name: a key of `tff_quant.mechanisms.registry()`.
@@ -59,7 +63,8 @@ def mechanism_factory(name: str, clip_norm: float,
     rotate: rotate each client's update (see `QuantizationFactory`); per
       client, so it also works with `clients_per_value` > 1.
     seed: None (unpredictable client seeds) or an int (reproducible experiments).
-    max_clients_per_round: see `QuantizationFactory`.
+    max_clients_per_round: see `QuantizationFactory` (with `calibrated_for`:
+      at least its clients_per_round).
     sum_factory: see `QuantizationFactory` (default TFF's SecureSumFactory).
     allow_no_privacy: see `QuantizationFactory` (default: refuse a mechanism
       that gives no privacy, checked now).
@@ -75,8 +80,10 @@ def mechanism_factory(name: str, clip_norm: float,
   Raises:
     ValueError: an unknown name or parameter, a bad number (naming it and its
       range), or, with `calibrated_for`, a mechanism, tunable, c∞ or ℓ2 clip
-      other than the calibrated ones, or a bound='attained' calibration (not
-      a guarantee).
+      other than the calibrated ones, a bound='attained' calibration (not
+      a guarantee), or a `max_clients_per_round` (or secure-sum range) that
+      cannot hold the calibrated clients_per_round.
+    TypeError: `calibrated_for` not an `accounting.CalibratedSetting`.
   """
   params = dict(params or {})
   if calibration.CALIBRATED_FOR in params:

@@ -7,8 +7,24 @@ client: flatten + concat -> non-finite to 0 (counted) -> l2 clip to `clip_norm`
 secure: `sum_factory` (default tff.aggregators.SecureSumFactory(L-1, 0), or
         SecureModularSumFactory(M) for mechanisms with a `modulus`): the
         server only sees the sum; its state is carried across rounds
-server: mechanism.decode(level_sum, n) / n -> (rotation undone) -> the original
-        structure (a mean)
+server: (calibrated: refuse a round outside the calibrated schedule) ->
+        mechanism.decode(level_sum, n) / n -> (rotation undone) -> the
+        original structure (a mean)
+
+The calibrated schedule. A factory built with `calibrated_for` (an
+`accounting.CalibratedSetting`; `aggregators.mechanism_factory` passes the one
+`Calibration.params` carries) checks every round, on the server and before
+anything of the round is output: the round is within the calibrated `rounds`
+(the round counter of its state) and its contributors n (the secure-summed
+count, public) lie in [min_clients_per_round, clients_per_round] of the
+calibration. Otherwise the computation fails (a TensorFlow assertion that the
+decode and the measurements depend on): TFF raises, nothing of the round is
+returned, the state does not advance, and `program.runtime.
+readable_round_errors()` turns it into a `RoundCheckError` naming the count
+or round, the calibrated value and the fix. A factory built without a
+calibration (raw parameters) promised no ε, so it has no schedule to enforce:
+any round and any count up to `max_clients_per_round` run (docs/privacy.md,
+"From calibration to run" and "Dropouts").
 
 Seeds: by default every client draws its own sampling seed from its local RNG
 (TF's OS-seeded generator), so the server cannot predict the noise. `seed=int` is
@@ -21,6 +37,7 @@ import collections
 import collections.abc
 import contextlib
 import inspect
+import logging
 import math
 from typing import Callable, NamedTuple, Optional, Union
 
@@ -39,6 +56,27 @@ _ROTATION_SALT = 0x5EED_0F_2D   # second word of the rotation's (public) seed
 # A mechanism that needs δ >= this for any finite ε gives no privacy.
 NO_PRIVACY_MASS = 0.5
 
+
+
+class _DropUnusedAssertReports(logging.Filter):
+  """Drops TensorFlow's "Object was never used ... assert_less_equal" reports.
+
+  TFF's own secure quantized sum (`tff.aggregators` primitives, behind
+  `tff.learning.metrics.secure_sum_then_finalize` and the secure sums of
+  this factory's counts) builds a `tf.debugging.assert_less_equal` in graph
+  mode and discards it; TensorFlow logs a block for each (64 in a small
+  calibrated run: the process is built twice).
+  They say that TFF's bound check is not run, nothing about this library's
+  checks (which are used: `_server_decode`).
+  """
+
+  def filter(self, record):
+    message = record.getMessage()
+    return not ('Object was never used' in message
+                and 'assert_less_equal' in message)
+
+
+logging.getLogger('tensorflow').addFilter(_DropUnusedAssertReports())
 
 class Created(NamedTuple):
   """What one `create` built: the mechanism and the coordinates d it encodes.
@@ -106,7 +144,11 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     calibrated_for: None, or the `accounting.CalibratedSetting` the mechanism
       was calibrated for (`aggregators.mechanism_factory` passes it): then
       `create` refuses a value whose d (after any padding) is not the
-      calibrated d, since ε depends on d.
+      calibrated d, since ε depends on d, and every round outside the
+      calibrated schedule is refused before its output is released (module
+      docstring): a round past `rounds`, or fewer contributing clients than
+      `smallest_cohort` (min_clients_per_round) or more than
+      `clients_per_round`.
     clients_per_value: K >= 1 (default 1). With K > 1 every client value stacks
       K clients' updates on a leading axis (the packed simulation path,
       `tff_quant.training.packed_clients`): each row is clipped and encoded on
@@ -176,6 +218,19 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     self._rotate = validation.check_bool('rotate', rotate)
     self._calibrated_for = calibrated_for
     self._diagnostics = validation.check_bool('diagnostics', diagnostics)
+    if calibrated_for is not None and not hasattr(calibrated_for,
+                                                  'smallest_cohort'):
+      raise TypeError('`calibrated_for` must be an accounting.CalibratedSetting '
+                      f'(`Calibration.setting`), got '
+                      f'{type(calibrated_for).__name__}.')
+    self._schedule = _Schedule.of(calibrated_for)
+    if self._schedule is not None and max_clients_per_round is not None and (
+        max_clients_per_round < self._schedule.most):
+      raise ValueError(
+          f'`max_clients_per_round`={max_clients_per_round} is below the '
+          f'{self._schedule.most} clients per round of the calibration: the '
+          'calibrated cohort could not be summed. Allowed: '
+          f'max_clients_per_round >= {self._schedule.most}, or omit it.')
     if isinstance(mechanism, base.Mechanism):
       self._check_capacity(mechanism)
       self._check_privacy(mechanism)
@@ -238,6 +293,11 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
           f'secure-sum range of {n * (mech.num_levels - 1)}, above int32 '
           f'({_INT32_MAX}); allowed: max_clients_per_round <= '
           f'{_INT32_MAX // (mech.num_levels - 1)}.')
+    if self._schedule is not None and self._schedule.most > n:
+      raise ValueError(
+          f'The calibration samples {self._schedule.most} clients per round, '
+          f'but the int32 secure sum of {mech.num_levels} levels holds at most '
+          f'{n}: calibrate for clients_per_round <= {n}, or fewer levels.')
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     _refuse_sum_consumer()
@@ -252,7 +312,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       found.append(self.created)
     plan = _Plan(mech, specs, raw_dim, dim, self._per_value, self._rotate,
                  self._clip_norm, self._seed, self.max_clients_for(mech),
-                 self._diagnostics)
+                 self._diagnostics, self._schedule)
     client_encode = _client_encode(plan, value_type)
     levels_type, counts_type = client_encode.type_signature.result
     default_sum = (tff.aggregators.SecureModularSumFactory(mech.modulus)
@@ -332,6 +392,100 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     return specs, raw_dim
 
 
+class _Schedule(NamedTuple):
+  """The calibrated schedule a round must lie in (module docstring).
+
+  Args:
+    rounds: the calibrated number of rounds.
+    fewest: n_min, the fewest contributing clients a round may have.
+    most: n, the clients per round the calibration sampled.
+    total: N, the population.
+    epsilon: the calibrated ε (for the messages).
+  """
+  rounds: int
+  fewest: int
+  most: int
+  total: int
+  epsilon: float
+
+  @classmethod
+  def of(cls, setting) -> Optional['_Schedule']:
+    """The schedule a calibration fixed.
+
+    Args:
+      setting: an `accounting.CalibratedSetting`, or None.
+
+    Returns:
+      Its `_Schedule`, or None for None (no schedule to enforce).
+    """
+    if setting is None:
+      return None
+    return cls(int(setting.rounds), int(setting.smallest_cohort),
+               int(setting.clients_per_round), int(setting.total_clients),
+               float(setting.epsilon))
+
+  def checks(self, n, round_num) -> list:
+    """The round's assertions, to be run before anything of it is output.
+
+    Args:
+      n: the round's contributing clients (int32 tensor, the secure-summed
+        count): must lie in [fewest, most].
+      round_num: the round's index from 0 (int64 tensor, the state's
+        counter): must be below `rounds`.
+
+    Returns:
+      The `tf.debugging.Assert` ops; each failing one's message (the first
+      datum) names the count or round, the calibrated value, the allowed
+      range and the fix.
+    """
+    eps = f'its ε = {self.epsilon:.6g}'
+    cohort = (f'{self.most} of {self.total} clients per round' +
+              (f', at least {self.fewest} contributing'
+               if self.fewest < self.most else ''))
+    allowed = f'Allowed: {self.fewest} to {self.most} clients per round.'
+    fewest_name = ('clients_per_round' if self.fewest == self.most else
+                   'min_clients_per_round')
+    keep = ('let every one contribute' if self.fewest == self.most else
+            f'lose at most {self.most - self.fewest} of them')
+    fewer = (
+        f'{SCHEDULE_REFUSED} {{}} clients contributed to round {{}}, fewer than '
+        f'the {self.fewest} ({fewest_name}) the mechanism was '
+        f'calibrated for ({cohort}): fewer clients add less noise, so {eps} '
+        f'would not hold. Nothing of this round was released. {allowed} '
+        f'Sample {self.most} clients per round and {keep}, or calibrate '
+        'for dropouts '
+        '(accounting.calibration_report(..., min_clients_per_round=k), k the '
+        'fewest you accept) and build the factory from that calibration.')
+    more = (
+        f'{SCHEDULE_REFUSED} {{}} clients contributed to round {{}}, more than '
+        f'the {self.most} clients per round (clients_per_round) the mechanism '
+        f'was calibrated for ({cohort}): a larger cohort samples each client '
+        f'more often than the accounted rate {self.most}/{self.total}, and '
+        f'{eps} is not proved for it (more clients add noise, but the '
+        'accountant\'s ε can go either way). Nothing of this round was '
+        f'released. {allowed} Sample at most {self.most} clients per round, '
+        'or calibrate for the larger clients_per_round.')
+    late = (
+        f'{SCHEDULE_REFUSED} round {{}} of a mechanism calibrated for '
+        f'{self.rounds} rounds (rounds={self.rounds}): {eps} holds for '
+        f'{self.rounds} rounds only. Nothing of this round was released. '
+        f'Allowed: rounds 1 to {self.rounds}. Stop here, or calibrate for all '
+        'the rounds to run (accounting.calibration_report(..., rounds=R)) and '
+        'train anew with a factory built from that calibration.')
+    this_round = round_num + 1
+    return [
+        tf.debugging.Assert(round_num < self.rounds,
+                            [tf.strings.format(late, [this_round])]),
+        tf.debugging.Assert(n >= self.fewest, [tf.strings.format(
+            fewer, [n, this_round])]),
+        tf.debugging.Assert(n <= self.most, [tf.strings.format(
+            more, [n, this_round])])]
+
+
+#: How every message of a round refused for the calibrated schedule begins.
+SCHEDULE_REFUSED = 'Outside the calibrated schedule:'
+
+
 class _Plan(NamedTuple):
   """What `create` fixed for its computations."""
   mech: base.Mechanism
@@ -344,6 +498,7 @@ class _Plan(NamedTuple):
   seed: Optional[int]
   max_clients: int
   diagnostics: bool      # whether clients send their clipping counts
+  schedule: Optional[_Schedule] = None   # the calibrated one, enforced
 
 
 def _client_seed(plan: _Plan, flat, round_num):
@@ -409,14 +564,23 @@ def _server_decode(plan: _Plan, levels_type, counts_type):
   @tff.tensorflow.computation(levels_type, counts_type, _STATE_TYPE)
   def server_decode(levels_total, counts_total, round_num):
     n = counts_total[2]
-    checks = [tf.debugging.assert_less_equal(
-        n, plan.max_clients,
-        message=(f'More clients in this round than max_clients_per_round='
-                 f'{plan.max_clients}: the int32 secure sum of levels in [0, '
-                 f'{mech.num_levels - 1}] could overflow.')),
-              tf.debugging.assert_positive(n, message='No clients in round.')]
+    checks = [tf.debugging.Assert(n <= plan.max_clients, [
+        f'More clients in this round than max_clients_per_round='
+        f'{plan.max_clients}: the int32 secure sum of levels in [0, '
+        f'{mech.num_levels - 1}] could overflow.']),
+              tf.debugging.Assert(n > 0, ['No clients in round.'])]
+    if plan.schedule is not None:   # before anything of the round is output
+      checks += plan.schedule.checks(n, round_num)
+    # Every output depends on every check: a failed one fails the round.
+    # (TensorFlow's should-use wrapper does not count a control dependency
+    # as a use: unmarked, each check is logged as "never used".)
+    for check in checks:
+      getattr(check, 'mark_used', lambda: None)()
     with tf.control_dependencies(checks):
-      mean = mech.decode(levels_total, n) / tf.cast(n, tf.float32)
+      n = tf.identity(n)
+      levels_total = tf.identity(levels_total)
+      counts_total = tf.identity(counts_total)
+    mean = mech.decode(levels_total, n) / tf.cast(n, tf.float32)
     if plan.rotate:   # the transform is its own inverse; then the signs
       mean = hadamard(mean[None])[0] * rotation_signs(round_num, dim)
     pieces, start = [], 0

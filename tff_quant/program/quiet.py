@@ -5,8 +5,9 @@ TF_CPP_MIN_LOG_LEVEL=2 keeps them) and CUDA/TensorRT notices from C++ static
 initialisers on every import, on a machine with no GPU. They carry no
 information for a CPU run and bury a binary's own one-line errors, so stderr is
 silenced for the import only; anything raised is re-raised after it is restored.
-TF's "Object was never used" reports (graph-mode asserts inside TFF's Hadamard
-rotation, harmless) are filtered from its logger.
+TF's "Object was never used" reports (graph-mode asserts that TFF's secure
+quantized sum builds and discards: its bound check is not run; harmless for
+this library, whose own checks are used) are filtered from its logger.
 """
 
 

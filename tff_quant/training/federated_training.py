@@ -81,6 +81,11 @@ class TrainingConfig:
   # validation split (`data.hold_out_validation`); the run trains on the
   # rest and evaluates on the validation split, never on the test set.
   validation_fraction: float = 0.0
+  # Dropout tolerance: the fewest of a round's sampled clients whose update
+  # may reach the sum (a calibrated run: ε holds for every cohort from it to
+  # clients_per_round, and the factory refuses a round below it). None:
+  # every sampled client contributes; then left out of config.json.
+  min_clients_per_round: Optional[int] = None
 
   def validate(self):
     """TypeError for a wrong type, ValueError naming the parameter and its range."""
@@ -119,6 +124,15 @@ class TrainingConfig:
                             1, high_open=True)
     validation.check_one_of('server_lr_schedule', self.server_lr_schedule,
                             SERVER_LR_SCHEDULES)
+    if self.min_clients_per_round is not None:
+      validation.check_integer('min_clients_per_round',
+                               self.min_clients_per_round, 1,
+                               self.clients_per_round)
+      if self.target_epsilon is None or self.is_peer:
+        raise ValueError(
+            '`min_clients_per_round` needs a registry mechanism calibrated to '
+            'a `target_epsilon`: the calibration sizes the noise for the '
+            'smallest cohort and the factory enforces it.')
 
   @property
   def evaluation_split(self) -> str:
@@ -312,6 +326,8 @@ def config_record(config: TrainingConfig) -> Dict[str, object]:
       del record[name]
   if record['server_lr_schedule'] == 'constant':
     del record['server_lr_schedule']
+  if record['min_clients_per_round'] is None:
+    del record['min_clients_per_round']
   return record
 
 
@@ -457,7 +473,8 @@ def calibrate_config(config: TrainingConfig, dim: int, log=print,
         config.rounds, config.clients_per_round, config.total_clients, dim,
         l2_clip=config.clip_norm,
         coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
-        math.sqrt(dim), bits=bits, progress=log, **fixed)
+        math.sqrt(dim), bits=bits, progress=log,
+        min_clients_per_round=config.min_clients_per_round, **fixed)
   config.mechanism_params = cls.complete_params(report.tunables)
   interval = (f'ε ∈ [{report.epsilon_attained:.4g}, {report.epsilon:.4g}] '
               '[attained, proved]' if report.epsilon_attained is not None
@@ -642,10 +659,21 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   rounds_done = max(done.start, config.rounds)
   if done.start >= config.rounds:
     log(f'{run_dir} already finished {done.start} rounds.')
-  summary = rounds.summary(done.state, rounds_done)
+  summary = rounds.summary(done.state, rounds_done, _cohort_sizes(run_dir))
   summary['model_file'] = rounds.export(done.state, run_dir)
   results_io.write_json(os.path.join(run_dir, 'summary.json'), summary)
   return summary
+
+
+def _cohort_sizes(run_dir: str) -> list:
+  """The distinct numbers of contributing clients in run_dir's metrics.csv
+  (rounds of runs of before the column existed are left out)."""
+  path = os.path.join(run_dir, 'metrics.csv')
+  if not os.path.exists(path):
+    return []
+  return sorted({int(float(row['num_clients']))
+                 for row in results_io.read_csv(path)
+                 if row.get('num_clients') not in (None, '', 'nan')})
 
 
 def initial_weights(keras_fn, seed: int) -> tff.learning.models.ModelWeights:
@@ -754,9 +782,10 @@ class _Rounds:
       return self.peer.accountant(config.total_clients, delta), None
     if mech is None:
       return None, None
-    acct = accounting.RoundAccountant(mech, config.clients_per_round,
-                                      config.total_clients, delta, self.dim,
-                                      orders=orders, l2_clip=config.clip_norm)
+    acct = accounting.RoundAccountant(
+        mech, config.clients_per_round, config.total_clients, delta, self.dim,
+        orders=orders, l2_clip=config.clip_norm,
+        min_clients_per_round=config.min_clients_per_round)
     if not acct.gives_privacy:
       raise ValueError(f'{mech} gives no privacy: its per-round Rényi divergence '
                        'is infinite at every order (ε = inf). Change its '
@@ -902,8 +931,9 @@ class _Rounds:
     row = collections.OrderedDict()
     quant = aggregators.find_measurements(measurements)
     if quant is not None:
-      for key in ('bits_per_client', 'bits_per_coordinate', 'secure_sum_bits',
-                  'upload_bits_per_client', 'nonfinite_count'):
+      for key in ('num_clients', 'bits_per_client', 'bits_per_coordinate',
+                  'secure_sum_bits', 'upload_bits_per_client',
+                  'nonfinite_count'):
         row[key] = int(quant[key])
       for key in ('clipped_fraction', 'clipped_clients_fraction'):
         row[key] = float(quant[key])
@@ -927,8 +957,11 @@ class _Rounds:
     row['delta'] = self.config.target_delta
     return row
 
-  def summary(self, state, rounds_done):
-    """summary.json: data, config, final test metrics, ε ∈ [attained, proved]."""
+  def summary(self, state, rounds_done, cohorts=()):
+    """summary.json: data, config, final test metrics, ε ∈ [attained, proved].
+
+    `cohorts`: the numbers of contributing clients the rounds had; with a
+    dropout tolerance, the ε for the smallest that occurred is added."""
     config, mech, peer = self.config, self.mech, self.peer
     test_loss, test_acc = self.evaluate(state)
     summary = collections.OrderedDict(
@@ -951,6 +984,15 @@ class _Rounds:
     use_pld = (self.calibration is None or self.calibration.setting is None
                or self.calibration.setting.use_pld)
     g = self.acct.guarantee(rounds_done, use_pld=use_pld)
+    if cohorts:
+      summary['cohort_sizes'] = list(cohorts)
+    if (config.min_clients_per_round is not None and cohorts
+        and self.calibration is not None):
+      # The calibrated ε holds for every cohort down to the minimum; the
+      # cohorts that occurred may allow less (docs/privacy.md, "Dropouts").
+      summary['epsilon_for_cohorts_that_occurred'] = (
+          self.calibration.guarantee(rounds_done,
+                                     smallest_cohort=min(cohorts)).epsilon)
     if not use_pld:
       g = dataclasses.replace(g, pld_note=(
           'PLD route not used: a calibrated run is accounted as its '

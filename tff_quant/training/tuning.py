@@ -114,11 +114,18 @@ class Point:
 
 
 def grid(epsilons: Sequence[float], client_lrs: Sequence[float],
-         momenta: Sequence[float], clip_multiples: Sequence[float],
+         server_momenta: Sequence[float], clip_multiples: Sequence[float],
          server_lrs: Sequence[float] = (1.0,),
-         schedules: Sequence[str] = ('constant',)) -> List[Point]:
+         server_lr_schedules: Sequence[str] = ('constant',)) -> List[Point]:
   """Every combination, in run order: the ε values interleaved (a grid cut
-  short covers each ε alike), the clip multiples nearest 1 first within."""
+  short covers each ε alike), the clip multiples nearest 1 first within.
+
+  The parameters are named as fl_tune's flags (--epsilons, ...), and so are
+  the errors.
+
+  Raises:
+    ValueError: a list empty or a value outside its range, naming it.
+  """
   for name, values in (('epsilons', epsilons), ('client_lrs', client_lrs),
                        ('clip_multiples', clip_multiples),
                        ('server_lrs', server_lrs)):
@@ -126,17 +133,20 @@ def grid(epsilons: Sequence[float], client_lrs: Sequence[float],
       raise ValueError(f'`{name}` is empty.')
     for v in values:
       validation.check_positive(name, v)
-  for m in momenta:
-    validation.check_number('momenta', m, 0, 1, high_open=True)
-  if not schedules:
-    raise ValueError('`schedules` is empty.')
-  for v in schedules:
-    validation.check_one_of('schedules', v, ft.SERVER_LR_SCHEDULES)
+  if not server_momenta:
+    raise ValueError('`server_momenta` is empty.')
+  for m in server_momenta:
+    validation.check_number('server_momenta', m, 0, 1, high_open=True)
+  if not server_lr_schedules:
+    raise ValueError('`server_lr_schedules` is empty.')
+  for v in server_lr_schedules:
+    validation.check_one_of('server_lr_schedules', v, ft.SERVER_LR_SCHEDULES)
   per_eps = {}
   for eps in epsilons:
     points = [Point(float(eps), float(lr), float(m), float(c), float(s), sch)
-              for c in clip_multiples for lr in client_lrs for m in momenta
-              for s in server_lrs for sch in schedules]
+              for c in clip_multiples for lr in client_lrs
+              for m in server_momenta for s in server_lrs
+              for sch in server_lr_schedules]
     per_eps[eps] = sorted(points, key=lambda p: (abs(math.log2(p.clip_multiple)),
                                                  p.simplicity()))
   out = []

@@ -99,7 +99,7 @@ class Epsilon:
   Args:
     schedule: training_guarantee's keyword arguments but the mechanism and
       orders (rounds, clients_per_round, total_clients, delta, dim, use_pld,
-      l2_clip, others).
+      l2_clip, others, and optionally min_clients_per_round).
     target: the ε to meet (None: no screening).
     bound: 'proved' or 'attained' (`BOUNDS`).
     mixes_matter: whether the ±c mixes lower ε (None: measured at the
@@ -126,8 +126,12 @@ class Epsilon:
     self.partial = set()   # repr(mechanism) of evaluations without the mixes
     self._floors = {}      # repr(mechanism) -> its cheap bound (or None)
     self._looseness = None   # ε / bound at the last exact evaluation
+    # The screen's bound at the sampled n (and γ = n/N) is also below the
+    # ε of a sum over fewer (min_clients_per_round): that sum's bound covers
+    # n's by data processing (docs/privacy.md, "Dropouts").
     self._bound_schedule = {k: v for k, v in self.schedule.items()
-                            if k not in ('use_pld', 'others')}
+                            if k not in ('use_pld', 'others',
+                                         'min_clients_per_round')}
 
   def epsilon(self, mech, screen: bool = True) -> interface.EpsilonEstimate:
     """`mech`'s ε, or with `screen` its lower bound where that exceeds the
@@ -270,7 +274,8 @@ class Epsilon:
       acc = composition.RoundAccountant(
           mech, s['clients_per_round'], s['total_clients'], s['delta'],
           s['dim'], self.orders, s['l2_clip'], s['others'],
-          limits=self.limits)
+          limits=self.limits,
+          min_clients_per_round=s.get('min_clients_per_round'))
       return (acc,) + acc.epsilon_attained(s['rounds'])
 
     try:

@@ -10,6 +10,7 @@ error names the fewest that carry the signal.
 
 import dataclasses
 import math
+import warnings
 from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 from tff_quant import mechanisms
@@ -55,11 +56,13 @@ class CalibratedSetting:
 
   The accountant's ε is a function of the mechanism (name, tunables and the
   coordinate clip c∞), the ℓ2 clip S, the coordinates d each client sends, the
-  schedule (rounds, n of N clients a round, δ) and how it was computed
-  (Rényi orders, PLD, the others' inputs). A factory built with
-  `calibrated_for=setting` (`aggregators.mechanism_factory`) runs exactly
-  this mechanism and refuses a setting that would change its ε
-  (docs/privacy.md, "From calibration to run").
+  schedule (rounds, n of N clients a round, the fewest n_min of them whose
+  outputs a round's sum may hold, δ) and how it was computed (Rényi orders,
+  PLD, the others' inputs). A factory built with `calibrated_for=setting`
+  (`aggregators.mechanism_factory`) runs exactly this mechanism, refuses a
+  setting that would change its ε, and refuses, before its output is
+  released, a round past `rounds` or with a cohort outside [n_min, n]
+  (docs/privacy.md, "From calibration to run" and "Dropouts").
 
   Args:
     mechanism: the registry name.
@@ -79,6 +82,10 @@ class CalibratedSetting:
     accountant: the digest of the accountant code that computed `epsilon`
       (`provenance.SOURCE_DIGEST` of the calibrating process); a factory in
       a process running other accountant code refuses the setting.
+    min_clients_per_round: n_min, the fewest of a round's clients_per_round
+      sampled clients whose outputs its sum may hold (dropouts; `epsilon`
+      holds for every cohort from n_min to clients_per_round); None: every
+      sampled client's (n_min = clients_per_round).
   """
   mechanism: str
   tunables: Tuple[Tuple[str, object], ...]
@@ -96,6 +103,16 @@ class CalibratedSetting:
   others: str
   bound: str
   accountant: str = provenance.SOURCE_DIGEST
+  min_clients_per_round: Optional[int] = None
+
+  @property
+  def smallest_cohort(self) -> int:
+    """n_min: the fewest contributing clients a round may have.
+
+    Returns:
+      `min_clients_per_round`, or `clients_per_round` where it is None.
+    """
+    return self.min_clients_per_round or self.clients_per_round
 
   def params(self) -> Dict[str, object]:
     """The mechanism's tunables as a dict.
@@ -112,9 +129,11 @@ class CalibratedSetting:
       The line, ending with the ε reached and the target.
     """
     l2 = 'none (coordinate route)' if self.l2_clip is None else f'{self.l2_clip:g}'
+    fewest = ('' if self.smallest_cohort == self.clients_per_round else
+              f' (at least {self.smallest_cohort} contributing)')
     return (f'{self.mechanism} {self.params()} at c∞ = {self.coordinate_clip:.6g}, '
             f'ℓ2 clip {l2}, d = {self.dim}, {self.rounds} rounds of '
-            f'{self.clients_per_round} of {self.total_clients} clients, '
+            f'{self.clients_per_round} of {self.total_clients} clients{fewest}, '
             f'δ = {self.delta:.3g}: ε = {self.epsilon:.6g} ({self.bound}) for a '
             f'target of {self.target_epsilon:g}')
 
@@ -203,33 +222,48 @@ class Calibration:
     return {k: v for k, v in self.params.items() if k != CALIBRATED_FOR}
 
   def guarantee(self, rounds: Optional[int] = None,
-                attained: bool = True) -> composition.Guarantee:
+                attained: bool = True,
+                smallest_cohort: Optional[int] = None) -> composition.Guarantee:
     """The run's guarantee, computed as calibration computed `epsilon`.
 
     The same accountant (`training_guarantee`) at the same Rényi orders,
     routes (PLD only if calibration used it), ℓ2 clip, d, schedule and
-    others' inputs: at the calibrated rounds its `epsilon` equals this
-    calibration's (bound='proved').
+    others' inputs: at the calibrated rounds and cohorts its `epsilon`
+    equals this calibration's (bound='proved').
 
     Args:
       rounds: rounds run so far (default: the calibrated number).
       attained: also the lower end ε_attained.
+      smallest_cohort: the fewest clients that contributed to any round of
+        the run, in [setting.smallest_cohort, clients_per_round] (default:
+        the calibrated minimum): the ε that holds for the cohorts that
+        occurred (a round of m clients is accounted as the sum of m sampled
+        at n/N; dropouts depend neither on the data nor on who the client
+        is, so conditioning on the cohorts that occurred is sound:
+        docs/privacy.md, "Dropouts").
 
     Returns:
       The `composition.Guarantee`.
 
     Raises:
-      ValueError: a Calibration without a `setting`, or rounds < 1.
+      ValueError: a Calibration without a `setting`, rounds < 1, or
+        `smallest_cohort` outside the calibrated range (named, with it).
     """
     s = self.setting
     if s is None:
       raise ValueError('This Calibration has no `setting` (not made by '
                        '`calibration_report`): call training_guarantee.')
+    fewest = s.smallest_cohort
+    if smallest_cohort is not None:
+      validation.check_integer('smallest_cohort', smallest_cohort, fewest,
+                               s.clients_per_round)
+      fewest = smallest_cohort
     return composition.training_guarantee(
         self.mechanism, s.rounds if rounds is None else rounds,
         s.clients_per_round, s.total_clients, s.delta, s.dim,
         orders=s.orders, use_pld=s.use_pld, l2_clip=s.l2_clip,
-        others=s.others, attained=attained)
+        others=s.others, attained=attained,
+        min_clients_per_round=_dropouts(fewest, s.clients_per_round))
 
 
 def mechanism_for_bits(mechanism: str, clip: float, bits: Optional[int],
@@ -262,7 +296,8 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
               coordinate_clip: Optional[float] = None, others: str = 'any',
               bound: str = 'proved',
               progress: Optional[Callable[[str], None]] = None,
-              limits: Limits = Limits(), **params):
+              limits: Limits = Limits(),
+              min_clients_per_round: Optional[int] = None, **params):
   """The mechanism `mechanism` calibrated to (ε, δ) for a training run.
 
   Among the candidates meeting the target that carry the signal, the one
@@ -273,11 +308,13 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
     epsilon: target ε of the whole run, > 0.
     delta: target δ in (0, 1).
     rounds: training rounds.
-    clients_per_round: clients sampled (without replacement) per round.
+    clients_per_round: clients sampled (without replacement) per round, n.
     total_clients: population size.
     dim: coordinates each client sends (the accountant's d).
-    clip: the coordinate bound c∞ (alias of `coordinate_clip`; default 1, or
-      l2_clip/√dim when `l2_clip` is given).
+    clip: the per-coordinate bound c∞, the old name of `coordinate_clip`
+      (a FutureWarning says so: it is not the factories' ℓ2 `clip_norm`,
+      which is `l2_clip` here). Default 1, or l2_clip/√dim when `l2_clip` is
+      given.
     tune: the parameter(s) to search; default the class's `CALIBRATED`. The
       last is searched along its `more_private` direction; earlier ones are
       scanned over their `grid` (or the integers within `bits`).
@@ -294,6 +331,14 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
     progress: None, or a callable given a line per grid point once the
       calibration has run `limits.progress_after` seconds.
     limits: the `Limits` it runs under.
+    min_clients_per_round: dropout tolerance: n_min in [1, clients_per_round],
+      the fewest of a round's sampled clients whose outputs its sum may hold
+      (the survivor threshold of secure aggregation). ε then holds for every
+      cohort from n_min to clients_per_round: each round is accounted as the
+      sum of n_min clients, sampled at n/N, for dropouts that depend neither
+      on the data nor on who the client is (docs/privacy.md, "Dropouts";
+      refused for BQ, accounted by conditioning). None (default): every
+      sampled client contributes.
     **params: the other parameters, fixed (defaults for the omitted ones).
 
   Returns:
@@ -312,7 +357,8 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
       mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
       dim, clip, tune, bits, use_pld, rtol, l2_clip, coordinate_clip,
       compare_gaussian=False, others=others, bound=bound, progress=progress,
-      limits=limits, **params).mechanism
+      limits=limits, min_clients_per_round=min_clients_per_round,
+      **params).mechanism
 
 
 def calibration_report(mechanism: str, epsilon: float, delta: float,
@@ -325,7 +371,9 @@ def calibration_report(mechanism: str, epsilon: float, delta: float,
                        compare_gaussian: bool = True, others: str = 'any',
                        bound: str = 'proved',
                        progress: Optional[Callable[[str], None]] = None,
-                       limits: Limits = Limits(), **params) -> Calibration:
+                       limits: Limits = Limits(),
+                       min_clients_per_round: Optional[int] = None,
+                       **params) -> Calibration:
   """`calibrate`, returning a `Calibration`.
 
   The mechanism, its ε, debiased error, slope and plain MSE, and (with
@@ -338,7 +386,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float,
   Args:
     mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
       dim, clip, tune, bits, use_pld, rtol, l2_clip, coordinate_clip,
-      others, bound, progress, limits, **params: as for `calibrate`.
+      others, bound, progress, limits, min_clients_per_round, **params: as
+      for `calibrate`.
     compare_gaussian: also calibrate the continuous Gaussian.
 
   Returns:
@@ -352,7 +401,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float,
               dim=dim, clip=clip, tune=tune, bits=bits, use_pld=use_pld,
               rtol=rtol, l2_clip=l2_clip, coordinate_clip=coordinate_clip,
               compare_gaussian=compare_gaussian, others=others, bound=bound,
-              progress=progress, limits=limits, **params)
+              progress=progress, limits=limits,
+              min_clients_per_round=min_clients_per_round, **params)
   try:
     return _calibration_report(**args)
   except refusals.CannotCarrySignal as err:
@@ -400,6 +450,27 @@ def _fewest_bits(err, args):
       bits_needed=lower)
 
 
+def _dropouts(fewest: int, clients_per_round: int) -> Optional[int]:
+  """The accountant's `min_clients_per_round`: None where every sampled
+  client contributes (the accountant's default, its own analyses kept)."""
+  return fewest if fewest < clients_per_round else None
+
+
+def _checked_cohort(clients_per_round, min_clients_per_round) -> Optional[int]:
+  """min_clients_per_round validated against clients_per_round (ValueError
+  naming both and the range); None where it equals clients_per_round."""
+  validation.check_integer('clients_per_round', clients_per_round, 1)
+  if min_clients_per_round is None:
+    return None
+  validation.check_integer('min_clients_per_round', min_clients_per_round, 1)
+  if min_clients_per_round > clients_per_round:
+    raise ValueError(
+        f'`min_clients_per_round`={min_clients_per_round} exceeds '
+        f'`clients_per_round`={clients_per_round}, the clients sampled per '
+        f'round: allowed 1 <= min_clients_per_round <= {clients_per_round}.')
+  return _dropouts(min_clients_per_round, clients_per_round)
+
+
 def _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
                   coordinate_clip, dim, bits):
   """The arguments validated; c∞ from `clip`, `coordinate_clip` or S/√d."""
@@ -414,6 +485,12 @@ def _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
   if clip is not None and coordinate_clip is not None and clip != coordinate_clip:
     raise ValueError(f'`clip` ({clip}) and `coordinate_clip` ({coordinate_clip}) '
                      'name the same bound; pass one.')
+  if clip is not None:
+    warnings.warn(
+        f'`clip`={clip:g} is the per-coordinate bound c∞: pass it as '
+        '`coordinate_clip` (the name `clip` is kept for old callers). The ℓ2 '
+        'clip of an update, the factories\' `clip_norm`, is `l2_clip` here.',
+        FutureWarning, stacklevel=4)
   clip = coordinate_clip if coordinate_clip is not None else clip
   if clip is None:
     clip = 1.0 if l2_clip is None else l2_clip / math.sqrt(dim)
@@ -427,20 +504,25 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                         use_pld=False, rtol=_RTOL, l2_clip=None,
                         coordinate_clip=None, compare_gaussian=True,
                         others='any', bound='proved', progress=None,
-                        limits=Limits(), **params) -> Calibration:
+                        limits=Limits(), min_clients_per_round=None,
+                        **params) -> Calibration:
   """`calibration_report` without the search for the bits a refused modular
   sum needs."""
   clip = _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
                        coordinate_clip, dim, bits)
+  fewest = _checked_cohort(clients_per_round, min_clients_per_round)
   schedule = dict(rounds=rounds, clients_per_round=clients_per_round,
                   total_clients=total_clients, delta=delta, dim=dim,
                   use_pld=use_pld, l2_clip=l2_clip, others=others)
+  if fewest is not None:   # absent otherwise: the accountant's default
+    schedule['min_clients_per_round'] = fewest
   gauss = None
   if compare_gaussian or _guided(mechanism):
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim, clip,
                                use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
-                               compare_gaussian=False, limits=limits)
+                               compare_gaussian=False, limits=limits,
+                               min_clients_per_round=fewest)
   scan = scan_lib.Scan(
       mechanism, epsilon, clip, tune, bits, rtol, params,
       oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant),
@@ -485,7 +567,9 @@ def _report(scan, schedule, mechanism, epsilon, bound) -> Calibration:
       total_clients=int(s['total_clients']), delta=float(s['delta']),
       target_epsilon=float(epsilon), epsilon=float(best.epsilon),
       orders=tuple(evaluated.orders), use_pld=bool(s['use_pld']),
-      others=s['others'], bound=bound)
+      others=s['others'], bound=bound,
+      min_clients_per_round=int(s.get('min_clients_per_round',
+                                      s['clients_per_round'])))
   return Calibration(
       mech, dict(best.params, **{CALIBRATED_FOR: setting}), best.epsilon,
       epsilon, s['delta'], mech.decoded_mean_mse(s['clients_per_round']),
@@ -512,7 +596,8 @@ def _attach_attained(report, scan, schedule, bound,
     low = composition.RoundAccountant(
         report.mechanism, s['clients_per_round'], s['total_clients'],
         s['delta'], s['dim'], report.orders, s['l2_clip'], s['others'],
-        limits=limits)
+        limits=limits,
+        min_clients_per_round=s.get('min_clients_per_round'))
     report.epsilon_attained, at = low.epsilon_attained(s['rounds'])
     report.attained_inputs = _attained_inputs(low, at)
 
