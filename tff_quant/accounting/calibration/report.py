@@ -519,7 +519,8 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   gauss = None
   if compare_gaussian or _guided(mechanism):
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
-                               clients_per_round, total_clients, dim, clip,
+                               clients_per_round, total_clients, dim,
+                               coordinate_clip=clip,
                                use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
                                compare_gaussian=False, limits=limits,
                                min_clients_per_round=fewest)
