@@ -119,3 +119,53 @@ def test_power_sums_near_one_err_above_the_exact_value():
     ours = matrix_sums.log_power_sums(p[None], q[None], np.array([float(alpha)]),
                                       0.0)[0, 0] / (alpha - 1)
     assert exact <= ours <= exact + 1e-12, (alpha, exact, ours)
+
+
+def _many_pairs(num_pairs, levels, rows=64, seed=0):
+  """TargetPairs over `rows` random basis laws, `num_pairs` pairs of them."""
+  from tff_quant.accounting.secure_sum import targets as targets_lib  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  basis = np.log(rng.dirichlet(np.ones(levels), size=rows))
+  pairs = rng.integers(0, rows, size=(num_pairs, 2))
+  eye = np.eye(rows)
+  return targets_lib.TargetPairs(basis, eye, eye, pairs, np.ones(num_pairs),
+                                 'vertices', False), basis
+
+
+def test_pair_log_sums_without_a_law_error_in_blocks_equals_at_once():
+  # 4,096 levels: 1,024 pairs a block, so 2,500 pairs take three.
+  targets, conv = _many_pairs(2500, 4096)
+  orders = np.array([2.0, 8.0])
+  blocked = convolution.pair_log_sums(targets, conv, orders)
+  up = convolution.mix_rows(targets.upper_weights, conv)
+  whole = matrix_sums.log_power_sums(up[targets.pairs[:, 0]],
+                                     up[targets.pairs[:, 1]], orders, 0.0)
+  np.testing.assert_allclose(blocked, whole, rtol=0, atol=1e-12)
+
+
+_CAPPED = r'''
+import resource, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from tests.accounting.secure_sum.convolution_test import _many_pairs
+from tff_quant.accounting.secure_sum import convolution
+targets, conv = _many_pairs(60000, 4096, rows=8)
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+# What the process holds now plus 1 GiB: the pairs' rows gathered at once
+# (60,000 x 4,096 float64, twice: 3.9 GB) would not fit.
+with open('/proc/self/statm') as f:
+  held = int(f.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (held + 2**30, hard))
+out = convolution.pair_log_sums(targets, conv, np.array([2.0]))
+print('OK', out.shape, bool(np.all(np.isfinite(out))))
+'''
+
+
+def test_pair_log_sums_stays_within_a_memory_cap():
+  import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))
+  res = subprocess.run([sys.executable, '-c', _CAPPED, root], cwd=root,
+                       capture_output=True, text=True, timeout=600)
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert res.stdout.split() == ['OK', '(1,', '60000)', 'True']

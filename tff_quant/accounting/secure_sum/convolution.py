@@ -243,8 +243,15 @@ def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
              else mix_rows(targets.lower_weights[used_lo], conv))
   pairs = np.stack([pair_up, pair_lo], axis=1)
   if err is None:   # the laws' own error unknown: the sums' rounding only
-    return matrix_sums.log_power_sums(conv_up[pairs[:, 0]],
-                                      conv_lo[pairs[:, 1]], orders, 0.0)
+    # In blocks of pairs: gathered at once, the rows of 336,200 pairs of
+    # 4,096 levels (RQM at 12 bits) took 10.3 GiB.
+    out = np.empty((len(orders), len(pairs)))
+    step = max(1, matrix_sums._BLOCK // max(conv_up.shape[1], 1))  # pylint: disable=protected-access
+    for s in range(0, len(pairs), step):
+      block = pairs[s:s + step]
+      out[:, s:s + step] = matrix_sums.log_power_sums(
+          conv_up[block[:, 0]], conv_lo[block[:, 1]], orders, 0.0)
+    return out
   return matrix_sums.pair_log_sums(conv_up, conv_lo, pairs, orders,
                                    err + mix_error(targets, conv))
 
