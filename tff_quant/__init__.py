@@ -13,5 +13,33 @@ variable.
 """
 
 import os
+import sys
 
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+
+
+def _readable_round_errors_hook(exc_type, exc, tb,
+                                _previous=sys.excepthook):
+  """An uncaught TFF round error, as `runtime.readable_round_errors` reads it.
+
+  A failed check inside a computation (a calibrated schedule, the secure
+  sum's capacity) or secure sum run without a context that runs it reach a
+  script as TFF's gRPC error of some 1,500 characters; uncaught, it is
+  printed as the one-line `RoundCheckError` / `SecureSumContextError` that
+  `runtime.readable_round_errors()` raises (TFF's error stays on
+  `__context__`). Anything else goes to the previous hook unchanged.
+  """
+  if isinstance(exc, Exception) and 'tensorflow_federated' in sys.modules:
+    from tff_quant.program import runtime  # pylint: disable=g-import-not-at-top
+    try:
+      with runtime.readable_round_errors():
+        raise exc
+    except runtime.RoundCheckError as readable:
+      _previous(type(readable), readable.with_traceback(None), None)
+      return
+    except BaseException:  # pylint: disable=broad-except
+      pass   # not a round error: as it was
+  _previous(exc_type, exc, tb)
+
+
+sys.excepthook = _readable_round_errors_hook
