@@ -405,3 +405,13 @@ def test_a_dropout_tolerant_run_reports_its_cohorts_and_their_epsilon(mnist,
 def test_bad_dropout_tolerance_is_refused_naming_it(kw, message):
   with pytest.raises(ValueError, match=message):
     small_config(**kw).validate()
+
+
+def test_a_distributed_dp_peer_trains_with_secure_metrics_only(mnist, tmp_path):
+  # build_process checks the whole process (check_secure_only): TFF's own
+  # tff_skellam with TFF's default metrics would sum them in the clear.
+  cfg = small_config(mechanism='tff_skellam', rounds=1,
+                     mechanism_params=dict(noise_multiplier=1.0, bits=16))
+  s = ft.run(cfg, mnist, str(tmp_path / 'run'), clients_per_slot=2,
+             log=lambda _: None)
+  assert s['rounds_completed'] == 1 and s['epsilon'] > 0

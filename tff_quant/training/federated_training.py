@@ -229,11 +229,13 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
                   calibrated_for=None):
   """(FedAvg process, [Created]) for `config`: its aggregator and what it uses.
 
-  With a registry mechanism the whole `next` is secure-only: the model update
-  goes through the mechanism's secure sum and the training metrics through
+  With a registry mechanism or a TFF distributed-DP peer (tff_skellam,
+  tff_dgauss) the whole `next` is secure-only, and checked to be
+  (`aggregators.check_secure_only`): the model update goes through the secure
+  sum and the training metrics through
   `tff.learning.metrics.secure_sum_then_finalize` (TFF's default metrics
-  aggregator would add a plain federated_sum). A TFF peer (`peer`) runs as TFF
-  builds it, with TFF's default metrics aggregator. `clients_per_slot` K > 1:
+  aggregator would add a plain federated_sum). The central Gaussian peer,
+  whose server sees every update anyway, keeps TFF's default metrics. `clients_per_slot` K > 1:
   the packed path (`packed_clients`; its `next` takes one packed dataset per
   K clients), its K clients trained as one batched computation when
   `vectorized`; a tff_* peer then runs `peer.factory(K)` (`packed_peers`:
@@ -241,7 +243,8 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   `packed_clients.StackedClippedMeanFactory`. `calibrated_for`: the `accounting.CalibratedSetting` the
   registry mechanism must match (`aggregators.mechanism_factory`).
   """
-  private = config.mechanism != NO_PRIVACY and peer is None
+  secure = config.mechanism != NO_PRIVACY and (peer is None or
+                                                peer.name != 'gaussian')
   model_fn = models.tff_model_fn(keras_fn, input_spec)
   client_opt = tff.learning.optimizers.build_sgdm(config.client_lr)
   server_opt = server_optimizer(config)
@@ -259,7 +262,7 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
           model_fn, clients_per_slot, client_opt, server_opt,
           aggregator, vectorized=vectorized,
           metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
-                              if private else
+                              if secure else
                               tff.learning.metrics.sum_then_finalize))
     else:
       process = tff.learning.algorithms.build_unweighted_fed_avg(
@@ -267,8 +270,8 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
           model_aggregator=(peer.factory() if peer is not None
                             else build_aggregator(config, 1, calibrated_for)),
           metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
-                              if private else None))
-  if private:   # the mechanism's ε covers the secure sum and nothing else
+                              if secure else None))
+  if secure:   # the mechanism's ε covers the secure sum and nothing else
     aggregators.check_secure_only(
         process, what=f'the FedAvg process of {config.mechanism}')
   return process, used
