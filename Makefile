@@ -53,3 +53,18 @@ benchmarks: setup
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
+
+# Bazel 4.2.3 (Debian's bazel-bootstrap), offline: builds every target of BUILD
+# and runs BAZEL_TESTS (docs/bazel.md). Not part of `test` or CI.
+# The server runs niced with one job (.bazelrc) and is shut down at the end.
+BAZEL := nice -n 19 bazel --output_base=$(CURDIR)/bazel-output-base
+BAZEL_TESTS ?= //:tests_mechanisms //:tests_accounting
+.PHONY: bazel-test
+bazel-test: $(STAMP)
+	@if ! command -v bazel >/dev/null 2>&1 || [ ! -d /usr/share/bazel/rules/java ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq bazel-bootstrap bazel-rules-java; \
+	fi
+	$(BAZEL) build //... && $(BAZEL) test $(BAZEL_TESTS); \
+	  status=$$?; $(BAZEL) shutdown; exit $$status
