@@ -4,60 +4,67 @@ calibrated and trained with no other edit anywhere."""
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from tff_quant import mechanisms
-from tff_quant.accounting import calibration, composition
 
 PACKAGE_DIR = os.path.dirname(mechanisms.__file__)
 ROOT = os.path.dirname(os.path.dirname(PACKAGE_DIR))
 SCHEDULE = dict(delta=1e-5, rounds=20, clients_per_round=10, total_clients=1000)
 
 
-@pytest.fixture
-def toy_module():
-  """tff_quant/mechanisms/toy.py holding only `class Toy(PBM): name = 'toy'`."""
-  path = os.path.join(PACKAGE_DIR, 'toy.py')
-  assert not os.path.exists(path), f'{path} exists already'
-  with open(path, 'w') as f:
-    f.write('from tff_quant.mechanisms.pbm import PBM\n\n\n'
-            'class Toy(PBM):\n  name = \'toy\'\n')
-  try:
-    yield path
-  finally:
-    os.remove(path)
-    sys.modules.pop('tff_quant.mechanisms.toy', None)
-    if hasattr(mechanisms, 'toy'):
-      delattr(mechanisms, 'toy')
-    gc.collect()
-  assert 'toy' not in mechanisms.registry()
+_TOY = "from tff_quant.mechanisms.pbm import PBM\n\n\nclass Toy(PBM):\n  name = 'toy'\n"
+
+# In a copy of the package (the test suite runs in parallel: a toy.py in the
+# checkout's package would be seen by the tests that list or digest it).
+_LISTED_AND_CALIBRATED = r'''
+import json, sys
+from tff_quant import mechanisms
+from tff_quant.accounting import calibration, composition
+assert mechanisms.__file__.startswith(sys.argv[1]), mechanisms.__file__
+registry = mechanisms.registry()
+schedule = json.loads(sys.argv[2])
+mech = calibration.calibrate('toy', 2.0, **schedule, dim=3)
+eps = composition.training_guarantee(mech, use_pld=False, dim=3, **schedule,
+                                     orders=calibration.FAST_ORDERS).epsilon
+print('RESULT', json.dumps(dict(cls=registry['toy'].__name__,
+                                calibrated=type(mech).__name__, eps=eps)))
+'''
 
 
-def test_a_new_module_is_listed_calibrated_and_trained(toy_module, tmp_path):
-  del toy_module
-  registry = mechanisms.registry()
-  assert 'toy' in registry and registry['toy'].__name__ == 'Toy'
-  mech = calibration.calibrate('toy', 2.0, **SCHEDULE, dim=3)
-  assert type(mech).__name__ == 'Toy'
-  eps = composition.training_guarantee(mech, use_pld=False, dim=3, **SCHEDULE,
-                                       orders=calibration.FAST_ORDERS).epsilon
-  assert eps <= 2.0
+def test_a_new_module_is_listed_calibrated_and_trained(tmp_path):
+  pkg = tmp_path / 'pkg'
+  shutil.copytree(os.path.join(ROOT, 'tff_quant'), pkg / 'tff_quant',
+                  ignore=shutil.ignore_patterns('__pycache__'))
+  (pkg / 'tff_quant' / 'mechanisms' / 'toy.py').write_text(_TOY)
+  # The copy first, then the checkout (for experiments/): run from tmp_path,
+  # so the checkout's own tff_quant is not the working folder's.
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pkg), ROOT]))
+  res = subprocess.run([sys.executable, '-c', _LISTED_AND_CALIBRATED, str(pkg),
+                        json.dumps(SCHEDULE)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+  assert res.returncode == 0, res.stderr[-2000:]
+  out = json.loads(res.stdout.split('RESULT ', 1)[1])
+  assert out['cls'] == 'Toy' and out['calibrated'] == 'Toy'
+  assert out['eps'] <= 2.0
   res = subprocess.run(
       [sys.executable, '-m', 'experiments.fl_emnist', '--mechanism=toy',
        '--mechanism_params=theta=0.2,num_levels=8', '--dataset=mnist',
        '--model=logreg', '--rounds=1', '--clients_per_round=2',
        '--total_clients=6', '--clip_norm=1.0', f'--root_output_dir={tmp_path}',
        '--experiment_name=toy'],
-      cwd=ROOT, capture_output=True, text=True, timeout=600)
+      cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
   assert res.returncode == 0, res.stderr[-2000:]
   with open(tmp_path / 'toy' / 'summary.json') as f:
     summary = json.load(f)
   assert summary['mechanism'].startswith('Toy(') and 'theta=0.2' in summary['mechanism']
   assert summary['config']['mechanism_params'] == {'num_levels': 8, 'theta': 0.2}
   assert 0 < summary['epsilon'] < float('inf')
+  assert 'toy' not in mechanisms.registry()   # the checkout's package: untouched
 
 
 def test_registry_names_are_unique_and_lookups_fail_clearly():
