@@ -665,3 +665,11 @@ def test_a_max_clients_below_the_calibrated_cohort_is_refused(cal_5_of_30):
                      r'the 5 clients per round of the calibration.*>= 5'):
     aggregators.rqm_factory(1.0, **cal_5_of_30.params, max_clients_per_round=4)
   aggregators.rqm_factory(1.0, **cal_5_of_30.params, max_clients_per_round=5)
+
+
+def test_secure_sum_bits_hold_the_cohorts_sum_or_the_modulus():
+  assert qf.secure_sum_bits(100, 256) == 15    # 100·255 + 1 values
+  assert qf.secure_sum_bits(1, 2) == 1
+  # A modular mechanism's field is its modulus, whatever the cohort.
+  assert qf.secure_sum_bits(100, 256, modulus=2**16) == 16
+  assert qf.secure_sum_bits(3, 256, modulus=2**16) == 16

@@ -95,14 +95,19 @@ class Created(NamedTuple):
   calibrated_for: Optional[object] = None
 
 
-def secure_sum_bits(num_clients: int, num_levels: int) -> int:
-  """Bits the secure-sum field needs for the sum of n values in [0, L-1].
+def secure_sum_bits(num_clients: int, num_levels: int,
+                    modulus: Optional[int] = None) -> int:
+  """Bits the secure-sum field needs for the sum of n values in [0, L-1]
+  (wire bits per coordinate; `_measurements` computes the same in TF).
 
   Args:
     num_clients: n, clients summed.
     num_levels: L, levels each client sends.
+    modulus: the field of a modular mechanism (`Mechanism.modulus`), which
+      sets the bits whatever n; None for the others.
   """
-  return max(1, math.ceil(math.log2(num_clients * (num_levels - 1) + 1)))
+  size = modulus if modulus is not None else num_clients * (num_levels - 1) + 1
+  return max(1, math.ceil(math.log2(size)))
 
 
 class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):

@@ -19,7 +19,7 @@ import shutil
 import signal
 import threading
 import time
-from typing import Callable, Dict, List, NamedTuple, Tuple
+from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import tensorflow_federated as tff
 
@@ -82,24 +82,24 @@ def load_checkpoint(manager, template, root):
   return state, version
 
 
-def stored_config(run_dir: str) -> Dict:
-  """The config.json run_dir holds ({} if none)."""
+def config_diff(run_dir: str, config: Dict, ignore: Sequence[str] = ('rounds',)
+                ) -> Tuple[Dict, List[str]]:
+  """(the config run_dir holds, the keys outside `ignore` where `config`
+  differs); ({}, []) if run_dir holds none.
+
+  Args:
+    run_dir: the run's folder (its config.json).
+    config: what defines the run now (JSON-able; floats via float()).
+    ignore: keys not compared (by default 'rounds': more rounds resume).
+  """
   cfg_path = os.path.join(run_dir, 'config.json')
   if not os.path.exists(cfg_path):
-    return {}
-  with open(cfg_path) as f:
-    return json.load(f)
-
-
-def _config_diff(run_dir: str, config: Dict) -> Tuple[Dict, List[str]]:
-  """(the config run_dir holds, the keys other than 'rounds' where `config`
-  differs); ({}, []) if run_dir holds none."""
-  old = stored_config(run_dir)
-  if not old:
     return {}, []
+  with open(cfg_path) as f:
+    old = json.load(f)
   cfg = json.loads(json.dumps(config, default=float))
   return old, sorted(k for k in set(old) | set(cfg)
-                     if k != 'rounds' and old.get(k) != cfg.get(k))
+                     if k not in ignore and old.get(k) != cfg.get(k))
 
 
 def checkpointed_rounds(run_dir: str) -> List[int]:
@@ -132,7 +132,7 @@ def check_run_dir(run_dir: str, config: Dict, fresh: bool) -> None:
   """
   if fresh:
     return
-  old, diff = _config_diff(run_dir, config)
+  old, diff = config_diff(run_dir, config)
   if diff and run_started(run_dir):
     cfg = json.loads(json.dumps(config, default=float))
     raise ValueError(
@@ -163,7 +163,7 @@ def prepare_run_dir(run_dir: str, config: Dict, fresh: bool,
   check_run_dir(run_dir, config, fresh)
   if fresh and os.path.exists(run_dir):
     shutil.rmtree(run_dir)
-  _, diff = _config_diff(run_dir, config)
+  _, diff = config_diff(run_dir, config)
   if not diff:
     results_io.write_json(os.path.join(run_dir, 'config.json'), config)
     return

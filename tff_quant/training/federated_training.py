@@ -560,12 +560,11 @@ def check_schedule(run_dir: str, config: TrainingConfig, fresh: bool) -> None:
   """
   if fresh or config.target_epsilon is None:
     return
-  old = round_loop.stored_config(run_dir)
-  if not old or not round_loop.run_started(run_dir):
+  old, diff = round_loop.config_diff(run_dir, config_record(config),
+                                     ignore=('mechanism_params',))
+  if not diff or not round_loop.run_started(run_dir):
     return
-  new = json.loads(json.dumps(config_record(config), default=float))
-  diff = sorted(k for k in set(old) | set(new)
-                if k != 'mechanism_params' and old.get(k) != new.get(k))
+  new = config_record(config)
   if 'rounds' in diff:
     raise ValueError(
         f'--rounds={config.rounds}: {run_dir} holds a run calibrated to '
@@ -1008,9 +1007,8 @@ class _Rounds:
                    attained_inputs=g.attained_inputs,
                    accountant=accounting.provenance.SOURCE_DIGEST)
     if mech is not None:
-      field_bits = (math.ceil(math.log2(mech.modulus)) if mech.modulus
-                    else aggregators.secure_sum_bits(config.clients_per_round,
-                                                     mech.num_levels))
+      field_bits = aggregators.secure_sum_bits(
+          config.clients_per_round, mech.num_levels, mech.modulus)
       summary.update(
           epsilon_per_coordinate=self.coord_acct.epsilon_rdp(rounds_done)[0],
           bits_per_coordinate=mech.bits_per_coordinate,
