@@ -188,9 +188,11 @@ def mechanism_bits(text, names):
   return validation.parse_key_values('--mechanism_bits', text, parse)
 
 
-def budgets(all_cells):
-  """The bit budgets the report answers for: every quantized cell's width."""
-  return sorted({b for name, _, b in all_cells if name not in REFERENCES})
+def budgets(cells_):
+  """The wire-bit budgets the report answers for: every quantized cell's
+  width on the wire (`fl_table.Cell.budget_bits`)."""
+  return sorted({c.budget_bits for c in cells_
+                 if c.mechanism not in REFERENCES})
 
 
 def wide(cell) -> bool:
@@ -423,14 +425,35 @@ def collect(all_cells, calibrations):
   for cell in all_cells:
     name, eps, bits = cell
     cal = calibrations.get(cell_name(cell), {})
+    # TFF's peers record no secure-sum bits: their field is 2^bits; the
+    # references send floats. Ours record what their secure sum carried.
     c = fl_table.Cell(name, eps, bits, reason=cal.get('reason', ''),
-                      params=json.dumps(cal.get('params', {}), sort_keys=True))
+                      params=json.dumps(cal.get('params', {}), sort_keys=True),
+                      wire_bits=(bits if name in PEERS or name in REFERENCES
+                                 else None))
     for seed in range(FLAGS.seeds):
       if (cell, seed) in finished:
         run, epsilon = finished[cell, seed]
         c.add_run(seed, run, endpoint, FLAGS.rounds, epsilon)
+    if name in PEERS and 'params' in cal and c.seeds:
+      c.papers_epsilon = papers_epsilon(cell, cal['params'])
     out.append(c)
   return out, endpoint
+
+
+def papers_epsilon(cell, params) -> float:
+  """A TFF peer cell's ε in the papers' convention (add/remove, Poisson at
+  n/N; `accounting.conventions`) for the noise it ran with: beside our
+  guarantee, for comparison with published results only."""
+  from tff_quant.accounting import conventions  # pylint: disable=g-import-not-at-top
+  from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
+  name, eps, bits = cell
+  s = settings()
+  peer = peers.Peer(name, params['noise_multiplier'],
+                    training(s, eps)['clip_norm'], s['clients_per_round'],
+                    model_dim(), None if name == 'gaussian' else bits)
+  return conventions.papers_epsilon_peer(peer, s['total_clients'],
+                                         s['rounds'], s['delta'])[0]
 
 
 def tuned_line(s) -> str:
@@ -464,7 +487,11 @@ def report(all_cells, calibrations, seconds):
             f'after a random rotation, whole-model δ = 1/{s["total_clients"]} '
             f'(proved for any inputs of the others). Seed s is one block: '
             f'every cell\'s run s has --seed s and --noise_seed {1000}+s '
-            f'(what they fix: docs/fl_table.md). {done} runs, '
+            '(TFF\'s tff_dgauss and tff_skellam draw their noise unseeded '
+            'inside TFF: their block shares the model and the cohorts only; '
+            f'what they fix: docs/fl_table.md). Bits: level bits (one '
+            'client\'s level index) and wire bits (the secure sum\'s field '
+            f'per coordinate, what a client uploads; docs/bits.md). {done} runs, '
             f'{seconds / 3600:.1f} h of training (sum of run wall times on '
             'this 2-core machine). How to read it: docs/fl_table.md.' +
             tuned_line(s))
@@ -475,7 +502,7 @@ def report(all_cells, calibrations, seconds):
       f'{fl_table.MARGIN:g} margin shaded: '
       '![paired differences to the Gaussian](differences.png)')
   text = fl_table.write_report(cells_, FLAGS.output_dir,
-                               budgets(all_cells), header, endpoint,
+                               budgets(cells_), header, endpoint,
                                rounds=FLAGS.rounds, provenance=provenance)
   setting = header.splitlines()[2][:160]
   fl_table.plot(cells_, os.path.join(FLAGS.output_dir, 'table.png'), setting)

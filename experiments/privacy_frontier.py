@@ -184,6 +184,7 @@ def _run(cells, settings, ks, out):
     row = {k: str(v) for k, v in row.items()}
     eta = (time.time() - start) / count * (len(todo) - count)
     print(f'[{count}/{len(todo)}, ETA ~{eta / 60:.0f} min]', end='')
+    row = frontier.with_wire_columns(row)
     rows = [r for r in rows if frontier.key(r) != frontier.key(row)] + [row]
     results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS]
                                              for r in rows])
@@ -197,7 +198,8 @@ def _run(cells, settings, ks, out):
           f'{frontier.as_float(row["seconds_attained"]):.0f} s)'
           + ('' if math.isfinite(ratio) else f' [{row["reason"][:120]}]'),
           flush=True)
-  rows = frontier.on_one_reference(rows)
+  rows = [frontier.with_wire_columns(r)
+          for r in frontier.on_one_reference(rows)]
   results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
   return frontier.write_report(rows, out)
 

@@ -210,3 +210,60 @@ def test_conditioned_route_is_sound_against_the_exact_epsilon_and_the_pld():
   # Composed: the PLD route (exact law, pessimistic grid) stays below.
   g5 = C.training_guarantee(_BQ, 5, 2, 2, 1e-5, dim=1, pld_interval=1e-4)
   assert g5.epsilon_pld <= g5.epsilon_rdp <= 1.15 * g5.epsilon_pld
+
+
+# --- Brute force: the subsampled route against every cohort of a tiny
+# population (fixed-size sampling without replacement, replace-one).
+
+def _round_law(mech, inputs, cohort_size):
+  """The exact law of one round's level sum: a uniform n-subset of `inputs`
+  (every cohort enumerated), each member's output summed."""
+  pmfs = [mech.pmf(x) for x in inputs]
+  cohorts = list(itertools.combinations(range(len(inputs)), cohort_size))
+  law = np.zeros(cohort_size * (mech.num_levels - 1) + 1)
+  for cohort in cohorts:
+    s = np.ones(1)
+    for i in cohort:
+      s = np.convolve(s, pmfs[i])
+    law += s
+  return law / len(cohorts)
+
+
+def _true_epsilon(p, q, rounds, delta):
+  """The least ε with δ(ε) = Σ (P - e^ε Q)_+ <= delta in both directions, P
+  and Q the exact laws of `rounds` independent rounds (bisection to 1e-9)."""
+  big_p, big_q = p, q
+  for _ in range(rounds - 1):
+    big_p, big_q = np.outer(big_p, p).ravel(), np.outer(big_q, q).ravel()
+
+  def one_way(a, b):
+    lo, hi = 0.0, 60.0
+    if np.maximum(a - b, 0).sum() <= delta:
+      return 0.0
+    while hi - lo > 1e-9:
+      mid = (lo + hi) / 2
+      lo, hi = ((lo, mid) if np.maximum(a - math.exp(mid) * b, 0).sum() <= delta
+                else (mid, hi))
+    return hi
+  return max(one_way(big_p, big_q), one_way(big_q, big_p))
+
+
+@pytest.mark.parametrize('cohort_size, rounds', [(2, 2), (3, 2), (2, 3)])
+def test_subsampled_route_holds_against_every_cohort_of_a_tiny_population(
+    cohort_size, rounds):
+  # N = 6: the target and five others, interior, off-lattice and mixed; the
+  # target moved end to end and between interior points. The route's ε (RDP,
+  # subsampled at γ = n/N, for any inputs of the others) must be at least
+  # the exact ε of every such pair of datasets.
+  mech = mechanisms.RQM(clip=1.0, delta=1.0, num_levels=4, q=0.3)
+  delta, total = 1e-3, 6
+  proved = C.RoundAccountant(mech, cohort_size, total, delta).epsilon_rdp(
+      rounds)[0]
+  worst = 0.0
+  for others in [(1.0, -1.0, 1.0, -1.0, 1.0), (0.3, -0.77, 0.05, 1.0, -1.0),
+                 (0.61, 0.61, -0.2, -0.93, 0.0)]:
+    for x, x2 in [(1.0, -1.0), (0.4, -0.25), (1.0, 0.0)]:
+      p = _round_law(mech, (x,) + others, cohort_size)
+      q = _round_law(mech, (x2,) + others, cohort_size)
+      worst = max(worst, _true_epsilon(p, q, rounds, delta))
+  assert 0 < worst <= proved

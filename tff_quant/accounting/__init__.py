@@ -27,12 +27,15 @@ What each export is for (what the numbers mean: docs/privacy.md):
   the other clients), `blankets` (the part of their noise it rests on),
   `secure_sum` (the ℓ2 route: `divergence_curve`, the `Limits` it runs
   under), `bounds` (each paper's closed form, for comparison only),
-  `provenance` (`SOURCE_DIGEST`: which accountant's code computed an ε).
+  `provenance` (`SOURCE_DIGEST`: which accountant's code computed an ε),
+  `conventions` (ε in the papers' convention, add/remove and Poisson: for
+  comparison with published results only, never a guarantee).
 """
 
 from tff_quant.accounting import attained
 from tff_quant.accounting import blankets
 from tff_quant.accounting import bounds
+from tff_quant.accounting import conventions
 from tff_quant.accounting import others
 from tff_quant.accounting import provenance
 from tff_quant.accounting import secure_sum

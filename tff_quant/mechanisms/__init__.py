@@ -15,6 +15,8 @@ docs/mechanisms.md):
   `variants()`: the mechanisms by name.
 * The module `utility`: the debiased error Var/slope² and the refusal rules
   (docs/utility.md).
+* The module `wire`: a level sum in a secure-sum field of 2^b (wrap bound,
+  the wire bits a cohort needs, centred decode; docs/bits.md).
 """
 
 from tff_quant.mechanisms.base import Mechanism, Tunable
@@ -29,8 +31,9 @@ from tff_quant.mechanisms.registry import build, get, registry, variants
 from tff_quant.mechanisms.rqm import RQM
 from tff_quant.mechanisms.skellam import DistributedSkellam
 from tff_quant.mechanisms import utility
+from tff_quant.mechanisms import wire
 
 __all__ = ['Mechanism', 'Tunable', 'RQM', 'PBM', 'BQ', 'QMGeo', 'QuantizedGaussian',
            'RandomizedProjection', 'DistributedDiscreteGaussian',
            'DistributedSkellam', 'Gaussian', 'registry', 'get', 'build', 'variants',
-           'utility']
+           'utility', 'wire']

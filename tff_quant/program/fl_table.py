@@ -160,10 +160,14 @@ class Run:
     clipped: the fraction of each round's clients clipped, or None where the
       run does not record it (TFF's aggregators).
     losses: each round's training loss, or None where not recorded.
+    wire_bits: the bits per coordinate the run's secure sum carried (its
+      field: metrics.csv's `secure_sum_bits`, the largest over rounds), or
+      None where not recorded (TFF's aggregators).
   """
   evaluations: List[Tuple[int, float]]
   clipped: Optional[List[float]] = None
   losses: Optional[List[float]] = None
+  wire_bits: Optional[int] = None
 
 
 def _number(text) -> float:
@@ -186,8 +190,11 @@ def read_run(run_dir: str, column: str = 'test_accuracy') -> Run:
     if not rows or name not in rows[0]:
       return None
     return [_number(row[name]) for row in rows]
+  sum_bits = [b for b in column_of('secure_sum_bits') or ()
+              if math.isfinite(b)]
   return Run(evaluations, column_of('clipped_clients_fraction'),
-             column_of('train_loss'))
+             column_of('train_loss'),
+             int(max(sum_bits)) if sum_bits else None)
 
 
 def drops(evaluations: Sequence[Tuple[int, float]], drop: float = DROP) -> int:
@@ -221,7 +228,9 @@ class Cell:
   """One (mechanism, ε, bits) cell and its seeds' figures.
 
   Args:
-    mechanism, epsilon, bits: the cell (epsilon None: noise-free).
+    mechanism, epsilon, bits: the cell (epsilon None: noise-free); `bits` are
+      its level bits (docs/bits.md): ⌈log2 L⌉ of one client's level index,
+      the modulus bits of a modular sum or TFF peer, 32 for floats.
     accuracies: {seed: the endpoint} of the finished runs.
     epsilons: {seed: the whole-model ε its run reports (proved)}.
     reason: why the cell has no runs (calibration refused it), else ''.
@@ -231,6 +240,13 @@ class Cell:
     diverged: {seed: its diverged rounds, or None where not recorded}.
     clipped: {seed: its median fraction of clients clipped per round, or
       None where not recorded}.
+    wire_bits: the bits per coordinate its secure sum carries (docs/bits.md;
+      what each client uploads per coordinate), from its runs where they
+      record it, else as given (a TFF peer's modulus bits, 32 for floats);
+      None where unknown (no run).
+    papers_epsilon: the same noise's ε in the papers' convention
+      (add/remove, Poisson; `accounting.conventions`), printed beside ours
+      for comparison with published results; None where not computed.
   """
   mechanism: str
   epsilon: Optional[float]
@@ -244,14 +260,24 @@ class Cell:
   diverged: Dict[int, Optional[int]] = dataclasses.field(default_factory=dict)
   clipped: Dict[int, Optional[float]] = dataclasses.field(
       default_factory=dict)
+  wire_bits: Optional[int] = None
+  papers_epsilon: Optional[float] = None
 
   @property
   def seeds(self) -> int:
     return len(self.accuracies)
 
   @property
+  def budget_bits(self) -> int:
+    """The bits it costs on the wire per coordinate: `wire_bits` where
+    known, else `bits`."""
+    return self.bits if self.wire_bits is None else self.wire_bits
+
+  @property
   def label(self) -> str:
-    return f'{self.mechanism} ({self.bits} bits)'
+    if self.budget_bits == self.bits:
+      return f'{self.mechanism} ({self.bits} bits)'
+    return f'{self.mechanism} ({self.bits} level, {self.wire_bits} wire bits)'
 
   def epsilon_gap(self) -> float:
     """The largest relative distance of a run's reported ε from the
@@ -270,6 +296,8 @@ class Cell:
     self.drops[seed] = drops(run.evaluations)
     self.diverged[seed] = diverged_rounds(run.losses)
     self.clipped[seed] = median_clipped(run.clipped)
+    if run.wire_bits is not None:
+      self.wire_bits = max(run.wire_bits, self.wire_bits or 0)
 
   def interval(self) -> Tuple[float, float, float]:
     """(mean, low, high): the 95% Student-t interval of the mean endpoint
@@ -462,16 +490,17 @@ def which_mechanism(analysis: Analysis, budgets: Sequence[int]
                     ) -> List[Tuple[float, int, str, str, str]]:
   """[(ε, bit budget, equivalent, cheapest, at these bits)] per ε and budget.
 
-  Among the cells at that ε with bits <= the budget (the Gaussian's floats
-  excepted): those shown equivalent to the Gaussian, and the cheapest in bits
-  of them (all of the fewest bits). The last entry lists the cells the
-  budget adds to the one before (bits in (previous budget, budget]) with
+  Among the cells at that ε whose wire bits (`Cell.budget_bits`: what the
+  secure sum carries per coordinate) are <= the budget (the Gaussian's
+  floats excepted): those shown equivalent to the Gaussian, and the cheapest
+  in wire bits of them (all of the fewest). The last entry lists the cells
+  the budget adds to the one before (bits in (previous budget, budget]) with
   their difference to the Gaussian, its 95% interval, and the verdict unless
   inconclusive.
 
   Args:
     analysis: from `analyse`.
-    budgets: bits per coordinate, increasing.
+    budgets: wire bits per coordinate, increasing.
 
   Returns:
     The rows. Where no candidate is equivalent: "none shown equivalent (n
@@ -484,9 +513,9 @@ def which_mechanism(analysis: Analysis, budgets: Sequence[int]
     below = -math.inf
     for budget in budgets:
       cands = sorted((c for c in family
-                      if c.a.epsilon == eps and c.a.bits <= budget),
-                     key=lambda c: (c.a.bits, c.a.mechanism))
-      new = [c for c in cands if c.a.bits > below]
+                      if c.a.epsilon == eps and c.a.budget_bits <= budget),
+                     key=lambda c: (c.a.budget_bits, c.a.mechanism))
+      new = [c for c in cands if c.a.budget_bits > below]
       below = budget
       listed = '; '.join(
           f'{c.a.label}: {_diff(c)}' +
@@ -498,9 +527,10 @@ def which_mechanism(analysis: Analysis, budgets: Sequence[int]
         continue
       same = [c for c in cands if c.verdict == 'equivalent']
       if same:
-        fewest = min(c.a.bits for c in same)
+        fewest = min(c.a.budget_bits for c in same)
         out.append((eps, budget, ', '.join(c.a.label for c in same),
-                    ', '.join(c.a.label for c in same if c.a.bits == fewest),
+                    ', '.join(c.a.label for c in same
+                              if c.a.budget_bits == fewest),
                     listed))
         continue
       halves = [c.half_width for c in cands]
@@ -514,7 +544,8 @@ def which_mechanism(analysis: Analysis, budgets: Sequence[int]
   return out
 
 
-COLUMNS = ('mechanism', 'epsilon', 'bits', 'seeds', 'endpoint_mean',
+COLUMNS = ('mechanism', 'epsilon', 'bits', 'wire_bits', 'seeds',
+           'endpoint_mean',
            'ci95_low', 'ci95_high', 'endpoints', 'last_round_accuracies',
            'runs_with_drop', 'diverged_rounds', 'clients_clipped_median',
            'epsilons_reported', 'params', 'reason')
@@ -534,6 +565,130 @@ def _comparison_table(family: Sequence[comparisons.Comparison], first: str,
               f'{_p(c.p_difference)} / {_p(c.p_difference_holm)} | '
               f'{_p(c.p_equivalence)} / {_p(c.p_equivalence_holm)} | '
               f'**{c.verdict}** |')
+  return md
+
+
+def _csv_rows(ordered: Sequence[Cell]) -> List[list]:
+  """table.csv's rows, one per cell (COLUMNS)."""
+  rows = []
+  for c in ordered:
+    mean, lo, hi = c.interval()
+    drop, diverged, clip = c.excursions()
+    rows.append([c.mechanism, '' if c.epsilon is None else c.epsilon, c.bits,
+                 '' if c.wire_bits is None else c.wire_bits, c.seeds, mean,
+                 lo, hi,
+                 ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.accuracies.items())),
+                 ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.finals.items())),
+                 drop, diverged, clip,
+                 ' '.join(f'{s}:{e:.4g}' for s, e in sorted(c.epsilons.items())),
+                 c.params, c.reason])
+  return rows
+
+
+def _endpoint_section(endpoint: Endpoint, rounds: Optional[int]) -> List[str]:
+  """The endpoint named (and whether it is the pre-specified one), and how
+  excursions are counted beside it."""
+  window = ('' if rounds is None else
+            f', the evaluations at rounds {endpoint.first_round(rounds)} to '
+            f'{rounds}')
+  return [f'**Endpoint:** {endpoint.name}{window}' + (
+      ' (pre-specified).' if endpoint == PRESPECIFIED else
+      '. This departs from the pre-specified endpoint '
+      f'({PRESPECIFIED.name}): these runs were not evaluated often '
+      'enough for it.'), '',
+          f'Excursions are counted beside it, not folded in: runs with an '
+          f'evaluation more than {DROP:g} below the previous one, and diverged '
+          f'rounds (after the first {SETTLING:.0%} of the rounds, a training '
+          'loss above the run\'s first round or not finite). Beside them the '
+          'median over rounds of the fraction of clients clipped (median over '
+          'the runs, and their range; not recorded by TFF\'s aggregators): it '
+          'describes the clip, not an excursion.']
+
+
+def _cells_section(ordered: Sequence[Cell], rows: Sequence[list]) -> List[str]:
+  """The cells' table (from their csv rows) and the equal-ε line."""
+  md = ['## Cells', '',
+        '| mechanism | ε | level bits | wire bits | seeds | endpoint (95% CI) '
+        '| last round | runs with a drop | rounds diverged (in runs) | '
+        'clients clipped | ε reported | note |',
+        '|---|---|---|---|---|---|---|---|---|---|---|---|']
+  for c, row in zip(ordered, rows):
+    name, eps, bits, wire, seeds, mean, lo, hi = row[:8]
+    acc = ('' if not seeds else
+           f'{mean:.3f} [{lo:.3f}, {hi:.3f}]' if math.isfinite(lo)
+           else f'{mean:.3f} (1 seed)')
+    last = f'{np.mean(list(c.finals.values())):.3f}' if c.finals else ''
+    reported = row[13].replace(' ', ', ')
+    if c.papers_epsilon is not None:
+      reported += f' (papers\' convention: {c.papers_epsilon:.3g})'
+    note = row[15] or (row[14] if seeds else 'not run yet')
+    md.append(f'| {name} | {eps} | {bits} | {wire or "—"} | {seeds} | {acc} '
+              f'| {last} | {row[10]} | {row[11]} | {row[12]} | {reported} | '
+              f'{note} |')
+  unequal = [f'{c.label} at ε = {c.epsilon:g} ({c.epsilon_gap():.2%})'
+             for c in ordered if c.epsilon_gap() > EQUAL_EPSILON_RTOL]
+  md += ['', f'Equal ε: every run\'s reported ε is within '
+         f'{EQUAL_EPSILON_RTOL:.1%} of its target' + (
+             '.' if not unequal else
+             ' except ' + '; '.join(unequal) + ' (largest distance).')]
+  return md
+
+
+def _comparisons_section(analysis: Analysis, margin: float,
+                         alpha: float) -> List[str]:
+  """Both families: against the Gaussian, and pairs at equal ε and bits."""
+  n_ref, n_bits = len(analysis.against_reference), len(analysis.equal_bits)
+  md = ['## Against the Gaussian (paired by seed)', '',
+        f'Each cell minus the Gaussian at its ε, seed by seed. Family: these '
+        f'{n_ref} comparisons ({2 * n_ref} hypotheses: no difference, and a '
+        f'difference of at least ±{margin:g}), Holm\'s step-down at '
+        f'family-wise {alpha:g}, counting comparisons. Verdicts: '
+        f'*equivalent* where TOST shows the difference inside ±{margin:g}; '
+        '*better*/*worse* where "no difference" is rejected; else '
+        '*inconclusive* (not a tie: these runs cannot tell). The 95% '
+        'intervals are per comparison, not simultaneous.', '']
+  md += _comparison_table(analysis.against_reference, 'cell (minus the '
+                          'Gaussian)', lambda c: c.a.label)
+  md += ['', '## Pairs at equal ε and bits', '',
+         f'a minus b, seed by seed. Family: these {n_bits} comparisons, Holm '
+         f'as above, on its own.', '']
+  md += _comparison_table(analysis.equal_bits, 'a − b (bits)',
+                          lambda c: f'{c.a.mechanism} − {c.b.mechanism} '
+                          f'({c.a.bits})')
+  return md
+
+
+def _precision_section(analysis: Analysis, alpha: float) -> List[str]:
+  """Half-widths now, and the seeds each precision target needs."""
+  md = ['## Precision', '',
+        'From the pooled sd s of the paired differences against the Gaussian '
+        'at each ε: the 95% half-width at n seeds is t₀.₉₇₅,ₙ₋₁·s/√n; the '
+        'seeds a target needs are the fewest n meeting it (at s; and with '
+        f'probability {POWER:g} for the run\'s own sd, (n−1)S²/s² ~ χ²ₙ₋₁); '
+        'TOST shows a zero difference equivalent when |mean| + '
+        't₁₋α,ₙ₋₁·S/√n < margin.', '',
+        '| ε | comparisons | pooled sd (df) | 95% half-width now | target | '
+        f'seeds for it (at s / with {POWER:g} probability) | seeds for TOST '
+        f'(power {POWER:g}, zero difference; α = {alpha:g} / Holm\'s first '
+        'step) |', '|---|---|---|---|---|---|---|']
+  for p in precision(analysis):
+    md.append(f'| {p.epsilon:g} | {p.comparisons} | {p.sd:.4f} ({p.df}) | '
+              f'{p.half_width:.3f} at {p.seeds} seeds | {p.target:g} | '
+              f'{p.seeds_for_target} / {p.seeds_for_target_assured} | '
+              f'{p.seeds_for_tost} / {p.seeds_for_tost_holm} (α = '
+              f'{alpha:g}/{p.family_size}) |')
+  return md
+
+
+def _which_section(analysis: Analysis, budgets: Sequence[int],
+                   margin: float) -> List[str]:
+  """"Which mechanism should I use?" per ε and bit budget."""
+  md = ['## Which mechanism should I use?', '',
+        f'| ε | wire bits per coordinate at most | equivalent to the Gaussian '
+        f'(TOST ±{margin:g}, Holm) | cheapest of them | cells at these bits '
+        'minus the Gaussian [95% CI] |', '|---|---|---|---|---|']
+  for eps, budget, same, cheapest, listed in which_mechanism(analysis, budgets):
+    md.append(f'| {eps:g} | {budget} | {same} | {cheapest} | {listed} |')
   return md
 
 
@@ -560,101 +715,18 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
     The Markdown.
   """
   analysis = analyse(cells, margin, alpha)
-  rows = []
   ordered = sorted(cells, key=lambda c: (c.epsilon or math.inf, c.bits,
                                          c.mechanism))
-  for c in ordered:
-    mean, lo, hi = c.interval()
-    drop, diverged, clip = c.excursions()
-    rows.append([c.mechanism, '' if c.epsilon is None else c.epsilon, c.bits,
-                 c.seeds, mean, lo, hi,
-                 ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.accuracies.items())),
-                 ' '.join(f'{s}:{a:.4f}' for s, a in sorted(c.finals.items())),
-                 drop, diverged, clip,
-                 ' '.join(f'{s}:{e:.4g}' for s, e in sorted(c.epsilons.items())),
-                 c.params, c.reason])
+  rows = _csv_rows(ordered)
   results_io.write_csv(os.path.join(output_dir, 'table.csv'), COLUMNS, rows)
-  prespecified = endpoint == PRESPECIFIED
-  window = ('' if rounds is None else
-            f', the evaluations at rounds {endpoint.first_round(rounds)} to '
-            f'{rounds}')
-  md = [header, '',
-        f'**Endpoint:** {endpoint.name}{window}' + (
-            ' (pre-specified).' if prespecified else
-            '. This departs from the pre-specified endpoint '
-            f'({PRESPECIFIED.name}): these runs were not evaluated often '
-            'enough for it.'), '',
-        f'Excursions are counted beside it, not folded in: runs with an '
-        f'evaluation more than {DROP:g} below the previous one, and diverged '
-        f'rounds (after the first {SETTLING:.0%} of the rounds, a training '
-        'loss above the run\'s first round or not finite). Beside them the '
-        'median over rounds of the fraction of clients clipped (median over '
-        'the runs, and their range; not recorded by TFF\'s aggregators): it '
-        'describes the clip, not an excursion.', '',
-        '## Cells', '',
-        '| mechanism | ε | bits | seeds | endpoint (95% CI) | last round | '
-        'runs with a drop | rounds diverged (in runs) | clients clipped | '
-        'ε reported | note |',
-        '|---|---|---|---|---|---|---|---|---|---|---|']
-  for c, row in zip(ordered, rows):
-    name, eps, bits, seeds, mean, lo, hi = row[:7]
-    acc = ('' if not seeds else
-           f'{mean:.3f} [{lo:.3f}, {hi:.3f}]' if math.isfinite(lo)
-           else f'{mean:.3f} (1 seed)')
-    last = f'{np.mean(list(c.finals.values())):.3f}' if c.finals else ''
-    reported = row[12].replace(' ', ', ')
-    note = row[14] or (row[13] if seeds else 'not run yet')
-    md.append(f'| {name} | {eps} | {bits} | {seeds} | {acc} | {last} | '
-              f'{row[9]} | {row[10]} | {row[11]} | {reported} | {note} |')
-  unequal = [f'{c.label} at ε = {c.epsilon:g} ({c.epsilon_gap():.2%})'
-             for c in ordered if c.epsilon_gap() > EQUAL_EPSILON_RTOL]
-  md += ['', f'Equal ε: every run\'s reported ε is within '
-         f'{EQUAL_EPSILON_RTOL:.1%} of its target' + (
-             '.' if not unequal else
-             ' except ' + '; '.join(unequal) + ' (largest distance).')]
-  n_ref, n_bits = len(analysis.against_reference), len(analysis.equal_bits)
-  md += ['', f'## Against the Gaussian (paired by seed)', '',
-         f'Each cell minus the Gaussian at its ε, seed by seed. Family: these '
-         f'{n_ref} comparisons ({2 * n_ref} hypotheses: no difference, and a '
-         f'difference of at least ±{margin:g}), Holm\'s step-down at '
-         f'family-wise {alpha:g}, counting comparisons. Verdicts: '
-         f'*equivalent* where TOST shows the difference inside ±{margin:g}; '
-         '*better*/*worse* where "no difference" is rejected; else '
-         '*inconclusive* (not a tie: these runs cannot tell). The 95% '
-         'intervals are per comparison, not simultaneous.', '']
-  md += _comparison_table(analysis.against_reference, 'cell (minus the '
-                          'Gaussian)', lambda c: c.a.label)
-  md += ['', '## Pairs at equal ε and bits', '',
-         f'a minus b, seed by seed. Family: these {n_bits} comparisons, Holm '
-         f'as above, on its own.', '']
-  md += _comparison_table(analysis.equal_bits, 'a − b (bits)',
-                          lambda c: f'{c.a.mechanism} − {c.b.mechanism} '
-                          f'({c.a.bits})')
-  md += ['', '## Precision', '',
-         'From the pooled sd s of the paired differences against the Gaussian '
-         'at each ε: the 95% half-width at n seeds is t₀.₉₇₅,ₙ₋₁·s/√n; the '
-         'seeds a target needs are the fewest n meeting it (at s; and with '
-         f'probability {POWER:g} for the run\'s own sd, (n−1)S²/s² ~ χ²ₙ₋₁); '
-         'TOST shows a zero difference equivalent when |mean| + '
-         't₁₋α,ₙ₋₁·S/√n < margin.', '',
-         '| ε | comparisons | pooled sd (df) | 95% half-width now | target | '
-         f'seeds for it (at s / with {POWER:g} probability) | seeds for TOST '
-         f'(power {POWER:g}, zero difference; α = {alpha:g} / Holm\'s first '
-         'step) |', '|---|---|---|---|---|---|---|']
-  for p in precision(analysis):
-    md.append(f'| {p.epsilon:g} | {p.comparisons} | {p.sd:.4f} ({p.df}) | '
-              f'{p.half_width:.3f} at {p.seeds} seeds | {p.target:g} | '
-              f'{p.seeds_for_target} / {p.seeds_for_target_assured} | '
-              f'{p.seeds_for_tost} / {p.seeds_for_tost_holm} (α = '
-              f'{alpha:g}/{p.family_size}) |')
-  md += ['', '## Which mechanism should I use?', '',
-         f'| ε | bits per coordinate at most | equivalent to the Gaussian '
-         f'(TOST ±{margin:g}, Holm) | cheapest of them | cells at these bits '
-         'minus the Gaussian [95% CI] |', '|---|---|---|---|---|']
-  for eps, budget, same, cheapest, listed in which_mechanism(analysis, budgets):
-    md.append(f'| {eps:g} | {budget} | {same} | {cheapest} | {listed} |')
-  if provenance:
-    md += ['', provenance]
+  md = [header, '']
+  for section in (_endpoint_section(endpoint, rounds),
+                  _cells_section(ordered, rows),
+                  _comparisons_section(analysis, margin, alpha),
+                  _precision_section(analysis, alpha),
+                  _which_section(analysis, budgets, margin)):
+    md += section + ['']
+  md = md[:-1] + (['', provenance] if provenance else [])
   text = '\n'.join(md) + '\n'
   with open(os.path.join(output_dir, 'table.md'), 'w') as f:
     f.write(text)
@@ -662,7 +734,7 @@ def write_report(cells: Sequence[Cell], output_dir: str, budgets: Sequence[int],
 
 
 def plot(cells: Sequence[Cell], path: str, title: str) -> None:
-  """The endpoint against bits, one panel per ε, a line with 95% error bars
+  """The endpoint against wire bits, one panel per ε, a line with 95% error bars
   per mechanism (the noise-free run as a band)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
@@ -676,7 +748,7 @@ def plot(cells: Sequence[Cell], path: str, title: str) -> None:
   free = [c for c in cells if c.epsilon is None and c.seeds]
   for ax, eps in zip(axes, eps_values):
     for name in names:
-      pts = sorted(((c.bits, c) for c in cells
+      pts = sorted(((c.budget_bits, c) for c in cells
                     if c.mechanism == name and c.epsilon == eps and c.seeds),
                    key=lambda p: p[0])
       if not pts:
@@ -694,7 +766,7 @@ def plot(cells: Sequence[Cell], path: str, title: str) -> None:
       if math.isfinite(lo):
         ax.axhspan(lo, hi, color='k', alpha=0.08)
     ax.set_xscale('log', base=2)
-    ax.set_xlabel('bits per coordinate')
+    ax.set_xlabel('wire bits per coordinate (the secure sum\'s field)')
     ax.set_title(f'ε = {eps:g}')
   axes[0].set_ylabel('endpoint test accuracy (mean, 95% CI)')
   axes[-1].legend(fontsize=7, loc='lower right')

@@ -53,6 +53,8 @@ function):
 * `scan.py`: the grid scan and its incumbent (`Scan`).
 * `refusals.py`: why there is no answer, in words (`CannotCarrySignal`).
 * `report.py`: `calibrate`, `calibration_report`, `Calibration`.
+* `wire.py`: `calibrate_for_wire_bits` -> `WireCalibration`: the level count
+  and parameters chosen together for a secure-sum field of 2^b (docs/bits.md).
 """
 
 from tff_quant.accounting.calibration.interface import (SAFE_END_FIRST,
@@ -69,3 +71,5 @@ from tff_quant.accounting.calibration.report import (CALIBRATED_FOR,
                                                      calibration_report,
                                                      mechanism_for_bits)
 from tff_quant.accounting.calibration.scan import PROGRESS_AFTER, SCAN_RTOL
+from tff_quant.accounting.calibration.wire import (WireCalibration,
+                                                   calibrate_for_wire_bits)
