@@ -12,6 +12,7 @@ from tff_quant import mechanisms
 from tff_quant.accounting import matrix_sums
 from tff_quant.accounting import secure_sum
 from tff_quant.accounting.secure_sum import convolution
+from tff_quant.common import exact_laws
 
 mpmath.mp.dps = 50
 
@@ -195,12 +196,12 @@ def test_matrix_path_leaves_out_orders_it_cannot_scale():
   order is left to the pair-by-pair sums (which give +inf for a zero)."""
   with np.errstate(divide='ignore'):
     rows = np.log(np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]))
-  assert matrix_sums._power_matrices(rows, rows, np.array([2.0]), 0.0) == {}
+  assert matrix_sums._power_matrices(rows, rows, np.array([2.0])) == {}
   out = matrix_sums.pair_log_sums(rows, rows, np.array([[0, 0], [1, 0], [0, 1]]),
                                   np.array([2.0]), 0.0)
   assert out[0, 1] == np.inf and np.isfinite(out[0, 0]) and np.isfinite(out[0, 2])
   wide = np.log(np.array([[0.5, 0.5], [1e-5, 1 - 1e-5]]))
-  got = matrix_sums._power_matrices(wide, wide, np.array([2.0, 80.0]), 0.0)
+  got = matrix_sums._power_matrices(wide, wide, np.array([2.0, 80.0]))
   assert list(got) == [0]
 
 
@@ -239,6 +240,9 @@ def test_matrix_sums_match_the_tilted_fft_route():
      'law_err'),
     (lambda: matrix_sums.convolve(np.zeros((1, 2)), 0.0, np.zeros(0), 0.0),
      'log_law'),
+    (lambda: matrix_sums.EntryError.fit(np.zeros(3), np.zeros(4)), '`errors`'),
+    (lambda: matrix_sums.EntryError.fit(np.array([1e-16, -1e-16]),
+                                        np.zeros(2)), '`errors`'),
 ])
 def test_bad_input_names_the_parameter(call, match):
   """A count or error bound out of range, or an empty law: one error naming it
@@ -281,3 +285,132 @@ def test_blocks_are_the_longest_runs_one_scale_serves():
 def test_a_bad_tail_is_refused_naming_it(tail):
   with pytest.raises(ValueError, match='`tail`'):
     matrix_sums.Powers(np.log([0.5, 0.5]), tail)
+
+
+def test_convolution_bound_holds_entry_by_entry_and_is_small_in_the_bulk():
+  """`EntryError`: every entry within const + slope·|value| of 50-digit
+  arithmetic, with inputs carrying per-entry errors of their own (the
+  exact inputs moved within them, both ways); the bound at the law's mode
+  under 1/3 of the uniform one (its deepest entry's)."""
+  rows = np.stack([_sharp_law(9, 1.5, s) for s in range(3)])
+  law = _sharp_law(60, 1.0, 7)
+  rows_err = matrix_sums.EntryError(3e-14, 2e-15, rows)
+  law_err = matrix_sums.EntryError(5e-14, 4e-15, law)
+  out, err = matrix_sums.convolve(rows, rows_err, law, law_err)
+  assert isinstance(err, matrix_sums.EntryError)
+  bound = err.at(out)
+  assert np.all(bound <= float(err))
+  mode = np.argmax(out, axis=1)
+  assert np.all(bound[np.arange(3), mode] < float(err) / 3)
+  for sign in (1, -1):
+    # The exact laws: the given ones moved by their whole bound one way.
+    exact = _exact_convolve(rows + sign * rows_err.at(rows),
+                            law + sign * law_err.at(law))
+    for i, row in enumerate(exact):
+      for z, value in enumerate(row):
+        if value != -mpmath.inf:
+          assert abs(mpmath.mpf(out[i, z]) - value) <= bound[i, z], (i, z)
+
+
+def test_powers_bound_holds_entry_by_entry():
+  """R^{*m} (16 levels, m = 12): every entry within its own bound of 50
+  digits, the bound in the bulk under 5e-13 (the uniform one, carried at
+  the deepest entry, is larger)."""
+  log_r = _sharp_law(16, 0.4, 2)
+  law, err = matrix_sums.Powers(log_r)(12)
+  bound = err.at(law)
+  r = [mpmath.exp(mpmath.mpf(v)) for v in log_r]
+  cur = [mpmath.mpf(1)]
+  for _ in range(12):
+    cur = [mpmath.fsum(r[k] * cur[z - k] for k in range(len(r))
+                       if 0 <= z - k < len(cur))
+           for z in range(len(cur) + len(r) - 1)]
+  for z, value in enumerate(cur):
+    assert abs(mpmath.mpf(law[z]) - mpmath.log(value)) <= bound[z], z
+  bulk = law > np.max(law) - 5
+  assert np.all(bound[bulk] < 5e-13) and float(err) > np.max(bound[bulk])
+
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_a_fitted_entry_error_lies_above_every_entry_and_is_tight_one_nat_in(
+    seed):
+  """`EntryError.fit`: const + slope·|value| is at or above every per-entry
+  bound (random bounds, and log_binomial's, which grow into the tails), the
+  -inf entries ignored; one nat above the least |value| no line with slope
+  >= 0 above the points is lower (it is the upper hull's tangent there:
+  checked against every line through two of the points and every flat
+  line)."""
+  rng = np.random.default_rng(seed)
+  law = -rng.exponential(6.0, size=40)
+  law[[3, 17]] = -np.inf
+  errors = rng.uniform(0, 1e-13, size=40) * (1 + np.abs(law))
+  errors[[3, 17]] = np.nan   # ignored where the law is -inf
+  fit = matrix_sums.EntryError.fit(errors, law)
+  live = np.isfinite(law)
+  assert np.all(errors[live] <= fit.at(law[live]))
+  x, e = np.abs(law[live]), errors[live]
+  x_ref = np.min(x) + 1
+  best = np.max(e)   # the flat line
+  for i in range(x.size):
+    for j in range(x.size):
+      if x[j] > x[i]:
+        slope = (e[j] - e[i]) / (x[j] - x[i])
+        if slope >= 0 and np.all(e <= e[i] + slope * (x - x[i]) * (1 + 1e-12)
+                                 + 1e-30):
+          best = min(best, e[i] + slope * (x_ref - x[i]))
+  assert fit.at(np.array([x_ref]))[0] <= best * (1 + 1e-5)
+  binomial, err = exact_laws.log_binomial(99, 0.5)
+  fit = matrix_sums.EntryError.fit(err, binomial)
+  assert np.all(err <= fit.at(binomial))
+  assert fit.at(binomial[49:50])[0] < np.max(err) / 10   # bulk, not tail
+
+
+@pytest.mark.parametrize('lower', [False, True])
+def test_power_sums_carry_per_entry_input_errors(lower):
+  """Inputs known entry by entry ((err_a, err_b) arrays, errors growing
+  into the tails): at or above (with `lower`, at or below) the exact sum of
+  the worst inputs within them, and within 1e-11·(α-1) of it."""
+  rng = np.random.default_rng(4)
+  base = _sharp_law(200, 0.08, 3)
+  rows = base + 0.3 * rng.uniform(-1, 1, (2, base.size))
+  rows -= np.logaddexp.reduce(rows, axis=1)[:, None]
+  e_a = 1e-14 + 1e-14 * np.abs(rows[0])
+  e_b = 2e-14 + 1e-14 * np.abs(rows[1])
+  orders = np.array([2.0, 8.0, 64.0])
+  got = matrix_sums.log_power_sums(rows[:1], rows[1:], orders,
+                                   (e_a[None], e_b[None]), lower=lower)[:, 0]
+  sign = -1 if lower else 1
+  for n, alpha in enumerate(orders):
+    worst = _exact_power_sum(rows[0] + sign * e_a, rows[1] - sign * e_b, alpha)
+    if lower:
+      assert worst - 1e-11 * (alpha - 1) <= got[n] <= worst, alpha
+    else:
+      assert worst <= got[n] <= worst + 1e-11 * (alpha - 1), alpha
+
+
+def test_pair_sums_carry_an_entry_error_in_both_paths():
+  """`pair_log_sums` with an `EntryError`: the matrix path and the pair
+  path both at or above the exact sum of the worst inputs within the
+  per-entry bound."""
+  rng = np.random.default_rng(5)
+  base = _sharp_law(120, 0.1, 6)
+  rows = base + 0.2 * rng.uniform(-1, 1, (4, base.size))
+  rows -= np.logaddexp.reduce(rows, axis=1)[:, None]
+  err = matrix_sums.EntryError(1e-13, 3e-14, rows)
+  pairs = np.array([(i, j) for i in range(4) for j in range(4)])
+  orders = np.array([2.0, 16.0])
+  dense = matrix_sums.pair_log_sums(rows, rows, pairs, orders, err)
+  sparse = matrix_sums.pair_log_sums(rows, rows, pairs[:3], orders, err)
+  for n, alpha in enumerate(orders):
+    for m, (i, j) in enumerate(pairs):
+      worst = _exact_power_sum(rows[i] + err.at(rows[i]),
+                               rows[j] - err.at(rows[j]), alpha)
+      assert worst <= dense[n, m], (alpha, i, j)
+      if m < 3:
+        assert worst <= sparse[n, m]
+
+
+def test_pair_sums_refuse_orders_at_or_below_one():
+  with pytest.raises(ValueError, match='`orders`'):
+    matrix_sums.pair_log_sums(np.zeros((1, 2)), np.zeros((1, 2)),
+                              np.array([[0, 0]]), np.array([1.0]), 0.0)

@@ -38,8 +38,10 @@ def test_issue_61_bq_repro_proved_at_or_above_exact():
     exact = float(mpmath.log(total))
   assert proved >= exact
   # And not by more than the carried allowance plus the power sum's own
-  # rounding allowance (matrix_sums: U per term and per kept factor's op).
-  rounding = matrix_sums.U * (matrix_sums._POWER_ROUNDING + one.num_levels) * 1.01
+  # rounding allowance (matrix_sums: at most u·(3·708 + 2·|top| + 2·700 +
+  # terms + 1) + ℓ·(2 + |log S|) per sum, uniformly; |top| <= 708).
+  rounding = 1.01 * (matrix_sums.U * (5 * 708 + 2 * 700 + one.num_levels + 1)
+                     + matrix_sums.LIB * 3)
   assert proved - exact <= numerics.rdp_allowance(one, 1, 2) + rounding
 
 

@@ -87,9 +87,104 @@ def test_two_point_mixture_error_covers_a_tiny_weight():
   assert abs(computed - float(exact)) <= exact_laws.two_point_mixture_error(3.0)
 
 
+def _ndtr_grid():
+  """Tail arguments t <= 0: log-spaced from 1e-8 and uniform over [-37, 0]
+  (fixed seed), where the accountant's cells read Φ."""
+  rng = np.random.default_rng(3)
+  return np.concatenate([-np.logspace(-8, math.log10(37.0), 1500),
+                         rng.uniform(-37.0, 0.0, 1500), [0.0, -37.0]])
+
+
+def test_ndtr_within_the_assumption():
+  """The NDTR_U_* assumption against 40-digit mpmath: relative on the tail
+  side t in [-37, 0]; 1 - Φ(-t) for t > 0 within u + the same·Φ(-t); below
+  -37 only 0 <= ndtr <= NDTR_TINY. Also reports the margin (>= 1.5)."""
+  from scipy import special   # pylint: disable=g-import-not-at-top
+  u = exact_laws.U
+  worst = 0.0
+  with mpmath.workdps(40):
+    for t in _ndtr_grid():
+      exact = mpmath.ncdf(mpmath.mpf(t))
+      rel = abs(float((mpmath.mpf(special.ndtr(t)) - exact) / exact))
+      allowed = float(exact_laws.ndtr_relative_error(t))
+      assert rel <= allowed, (t, rel / u)
+      worst = max(worst, rel / allowed)
+      other = abs(float(mpmath.mpf(special.ndtr(-t)) - (1 - exact)))
+      assert other <= u + allowed * float(exact), (t, other)
+  assert worst <= 1 / 1.5
+  far = special.ndtr(-np.linspace(37.0, 60.0, 200))
+  assert np.all((far >= 0) & (far <= exact_laws.NDTR_TINY))
+
+
+def test_normal_tail_bounds_bracket_the_tail():
+  with mpmath.workdps(40):
+    for t in np.concatenate([np.linspace(0, 40, 401), [1e-9, 1e-3]]):
+      exact = float(mpmath.ncdf(-mpmath.mpf(t)))
+      assert exact_laws.normal_tail_lower(t) <= exact <= exact_laws.normal_tail_upper(t)
+
+
+def test_log_add_error_covers_numpy_logaddexp():
+  rng = np.random.default_rng(4)
+  xs = np.concatenate([rng.uniform(-800, 5, 300), [0.0, -1e-300, -745.0]])
+  ys = xs + np.concatenate([rng.normal(0, 3, 200), rng.uniform(-40, 40, 103)])
+  with mpmath.workdps(40):
+    for x, y in zip(xs, ys):
+      got = np.logaddexp(x, y)
+      exact = mpmath.log(mpmath.exp(mpmath.mpf(x)) + mpmath.exp(mpmath.mpf(y)))
+      assert abs(got - float(exact)) <= exact_laws.log_add_error(abs(got) + 1e-9)
+
+
+def _log_cdf_grid():
+  """t <= 0: log-spaced from -1e-8 to -1e4, uniform over [-40, 0] (fixed
+  seed), and both sides of the series' start (-10)."""
+  rng = np.random.default_rng(5)
+  edge = exact_laws.LOG_NDTR_SERIES_FROM
+  return np.concatenate([-np.logspace(-8, 4, 600), rng.uniform(-40.0, 0.0, 600),
+                         [0.0, -edge, -np.nextafter(edge, 0), -37.0, -1e150]])
+
+
+def test_log_normal_cdf_within_its_bound():
+  """`log_normal_cdf` against 40-digit mpmath: within its per-entry bound
+  everywhere (both branches), which is also at most the a priori
+  `log_normal_cdf_error_bound`; the bound is within 100 of the largest
+  error measured over the grid (not vacuous)."""
+  t = _log_cdf_grid()
+  values, errors = exact_laws.log_normal_cdf(t)
+  worst = 0.0
+  with mpmath.workdps(40):
+    for ti, v, e in zip(t, values, errors):
+      exact = mpmath.log(mpmath.ncdf(mpmath.mpf(ti)))
+      diff = abs(float(mpmath.mpf(v) - exact))
+      assert diff <= e, (ti, diff, e)
+      worst = max(worst, diff / e)
+      assert e <= exact_laws.log_normal_cdf_error_bound(-ti)
+  assert worst >= 0.01
+
+
+def test_log_normal_cdf_error_bound_is_small_where_laws_are_read():
+  """A priori bounds: 1.9e-14 at |t| <= 3.9 (a served quantized Gaussian's
+  saturation), <= 2e-13 up to 10, then about u·t²."""
+  u = exact_laws.U
+  assert exact_laws.log_normal_cdf_error_bound(3.9) <= 170 * u
+  assert exact_laws.log_normal_cdf_error_bound(10.0) <= 900 * u
+  assert exact_laws.log_normal_cdf_error_bound(1e4) <= 1.01 * u * 1e8
+
+
+@pytest.mark.parametrize('t', [1e-300, 1.0, np.inf, -np.inf, np.nan, -1e151])
+def test_log_normal_cdf_refuses_arguments_out_of_range(t):
+  with pytest.raises(ValueError, match='`t`'):
+    exact_laws.log_normal_cdf(t)
+
+
 @pytest.mark.parametrize('kwargs,name', [(dict(trials=-1, p=0.5), 'trials'),
                                          (dict(trials=2**27, p=0.5), 'trials'),
                                          (dict(trials=3, p=1.5), 'p')])
 def test_bad_input_names_the_parameter(kwargs, name):
   with pytest.raises(ValueError, match=name):
     exact_laws.log_binomial(**kwargs)
+
+
+@pytest.mark.parametrize('x_max', [-1.0, 1e151])
+def test_log_normal_cdf_error_bound_refuses_out_of_range(x_max):
+  with pytest.raises(ValueError, match='`x_max`'):
+    exact_laws.log_normal_cdf_error_bound(x_max)

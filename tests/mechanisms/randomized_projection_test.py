@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -122,3 +124,98 @@ def test_resampled_level_reaches_every_level_at_24_bits():
   assert below.size > 0.45 * draws
   odd = float(np.mean(below % 2))
   assert abs(odd - 0.5) <= 5 * np.sqrt(0.25 / below.size), odd
+
+
+def _exact_paper_log_pmf(mech, x):
+  """The paper's law at the float input x, 40 digits: cell i of the exact
+  edges -M + (2i ± 1)M/(L-1), P_i = r + A_i(q - r)."""
+  import mpmath   # pylint: disable=g-import-not-at-top
+  with mpmath.workdps(40):
+    big_m, big_l = mpmath.mpf(mech.bound), mech.num_levels
+    q = mpmath.mpf(mech.q)
+    r = (1 - q) / (big_l - 1)
+    x = mpmath.mpf(x)
+    out = []
+    for i in range(big_l):
+      lo = -mpmath.inf if i == 0 else -big_m + (2 * i - 1) * big_m / (big_l - 1)
+      hi = mpmath.inf if i == big_l - 1 else -big_m + (2 * i + 1) * big_m / (big_l - 1)
+      if mech.sigma == 0:
+        a = 1 if lo <= x < hi else 0
+      else:
+        s = mpmath.mpf(mech.sigma)
+        a = mpmath.ncdf((hi - x) / s) - mpmath.ncdf((lo - x) / s)
+        if a < mpmath.mpf(10)**-30:   # the tail side, without cancellation
+          a = (mpmath.ncdf((x - lo) / s) - mpmath.ncdf((x - hi) / s)
+               if lo - x > 0 else a)
+      out.append(mpmath.log(r + a * (q - r)))
+    return out
+
+
+def _exact_log_pmf(mech, x):
+  """`_exact_paper_log_pmf`, mixed over the input lattice at the float
+  weight the code computes (`base.lattice_log_pmf`, as the sampler's
+  `base.lattice_round`)."""
+  import mpmath   # pylint: disable=g-import-not-at-top
+  x = mech.clip_input(x)
+  if not mech.lattice:
+    return _exact_paper_log_pmf(mech, x)
+  h = 2.0 * mech.input_bound / (mech.lattice - 1)
+  t = (x + mech.input_bound) / h
+  i = min(max(int(np.floor(t)), 0), mech.lattice - 2)
+  w = min(max(t - i, 0.0), 1.0)
+  at = lambda k: _exact_paper_log_pmf(mech, -mech.input_bound + k * mech.lattice_step)
+  with mpmath.workdps(40):
+    w = mpmath.mpf(w)
+    return [mpmath.log((1 - w) * mpmath.exp(a) + w * mpmath.exp(b))
+            for a, b in zip(at(i), at(i + 1))]
+
+
+C_SERVED = 0.03314563036811941   # 3/√8192, the served cells' c∞
+
+
+@pytest.mark.parametrize('params', [
+    # The served cells (results/served_cells): 8 bits ε = 10, 4 bits ε = 10.
+    dict(bound=0.5303300858899106, bits=8, q=0.99, sigma=0.1444441747713754,
+         input_bound=C_SERVED, lattice=9),
+    dict(bound=0.2651650429449553, bits=4, q=0.9, sigma=0.1296050545613571,
+         input_bound=C_SERVED, lattice=9),
+    # Extremes: σ ≪ the cells (tails to Φ(-37) and beyond), q = 1/L, σ = 0,
+    # inputs past the levels.
+    dict(bound=1.0, bits=4, q=0.5, sigma=0.01),
+    dict(bound=1.0, bits=3, q=1 / 8, sigma=2.0, input_bound=1.5),
+    dict(bound=0.3, bits=2, q=0.9, sigma=0.0, input_bound=0.5)])
+def test_log_pmf_within_its_proved_error(params):
+  """`log_pmf_error` bounds the computed log-pmf against 40-digit mpmath at
+  ±c, 0, the lattice points and off-lattice inputs; the bound is within
+  10^3 of the largest error measured (a sanity check on its tightness)."""
+  mech = rp.RandomizedProjection(**params)
+  eta = mech.log_pmf_error
+  c = mech.input_bound
+  rng = np.random.default_rng(0)
+  xs = np.concatenate([[-c, c, 0.0, 0.37 * c], rng.uniform(-c, c, 3)])
+  worst = 0.0
+  for x in xs:
+    got = mech.log_pmf(x)
+    for g, e in zip(got, _exact_log_pmf(mech, x)):
+      assert abs(g - float(e)) <= eta, (x, g - float(e), eta)
+      worst = max(worst, abs(g - float(e)))
+  assert worst == 0 or eta <= 1e3 * max(worst, 1e-15)
+
+
+@pytest.mark.parametrize('params', [
+    dict(bound=1.0, bits=24, q=0.99, sigma=1e-9),
+    dict(bound=1.0, bits=24, q=2.0**-24, sigma=1e6),
+    dict(bound=1.0, bits=1, q=1 - 2.0**-53, sigma=1e-11, input_bound=9.0),
+    dict(bound=1e-100, bits=24, q=0.5, sigma=1e90, lattice=4097)])
+def test_log_pmf_error_finite_across_the_covered_range(params):
+  """η is finite and positive at the ends of the range it covers."""
+  eta = rp.RandomizedProjection(**params).log_pmf_error
+  assert 0 < eta < 0.01 and math.isfinite(eta)
+
+
+@pytest.mark.parametrize('params', [
+    dict(bound=1.0, bits=4, q=0.9, sigma=1e-13),
+    dict(bound=1e-300, bits=24, q=0.9, sigma=1e-100)])
+def test_log_pmf_error_refuses_a_sigma_it_does_not_cover(params):
+  with pytest.raises(ValueError, match='`sigma`'):
+    rp.RandomizedProjection(**params).log_pmf_error  # pylint: disable=expression-not-assigned

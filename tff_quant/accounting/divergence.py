@@ -53,7 +53,8 @@ def _mixes(others, num_others: int) -> List[int]:
 
 
 def sum_log_pmf_at_extremes(mech, num_plus: int, num_minus: int,
-                            log_floor: float = -np.inf):
+                            log_floor: float = -np.inf,
+                            with_error: bool = False):
   """(log-pmf, log upper bound) of the secure sum: `num_plus` clients at +clip, `num_minus` at -clip.
 
   Args:
@@ -66,10 +67,14 @@ def sum_log_pmf_at_extremes(mech, num_plus: int, num_minus: int,
     (log_pmf, log_upper): float64 arrays over the sum's values 0..n(L-1)
     (L = `mech.num_levels`, n = num_plus + num_minus); log_pmf is NaN at an
     unresolved index, where log_upper < log_floor bounds it rigorously.
-    With no clients, (zeros(1), zeros(1)): the sum is 0.
+    With no clients, (zeros(1), zeros(1)): the sum is 0. With `with_error`,
+    a third array: each entry's proved rounding
+    (`laws.sum_log_pmf_with_error`, docs/privacy.md "Numerics" 3).
   """
   at_plus, at_minus = end_log_pmfs(mech)
-  return sum_log_pmf_above([(at_plus, num_plus), (at_minus, num_minus)], log_floor)
+  out = laws.sum_log_pmf_with_error([(at_plus, num_plus),
+                                     (at_minus, num_minus)], log_floor)
+  return out if with_error else out[:2]
 
 
 def end_log_pmfs(mech) -> Tuple[np.ndarray, np.ndarray]:
@@ -162,11 +167,15 @@ def _mix_divergences(mech, alphas: List[float], num_clients: int,
   log_floor = _tail_floor(alphas, d_inf_local)
   sums = {}
   for j in sorted(set(mixes) | {k + 1 for k in mixes}):
-    sums[j] = sum_log_pmf_at_extremes(mech, j, num_clients - j, log_floor)
+    sums[j] = sum_log_pmf_at_extremes(mech, j, num_clients - j, log_floor,
+                                      with_error=True)
   for k in mixes:
-    (lp, lp_up), (lq, _) = sums[k + 1], sums[k]
-    for a in alphas:
-      per[a][k] = renyi_divergence(lp, lq, a, lp_up, d_inf_local)
+    (lp, lp_up, ep), (lq, _, eq) = sums[k + 1], sums[k]
+    for a in alphas:   # raised by the sums' proved rounding
+      per[a][k] = renyi_divergence(lp, lq, a, lp_up, d_inf_local,
+                                   log_p_error=ep, log_q_error=eq)
+      if math.isinf(a):   # the sum is a post-processing of the target's
+        per[a][k] = min(per[a][k], d_inf_local)   # output and the others
 
 
 def renyi_divergence_of_sum(mech, alpha: Union[float, Sequence[float]],

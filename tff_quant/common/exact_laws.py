@@ -31,6 +31,7 @@ import math
 from typing import Optional, Tuple
 
 import numpy as np
+from scipy import special
 
 from tff_quant.common import validation
 
@@ -204,7 +205,8 @@ def _log_binomial(trials: int, p: float) -> Tuple[np.ndarray, np.ndarray]:
 
 #: |log f| for a float f in (0, 1): at most 1075·log 2 < 745.2; |log(1 - f)|
 #: at most 53·log 2 < 36.8 (f <= 1 - 2^-53).
-_LOG_WEIGHT_MAX = 745.2
+LOG_FLOAT_MAX = 745.2
+_LOG_WEIGHT_MAX = LOG_FLOAT_MAX
 _LOG_COMPLEMENT_MAX = 36.8
 
 
@@ -294,3 +296,207 @@ def log_binomial_error_bound(trials: int, p_low: float, p_high: float) -> float:
   e_v = (e_s + n * e_l + 1.01 * U * n * l_max + U * n * (log2 + l_max)) * (1 + 4 * U)
   e_z = e_v + 1.02 * _LIB + _LIB * math.log(n + 1) + 3 * U + 2 * (n + 1) * math.exp(-700)
   return (e_v + e_z + U * (n * big_lambda + math.log(n + 1))) * (1 + 1e-6)
+
+
+# ----------------------------------------------------------------------------
+# The standard normal CDF: a named accuracy assumption (docs/privacy.md,
+# "Numerics"), and what follows from it.
+# ----------------------------------------------------------------------------
+#: Assumed accuracy of scipy.special.ndtr (Cephes' ndtr: 0.5·erfc(-t/√2) for
+#: t <= -1, 0.5 + 0.5·erf(t/√2) near 0): for -37 <= t <= 0,
+#: |ndtr(t)/Φ(t) - 1| <= (NDTR_U_CONSTANT + NDTR_U_QUADRATIC·t²)·u. The t²
+#: term is erfc's e^(-x²) at x = t/√2 evaluated from a rounded argument
+#: (relative error x²·u of exp's argument). Cephes documents a peak relative
+#: error of 3.4e-14 for ndtr on [-13, 0] (153u; the bound allows 692u there)
+#: and 5.7e-14 for erfc on [0, 26.64] (the bound allows 5,700u at t = 37.7).
+#: Measured against 40-digit mpmath on 12,000 points of [-38.5, 0]
+#: (tests/common/exact_laws_test.py): at most 5.4u + 2.3u·t², within the
+#: assumption by a factor >= 1.8 everywhere. For t > 0, ndtr(t) is 1 minus the
+#: same tail, one more rounding: |ndtr(t) - Φ(t)| <= u + (same)·Φ(-t). Below
+#: t = NDTR_NORMAL_FROM, Φ(t) < 1e-299 and float64 loses relative precision
+#: (subnormals from 2.2e-308): there only 0 <= ndtr(t) <= NDTR_TINY is assumed.
+NDTR_U_CONSTANT = 16.0
+NDTR_U_QUADRATIC = 4.0
+NDTR_NORMAL_FROM = -37.0
+NDTR_TINY = 1e-298
+#: Φ(-t) <= φ(t)·min(√(π/2), 1/t) for t >= 0 (`normal_tail_upper`).
+_SQRT_HALF_PI = math.sqrt(math.pi / 2)
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def ndtr_relative_error(t) -> np.ndarray:
+  """The assumed relative error of scipy's ndtr on its tail side (NDTR_U_*):
+  (NDTR_U_CONSTANT + NDTR_U_QUADRATIC·t²)·u, for -37 <= -|t|.
+
+  Args:
+    t: arguments (either sign; the tail side -|t| is meant).
+
+  Returns:
+    The bounds, float64 (an upper bound on the formula: one extra u).
+  """
+  t = np.asarray(t, np.float64)
+  return (NDTR_U_CONSTANT + NDTR_U_QUADRATIC * t * t) * U * (1 + 4 * U)
+
+
+def normal_tail_upper(t) -> np.ndarray:
+  """An upper bound on Φ(-|t|) from the Mills ratio: φ(t)·min(√(π/2), 1/|t|)
+  (R(t) = Φ(-t)/φ(t) decreases from √(π/2) and is below 1/t; Gordon 1941),
+  with exp's rounding (ELEMENTARY_ULPS) and the products' covered by 1e-12.
+
+  Args:
+    t: arguments.
+
+  Returns:
+    The bounds, float64, in (0, 1/2].
+  """
+  t = np.abs(np.asarray(t, np.float64))
+  with np.errstate(divide='ignore', under='ignore'):
+    phi = np.exp(-0.5 * t * t - _LOG_SQRT_2PI)
+    ratio = np.minimum(_SQRT_HALF_PI, 1.0 / t)
+  return np.minimum(phi * ratio * (1 + 1e-12), 0.5)
+
+
+def log_add_error(value_max: float) -> float:
+  """A bound on numpy's rounding of logaddexp(X, Y) = max + log1p(exp(-|X-Y|)),
+  both finite, |result| <= `value_max`: the difference's u·|X-Y| weighted by
+  e^-|X-Y|/(1 + e^-|X-Y|) (<= u/e), exp's lib (relative, then through log1p
+  with derivative <= 1), log1p's lib·log 2, the addition u·|result|
+  (lib = ELEMENTARY_ULPS·2u). The inputs' own errors pass through weighted
+  by their shares (at most the larger).
+
+  Args:
+    value_max: a bound on |logaddexp(X, Y)|.
+
+  Returns:
+    The bound (absolute, in log).
+  """
+  return (U / math.e + _LIB * (1 + math.log(2)) + U * float(value_max)) * (1 + 1e-6)
+
+
+def normal_tail_lower(t) -> np.ndarray:
+  """A lower bound on Φ(-|t|): φ(t)·|t|/(1 + t²) (Gordon 1941), and
+  Φ(-|t|) >= 1/2 - |t|·φ(0) near 0; exp's rounding covered by 1e-12.
+
+  Args:
+    t: arguments.
+
+  Returns:
+    The bounds, float64, in [0, 1/2].
+  """
+  t = np.abs(np.asarray(t, np.float64))
+  with np.errstate(under='ignore'):
+    phi = np.exp(-0.5 * t * t - _LOG_SQRT_2PI)
+  return np.maximum(phi * t / (1 + t * t), 0.5 - t / math.sqrt(2 * math.pi)) * (1 - 1e-12)
+
+
+# ----------------------------------------------------------------------------
+# log Φ(t), t <= 0, with a proved error under the ndtr assumption.
+# ----------------------------------------------------------------------------
+#: From |t| = LOG_NDTR_SERIES_FROM on, `log_normal_cdf` sums the Mills
+#: ratio's asymptotic series instead of taking log(ndtr(t)).
+LOG_NDTR_SERIES_FROM = 10.0
+_SERIES_TERMS = 30   # K: the series' terms; (2K-1)!!/x^(2K) <= 3e-20 at x = 10
+_DOUBLE_FACTORIAL = float(math.prod(range(1, 2 * _SERIES_TERMS, 2)))  # (2K-1)!!
+#: log √(2π) as a float (0.5·log(2π)), and a bound on its error: 2π's
+#: rounding (u) and log's lib (<= 1.84 lib), halved.
+LOG_SQRT_2PI = _LOG_SQRT_2PI
+LOG_SQRT_2PI_ERROR = 0.5 * (1.01 * U + _LIB * 1.84)
+
+
+def _series_error(x, x_low, value):
+  """`log_normal_cdf`'s bound on its series branch at x = -t >= 10: the
+  truncation (2K-1)!!/x^(2K) taken at x_low <= x (it decreases in x), every
+  other term at x; `value` bounds |log Φ(-x)|."""
+  x = np.asarray(x, np.float64)
+  with np.errstate(under='ignore'):
+    trunc = _DOUBLE_FACTORIAL * np.exp(-2 * _SERIES_TERMS * np.log(x_low)) * (1 + 1e-9)
+  rho = 7.76 * U + trunc / 0.99               # S: Horner's rounding + truncation
+  log_x = np.log(x) * (1 + 1e-12)
+  err = (-np.log1p(-rho) + _LIB * 0.0101        # log S̃
+         + _LIB * log_x                        # log x
+         + U * (log_x + 0.0101)                # log S̃ - log x
+         + LOG_SQRT_2PI_ERROR + U * (log_x + 0.94)   # - log √(2π)
+         + U * 0.5 * x * x * (1 + 2 * U)       # x·x, halved
+         + U * np.abs(value))                  # the last addition
+  return err * (1 + 1e-9)
+
+
+def _near_error(x, value):
+  """`log_normal_cdf`'s bound on its log(ndtr) branch (0 <= x < 10):
+  ndtr's assumed relative error through log, and log's own ulps."""
+  rel = ndtr_relative_error(x)
+  return (-np.log1p(-rel) + _LIB * np.abs(value)) * (1 + 1e-9)
+
+
+def log_normal_cdf(t) -> Tuple[np.ndarray, np.ndarray]:
+  """(log Φ(t), a bound on its error) for t <= 0, proved under the ndtr
+  assumption (NDTR_U_*; docs/privacy.md, "Numerics").
+
+  x = -t < LOG_NDTR_SERIES_FROM (10): log(ndtr(t)); ndtr is within
+  ε = (NDTR_U_CONSTANT + NDTR_U_QUADRATIC·x²)·u relative (x < 37), so the
+  log is within -log1p(-ε), plus log's lib·|value| (lib = ELEMENTARY_ULPS·2u).
+
+  x >= 10: log Φ(-x) = -x²/2 - log √(2π) - log x + log(x·R(x)), R the Mills
+  ratio. x·R(x) = ∫_0^∞ x·e^(-xs - s²/2) ds; e^(-s²/2)'s Taylor remainders
+  alternate, so x·R(x) = S + r with S = Σ_{k<K} (-1)^k (2k-1)!!/x^(2k) and
+  |r| <= (2K-1)!!/x^(2K) (K = 30: <= 3e-20 at x = 10; S in [0.99, 1]). S by
+  Horner in y = fl(1/fl(x·x)) (2.01u): H <- 1 - c·y·H, c = 2K-3, ..., 3, 1;
+  c·y <= 0.57 and H in [0.43, 1], so an error e becomes <= 0.5701e + 3.3u,
+  at most 7.68u absolute (7.76u relative) in the end. The remaining steps:
+  log S̃ (lib·0.0101), log x (lib·log x), the subtraction u·(log x + 0.0101),
+  log √(2π) (its float's error `LOG_SQRT_2PI_ERROR`, and u·(log x + 0.94)),
+  x·x (u·x²/2 after the exact halving) and the final addition (u·|value|).
+
+  Args:
+    t: arguments, finite, <= 0, |t| <= 1e150 (x·x stays finite).
+
+  Returns:
+    (values, errors), float64 arrays of t's shape: |values - log Φ(t)| <=
+    errors.
+
+  Raises:
+    ValueError: an argument above 0, not finite, or below -1e150.
+  """
+  t = np.asarray(t, np.float64)
+  if not np.all((t <= 0) & (t >= -1e150)):
+    raise ValueError('`t` must be finite, in [-1e150, 0].')
+  x = -t
+  series = x >= LOG_NDTR_SERIES_FROM
+  xs = np.where(series, x, LOG_NDTR_SERIES_FROM)
+  xx = xs * xs
+  y = 1.0 / xx
+  s = np.ones_like(xs)
+  for c in range(2 * _SERIES_TERMS - 3, 0, -2):
+    s = 1.0 - (c * y) * s
+  small = (np.log(s) - np.log(xs)) - _LOG_SQRT_2PI
+  far = -0.5 * xx + small
+  with np.errstate(divide='ignore'):
+    near = np.log(special.ndtr(np.where(series, 0.0, t)))
+  values = np.where(series, far, near)
+  errors = np.where(series, _series_error(xs, xs, far),
+                    _near_error(np.where(series, 0.0, x), near))
+  return values, errors
+
+
+def log_normal_cdf_error_bound(x_max: float) -> float:
+  """A bound on `log_normal_cdf`'s error at every t in [-x_max, 0]: each
+  branch's bound is non-decreasing in x = -t but for the series'
+  truncation, taken at x = 10.
+
+  Args:
+    x_max: >= 0, at most 1e150.
+
+  Returns:
+    The bound (absolute, in log).
+
+  Raises:
+    ValueError: `x_max` out of range.
+  """
+  x_max = float(validation.check_number('x_max', x_max, 0, 1e150))
+  x_near = min(x_max, LOG_NDTR_SERIES_FROM)
+  value_near = abs(math.log(float(special.ndtr(-x_near)))) * (1 + 1e-9) + 1e-12
+  out = float(_near_error(x_near, value_near))
+  if x_max >= LOG_NDTR_SERIES_FROM:
+    value_far = 0.5 * x_max * x_max + math.log(x_max) + 1.0
+    out = max(out, float(_series_error(x_max, LOG_NDTR_SERIES_FROM, value_far)))
+  return out

@@ -18,6 +18,10 @@ from scipy import special
 
 from tff_quant.common import exact_laws
 
+#: Unit roundoff and one elementary function's relative error (docs/privacy.md, "Numerics").
+U = exact_laws.U
+LIB = 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U   # exp, log: relative
+
 # An index is trusted from a tilt when its tilted value is within this many
 # e-folds of the tilted maximum (FFT error is ~1e-16 * log(size) relative to
 # the max, so a trusted entry is accurate to ~1e-16 * 20 * e^12 ~ 3e-10 relative;
@@ -27,6 +31,23 @@ _MAX_TILTS = 4000
 # A tilt's FFT covers a window holding all but 2e^-_ALIAS of the tilted mass.
 _ALIAS = 80.0
 _AHEAD = 2.5   # tilted stds a tilt is aimed beyond the first unresolved index
+
+#: Assumed norm-wise accuracy of one numpy FFT (pocketfft) of a power-of-two
+#: size N: ||computed - exact||_2 <= FFT_ERROR_CONSTANT·log2(N)·u·||exact||_2,
+#: for rfft and irfft alike (on the full Hermitian spectrum). Higham (2002),
+#: Theorem 24.2, proves (log2 N)·η/(1 - (log2 N)·η), η = μ + γ4(√2 + μ), for
+#: the radix-2 Cooley-Tukey FFT with twiddle factors within μ; pocketfft
+#: computes its twiddles to about 1 ulp (μ <= 2u), so η <= 7.7u. pocketfft's
+#: radix-4 and real-input passes are assumed to satisfy the same per-level
+#: constant, like ELEMENTARY_ULPS an assumption about a library (checked
+#: against long-double transforms in tests/common/laws_test.py).
+FFT_ERROR_CONSTANT = 8.0
+# |fl(xy) - xy| <= √2·γ2·|xy| for a complex product (Higham 2002, Lemma 3.5;
+# with a fused multiply-add each component's error is no larger).
+_COMPLEX_MUL = math.sqrt(2) * 2 * exact_laws.U / (1 - 2 * exact_laws.U)
+# Tilted pmf entries with log below this are carried as absolute errors
+# (e^-699 each): exp's result may be subnormal there.
+_LOG_TINY = -700.0
 
 
 def _lower_envelope(lines: Sequence[Tuple[float, float]], length: int) -> np.ndarray:
@@ -154,9 +175,42 @@ def sum_log_pmf_above(parts: Sequence[Tuple[np.ndarray, int]],
     log_floor: indices whose log-probability is provably below this may be
       left unresolved (NaN), with a rigorous upper bound.
   """
+  return sum_log_pmf_with_error(parts, log_floor)[:2]
+
+
+def sum_log_pmf_with_error(parts: Sequence[Tuple[np.ndarray, int]],
+                           log_floor: float = -np.inf
+                           ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """`sum_log_pmf_above` with a proved bound on each entry's rounding.
+
+  The bound is on |log_pmf[k] - log P(S=k)|, P the exact convolution of the
+  given log-pmfs (taken as exact: their own error is the mechanism's η,
+  carried by `accounting.numerics`). It rests on the model of arithmetic of
+  docs/privacy.md, "Numerics" (correct rounding, ELEMENTARY_ULPS for exp and
+  log) and on FFT_ERROR_CONSTANT for numpy's FFTs. Per tilt λ (`_TiltedSum.
+  tilt`): the tilted parts ŵ_j are within e^±ρ_j of exact tilts of the
+  inputs (the roundings of lp + λk - s and exp; sums folding a part);
+  the FFT's absolute error A on the circular convolution (norm-wise, so
+  at most its 2-norm at every entry) is bounded from the transforms'
+  FFT_ERROR_CONSTANT·log2(N)·u, the spectra's moduli (<= the parts' masses),
+  the complex powers' (c - 1) products and the parts' products (√2·γ2 each);
+  aliasing adds at most 2e^-79 (`_TiltedSum.window`). An entry v̂ of the
+  convolution then has log-error R + A/(v̂ - A) (R = Σ c_j ρ_j), plus the
+  untilting's roundings. Entries with v̂ <= A have an infinite bound.
+
+  Args:
+    parts: (log_pmf, count) pairs, as for `sum_log_pmf_above`.
+    log_floor: as for `sum_log_pmf_above` (-inf: resolve every index).
+
+  Returns:
+    (log_pmf, log_upper, log_error): the first two as `sum_log_pmf_above`
+    returns them (log_upper now also raised by its own rounding); log_error
+    [length] bounds |log_pmf - exact| at every finite entry (0 at -inf
+    entries, which are exact: off the support; NaN at unresolved ones).
+  """
   parts = [(np.asarray(lp, np.float64), int(c)) for lp, c in parts if c > 0]
   if not parts:
-    return np.zeros(1), np.zeros(1)
+    return np.zeros(1), np.zeros(1), np.zeros(1)
   full_length = sum_length(parts)
   # Trim each part to its support range; remember the offset.
   offset, trimmed = 0, []
@@ -166,13 +220,109 @@ def sum_log_pmf_above(parts: Sequence[Tuple[np.ndarray, int]],
     offset += c * nz[0]
   out = np.full(full_length, -np.inf)
   out_upper = np.full(full_length, -np.inf)
+  out_error = np.zeros(full_length)
+  if len(trimmed) == 1 and trimmed[0][1] == 1:   # one variable: its own law
+    out[offset:offset + trimmed[0][0].size] = trimmed[0][0]
+    return out, out.copy(), out_error
   if sum_length(trimmed) == 1:
     out[offset] = sum(c * lp[0] for lp, c in trimmed)
-    return out, out.copy()
-  best, upper = _TiltedSum(trimmed).resolve(log_floor)
+    # Each product c·lp and each partial sum rounded once (u of its value).
+    out_error[offset] = 2.02 * U * sum(c * abs(lp[0]) for lp, c in trimmed)
+    out_upper[offset] = out[offset] + out_error[offset]
+    return out, out_upper, out_error
+  best, upper, error = _TiltedSum(trimmed).resolve(log_floor)
   out[offset:offset + best.size] = best
   out_upper[offset:offset + best.size] = upper
-  return out, out_upper
+  out_error[offset:offset + best.size] = error
+  return out, out_upper, out_error
+
+
+def _complex_power(z: np.ndarray, count: int) -> np.ndarray:
+  """z**count by binary powering: count - 1 complex products at most, so the
+  result is within (1 + √2·γ2)^(count-1) - 1 of z**count, relative (each
+  product's factor multiplies into the powers it feeds; Higham 2002, Sec.
+  3.6). numpy's `**` takes the C library's cpow from count 100 on, whose
+  error no stated model bounds."""
+  out, power = None, z
+  while True:
+    if count & 1:
+      out = power.copy() if out is None else out * power
+    count >>= 1
+    if not count:
+      return out
+    power = power * power
+
+
+def _fft_error(parts, errors, n_fft: int, vals: np.ndarray) -> float:
+  """A bound on max_k |vals[k] - circular convolution of the parts| (the
+  computed irfft against the exact convolution of the computed parts ŵ_j).
+
+  Per part (ŵ, c): X = DFT(ŵ) (||X||_2 = √N||ŵ||_2), computed within
+  ε_F||X||_2 (FFT_ERROR_CONSTANT), so every entry within e = ε_F√N||ŵ||_2;
+  |X| <= m = Σŵ, |X̂| <= M = m + e. Then |X̂^c - X^c| <= c|ΔX|M^(c-1) and the
+  power's products add g_c = (1+μ)^(c-1) - 1 of |X̂|^c (μ = √2γ2), so in
+  2-norm ΔZ <= √N||ŵ||_2·M^(c-1)(c·ε_F + g_c(1+ε_F)), with |Z|, |Ẑ| <= B =
+  M^c(1+g_c). The product over parts (telescoped) is within Σ_j ΔZ_j
+  Π_{i≠j} B_i, plus g_P (P - 1 products) of its modulus. irfft: ε_F of its
+  output plus the spectrum's error over √N (F/√N is unitary); a 2-norm
+  bounds every entry.
+  """
+  u = exact_laws.U
+  eps_f = FFT_ERROR_CONSTANT * math.log2(n_fft) * u
+  root_n = math.sqrt(n_fft)
+  bounds, deltas, norms = [], [], []
+  for (w, c), (_, _, norm2, mass) in zip(parts, errors):
+    e = eps_f * root_n * norm2
+    big_m = mass + e
+    g_c = math.expm1((c - 1) * math.log1p(_COMPLEX_MUL))
+    base = big_m**(c - 1)
+    deltas.append(root_n * norm2 * base * (c * eps_f + g_c * (1 + eps_f)))
+    norms.append(root_n * norm2 * base * (1 + g_c) * (1 + eps_f))
+    bounds.append(big_m**c * (1 + g_c))
+  total_b = math.prod(bounds)
+  spectrum = sum(d * total_b / b for d, b in zip(deltas, bounds))
+  g_p = math.expm1((len(parts) - 1) * math.log1p(_COMPLEX_MUL))
+  spectrum += g_p * min(n * total_b / b for n, b in zip(norms, bounds))
+  out_norm = float(np.linalg.norm(vals)) * (1 + (vals.size + 4) * u)
+  return 1.01 * (eps_f * out_norm / (1 - eps_f) + spectrum / root_n)
+
+
+def _tilt_part_errors(w: np.ndarray, t: np.ndarray, s: float, lam_k: np.ndarray,
+                      rows: int) -> Tuple[float, int, float, float]:
+  """(ρ, tiny, ||ŵ||_2, Σŵ) of one tilted part ŵ = fl(exp(fl(t - s))), t =
+  fl(lp + fl(λk)), against the exact tilt exp(lp + λk - s) (s as computed:
+  the same s is added back, so its own error cancels).
+
+  ρ bounds the log-error of every entry with t - s >= _LOG_TINY: u of each of
+  the three roundings (of λk, of t, of t - s, each <= u|result|), exp's
+  ELEMENTARY_ULPS, and γ_(rows-1) for the sums folding the part (non-negative
+  terms, any order: Higham 2002, Sec. 3.1). `tiny` counts the other finite
+  entries (exact and computed both <= e^(_LOG_TINY+1)); the norm and mass are
+  of the computed (folded) ŵ, rounded up.
+  """
+  x = t - s
+  fin = np.isfinite(x)
+  rel = fin & (x >= _LOG_TINY)
+  spread = np.abs(lam_k) + np.abs(t) + np.abs(x)
+  rho = 1.01 * (U * float(np.max(spread[rel], initial=0.0)) + LIB)
+  rho += (rows - 1) * U / (1 - (rows - 1) * U)
+  up = 1 + (w.size + 4) * U
+  return (rho, int(np.sum(fin & ~rel)), float(np.linalg.norm(w)) * up,
+          float(np.sum(w)) * up)
+
+
+def _logsumexp_error(t: np.ndarray, s: float, lam_k: np.ndarray) -> float:
+  """A bound on |s - log Σ exp(lp + λk)| for s = `_logsumexp`(t), t = fl(lp +
+  fl(λk)): t's two roundings and t - top's (u each), exp's ELEMENTARY_ULPS,
+  the sum's N·u (non-negative terms), log's ELEMENTARY_ULPS of log Σ, the
+  last addition's u|s|; entries that underflow add at most N·e^-700."""
+  fin = np.isfinite(t)
+  if not fin.any():
+    return 0.0
+  top = float(np.max(t))
+  spread = np.abs(lam_k[fin]) + np.abs(t[fin]) + np.abs(t[fin] - top)
+  return 1.01 * (U * float(np.max(spread)) + LIB + t.size * U +
+                 LIB * abs(s - top) + U * abs(s)) + t.size * math.exp(-700)
 
 
 class _TiltedSum:
@@ -189,7 +339,9 @@ class _TiltedSum:
     self.memo = {}
     self.best = np.full(self.length, -np.inf)
     self.best_margin = np.full(self.length, -np.inf)
+    self.best_error = np.full(self.length, np.inf)
     self.lines = []   # (K(λ), λ): log P(S=k) <= K(λ) - λk (Chernoff)
+    self.line_errors = []   # a bound on each line's K(λ) rounding
 
   def log_normaliser(self, lam):
     """K(λ) = log E e^(λS) (unnormalised parts: plus the parts' log masses)."""
@@ -207,7 +359,7 @@ class _TiltedSum:
       s = _logsumexp(t)
       w = np.exp(t - s)
       m = float(np.dot(w, k))
-      parts.append((w, c))
+      parts.append((w, c, t, s))
       shift += c * s
       mean += c * m
       var += c * float(np.dot(w, (k - m)**2))
@@ -234,28 +386,59 @@ class _TiltedSum:
 
   def tilt(self, lam):
     """(first index, log-pmf estimates, margins below the tilted peak, K(λ),
-    tilted variance) on the window of the sum's law tilted by e^(λk).
+    tilted variance, the estimates' proved errors, a bound on K(λ)'s
+    rounding) on the window of the sum's law tilted by e^(λk).
 
     The FFT runs at the window's size with every part folded modulo it: the
     circular convolution is the sum's law folded, so each window index is
     exact up to the <= 2e^-_ALIAS of mass outside the window (negligible
-    against the trust margin; `window`)."""
+    against the trust margin; `window`). The errors: `sum_log_pmf_with_error`."""
     parts, shift, mean, var = self.tilted(lam)
     lo, hi = self.window(lam, shift, mean, var)
     n_fft = 1 << (hi - lo).bit_length()
     if n_fft >= self.size:
       n_fft, lo, hi = self.size, 0, self.length - 1
     spec = np.ones(n_fft // 2 + 1, complex)
-    for w, c in parts:
+    folded, stats = [], []
+    for (w, c, t, s), k in zip(parts, self.aranges):
+      rows = -(-w.size // n_fft)
       if w.size > n_fft:
         w = np.concatenate([w, np.zeros(-w.size % n_fft)]).reshape(-1, n_fft).sum(0)
-      spec *= np.fft.rfft(w, n_fft)**c
+      spec *= _complex_power(np.fft.rfft(w, n_fft), c)
+      folded.append((w, c))
+      stats.append(_tilt_part_errors(w, t, s, lam * k, rows))
+    full = np.fft.irfft(spec, n_fft)
     ks = np.arange(lo, hi + 1)
-    vals = np.fft.irfft(spec, n_fft)[ks % n_fft]
+    vals = full[ks % n_fft]
     with np.errstate(divide='ignore', invalid='ignore'):
       log_vals = np.log(np.where(vals > 0, vals, np.nan))
     margin = np.nan_to_num(log_vals - math.log(vals.max()), nan=-np.inf)
-    return lo, log_vals + shift - lam * ks, margin, shift, var
+    est = log_vals + shift - lam * ks
+    # Absolute error on the tilted window's values: the FFT's, aliasing
+    # (the folded mass outside the window, <= 2e^-_ALIAS of the parts'
+    # product mass; e^1 covers `window`'s own rounding), and the parts'
+    # entries carried as absolute (_LOG_TINY).
+    product_mass = math.prod(st[3]**c for (_, c), st in zip(folded, stats))
+    absolute = _fft_error(folded, stats, n_fft, full)
+    if n_fft < self.length:
+      absolute += 2 * math.exp(1 - _ALIAS) * product_mass
+    absolute += 2 * math.exp(_LOG_TINY + 1) * product_mass * sum(
+        c * st[1] for (_, c), st in zip(folded, stats))
+    relative = sum(c * st[0] for (_, c), st in zip(folded, stats))
+    # The shift Σ c_j·s_j: each product and partial sum rounded once.
+    shift_err, partial = 0.0, 0.0
+    for (_, c, _, s) in parts:
+      partial += c * s
+      shift_err += U * (abs(c * s) + abs(partial))
+    line_err = shift_err + sum(c * _logsumexp_error(t, s, lam * k)
+                               for (_, c, t, s), k in zip(parts, self.aranges))
+    with np.errstate(divide='ignore', invalid='ignore'):
+      share = absolute / vals
+      error = (relative + share / (1 - share) + LIB * np.abs(log_vals) +
+               U * (np.abs(log_vals + shift) + np.abs(lam * ks) + np.abs(est)) +
+               shift_err) * 1.01
+    error = np.where(vals > absolute, error, np.inf)
+    return lo, est, margin, shift, var, error, 1.01 * line_err
 
   def saddle(self, target, lam):
     """λ with tilted mean of the sum == target: safeguarded Newton (d mean/dλ = var),
@@ -284,13 +467,16 @@ class _TiltedSum:
 
   def apply(self, lam):
     """Tilts by e^(λk), keeps each index's best-resolved estimate; the tilted std."""
-    lo, est, margin, shift, var = self.tilt(lam)
+    lo, est, margin, shift, var, error, line_err = self.tilt(lam)
     self.lines.append((shift, lam))
+    self.line_errors.append(line_err)
     view = self.best[lo:lo + est.size]
     view_margin = self.best_margin[lo:lo + est.size]
+    view_error = self.best_error[lo:lo + est.size]
     better = margin > view_margin
     view[better] = est[better]
     view_margin[better] = margin[better]
+    view_error[better] = error[better]
     return math.sqrt(var)
 
   def next_todo(self, pos, step):
@@ -332,52 +518,87 @@ class _TiltedSum:
 
   def resolve(self, log_floor):
     """(log-pmf with NaN where provably below `log_floor`, rigorous log upper
-    bounds), on the trimmed support."""
+    bounds, the log-pmf's proved errors), on the trimmed support."""
     sigma0 = self.apply(0.0)
     for step in (1, -1):
       self.sweep(step, sigma0, log_floor)
     resolved = self.on_support & (self.best_margin > -_TRUST)
-    upper = np.minimum(_lower_envelope(self.lines, self.length),
-                       np.where(resolved, self.best, np.inf))
-    stuck = np.flatnonzero(self.on_support & ~resolved & (upper >= log_floor))
+    envelope = _lower_envelope(self.lines, self.length)
+    stuck = np.flatnonzero(self.on_support & ~resolved &
+                           (np.minimum(envelope, np.where(resolved, self.best,
+                                                          np.inf)) >= log_floor))
     if stuck.size:
       raise UnresolvedSumError(
           f'sum_log_pmf: {stuck.size} indices of {self.length} unresolved '
           f'after {len(self.lines)} tilts (first: {stuck[:5].tolist()})')
+    # The envelope s - λk as computed: its lines' K(λ) roundings, then the
+    # product and difference (u of each).
+    slope = max(abs(l) for _, l in self.lines)
+    envelope += 1.01 * (max(self.line_errors) + U * (
+        slope * (self.length - 1) + np.abs(envelope)))
+    error = np.where(resolved, self.best_error, np.nan)
+    upper = np.minimum(envelope, np.where(resolved, self.best + error, np.inf))
     best = self.best.copy()
     best[self.on_support & ~resolved] = np.nan  # below the floor
     best[~self.on_support] = -np.inf
     upper[~self.on_support] = -np.inf
-    return best, upper
+    error[~self.on_support] = 0.0
+    return best, upper, error
 
 
 def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
                      log_p_upper: Optional[np.ndarray] = None,
-                     max_log_ratio: float = math.inf) -> float:
+                     max_log_ratio: float = math.inf,
+                     log_p_error=0.0, log_q_error=0.0) -> float:
   """D_α(P || Q) for pmfs on the same support, from log-pmfs; α in [1, inf].
 
   NaN entries are unresolved tail indices (see `sum_log_pmf_above`): their
   contribution is bounded by P(k) (P/Q)^(α-1) <= upper_P(k) e^((α-1) max_log_ratio)
   and added, so the result stays an upper bound.
 
+  Where the log-pmfs carry proved errors (`sum_log_pmf_with_error`: δ_P,
+  δ_Q, per entry), the result bounds D_α of every pair of laws within them:
+  for α > 1 the power sum's terms t_k may be e^(αδ_P + (α-1)δ_Q) larger, so
+  log Σ t_k gains at most log(1 + Σ_k s_k·expm1(αδ_P(k) + (α-1)δ_Q(k))),
+  s_k = t_k/Σ t the terms' shares (an average over the sum, not the worst
+  entry); α = 1 takes each term P·log(P/Q) at its worst (P within e^±δ_P,
+  the log-ratio within δ_P + δ_Q); α = ∞ adds δ_P + δ_Q entrywise.
+
   Args:
     log_p, log_q: log-pmfs on the same support (NaN = unresolved tail of P).
     alpha: the order, in [1, inf] (1: KL, inf: max log-ratio).
     log_p_upper: upper bounds on log P where log_p is NaN.
     max_log_ratio: an upper bound on log(P/Q) over the unresolved indices.
+    log_p_error, log_q_error: bounds (scalars or arrays like log_p, >= 0)
+      on |log_p - log P|, |log_q - log Q| at finite entries; 0: the laws are
+      taken as exact.
+
+  Returns:
+    An upper bound on D_α, rounded up by its own evaluation's error
+    (docs/privacy.md, "Numerics"), >= 0; inf where P charges an entry Q
+    does not.
+
+  Raises:
+    ValueError: `alpha` below 1, or unresolved entries without a finite α,
+      `max_log_ratio` and `log_p_upper`.
   """
   if alpha < 1:
     raise ValueError(f'`alpha` must be in [1, inf], got {alpha!r}.')
   log_p, log_q = np.asarray(log_p), np.asarray(log_q)
+  err_p = np.broadcast_to(np.asarray(log_p_error, np.float64), log_p.shape)
+  err_q = np.broadcast_to(np.asarray(log_q_error, np.float64), log_q.shape)
+  has_err = bool(np.any(err_p[np.isfinite(log_p)] != 0) or
+                 np.any(err_q[np.isfinite(log_q)] != 0))
   tail = np.isnan(log_p) | np.isnan(log_q)
   if tail.any():
     if math.isinf(alpha) or math.isinf(max_log_ratio) or log_p_upper is None:
       raise ValueError('Unresolved tails need a finite α and max_log_ratio.')
     tail_ub = np.where(np.isnan(log_p), log_p_upper,
-                       np.nan_to_num(log_p, nan=-np.inf))[tail]
+                       np.nan_to_num(log_p + err_p, nan=-np.inf))[tail]
     log_tail = special.logsumexp(tail_ub)
     keep = ~tail
     log_p, log_q = log_p[keep], log_q[keep]
+    err_p, err_q = err_p[keep], err_q[keep]
     if alpha == 1:
       extra = math.exp(log_tail) * max_log_ratio
     else:
@@ -388,6 +609,7 @@ def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
   if np.any(p_pos & ~np.isfinite(log_q)):
     return math.inf
   lp, lq = log_p[p_pos], log_q[p_pos]
+  dp, dq = err_p[p_pos], err_q[p_pos]
   # Each result is rounded up by a bound on its own float evaluation (for
   # the laws as given; docs/privacy.md, "Numerics"): u = 2^-53 per
   # operation, ELEMENTARY_ULPS (lib) per exp and log, N·u for a sum of N
@@ -395,15 +617,27 @@ def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
   u, lib = exact_laws.U, 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U
   if alpha == 1:
     ratio = lp - lq
-    terms = np.exp(lp) * ratio
+    if has_err:   # each term at its worst: two more additions, exp, product
+      ratio = ratio + (dp + dq)
+      terms = np.exp(lp) * np.exp(np.where(ratio >= 0, dp, -dp)) * ratio
+      ops = 12 * u + 3 * lib
+    else:
+      terms = np.exp(lp) * ratio
+      ops = 8 * u + 2 * lib
     size = float(np.sum(np.abs(terms)))
-    allowance = ((lp.size + 8) * u + 2 * lib) * size * 1.01
+    allowance = (lp.size * u + ops) * size * 1.01
     return float(max(np.sum(terms) + extra + allowance, 0.0))
   if math.isinf(alpha):
-    value = float(np.max(lp - lq)) if lp.size else 0.0
-    return float(max(value + 2 * u * abs(value), 0.0))
+    diff = lp - lq
+    if has_err:
+      diff = diff + (dp + dq)
+    value = float(np.max(diff)) if lp.size else 0.0
+    return float(max(value + (3 if has_err else 2) * u * abs(value), 0.0))
   t = alpha * lp + (1 - alpha) * lq
   log_sum = special.logsumexp(t)
+  if has_err and np.isfinite(log_sum):
+    log_sum = (log_sum + _power_sum_error(t, log_sum, alpha * dp + (alpha - 1) * dq)
+               + 1.01 * u * abs(log_sum))   # and this addition's rounding
   val = np.logaddexp(log_sum, log_extra)
   # t: three roundings of terms <= T = max(α|lp| + (α-1)|lq|); the shift
   # t - top (2T), the exps (lib), the sum (N·u), the log (lib·|log sum|,
@@ -415,3 +649,22 @@ def renyi_divergence(log_p: np.ndarray, log_q: np.ndarray, alpha: float,
   return float(max((val + allowance) / (alpha - 1), 0.0))
 
 
+def _power_sum_error(t: np.ndarray, log_sum: float, gain: np.ndarray) -> float:
+  """A bound on how much log Σ e^(t_k) may grow when each term grows by at
+  most e^(gain_k): log(1 + Σ_k s_k·expm1(gain_k)), s_k = e^(t_k - log_sum) /
+  Σ_j e^(t_j - log_sum) (normalised by the computed shares' own sum, so
+  log_sum's rounding cancels). Each computed share is within u·|t_k - log_sum|
+  + lib + u of its value (and a share below e^-700 is counted as e^-700),
+  the sums within N·u: all well under the 1% the bound is raised by while
+  N·u and u·max|t_k - log_sum| are below 1e-3."""
+  u, lib = exact_laws.U, 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U
+  x = t - log_sum
+  grow = np.expm1(gain)
+  shares = np.exp(x)
+  tiny = x < -700
+  ratio = float(np.dot(shares, grow)) / float(np.sum(shares))
+  ratio += math.exp(-700) * float(np.sum(grow[tiny]))
+  spread = u * float(np.max(np.abs(x[np.isfinite(x)]), initial=0.0)) + t.size * u
+  if spread > 1e-3 or not (lib < 1e-3):
+    raise ValueError('The power sum is too large to bound its error this way.')
+  return 1.01 * math.log1p(ratio * 1.01)

@@ -306,6 +306,25 @@ def lattice_tunable(default: int) -> Tunable:
                  doc='input lattice points (0: none, the paper\'s)')
 
 
+class SymmetricLevels:
+  """Mixin: L levels spread evenly over [-R, R], R = `level_range`.
+
+  value(i) = -R + i·2R/(L-1): `level_offset` and `level_step` for a
+  `Mechanism` subclass that defines `level_range` and `num_levels` (list it
+  before `Mechanism` among the bases).
+  """
+
+  @property
+  def level_offset(self) -> float:
+    """-R: the value of level index 0."""
+    return -self.level_range
+
+  @property
+  def level_step(self) -> float:
+    """2R/(L-1): the distance between consecutive levels."""
+    return 2.0 * self.level_range / (self.num_levels - 1)
+
+
 class InputLattice:
   """Mixin for a mechanism whose input may first be rounded stochastically to
   `lattice` points on [-input_bound, input_bound] (0: not rounded), then

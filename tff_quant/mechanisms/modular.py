@@ -22,11 +22,12 @@ import abc
 import functools
 import math
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 from scipy import special
 
+from tff_quant.common import exact_laws
 from tff_quant.common import laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
@@ -63,9 +64,19 @@ class UnresolvableError(ValueError):
 _SHIFT_BLOCK_ENTRIES = 2**20
 
 
-def _shift_divergences(log_w: np.ndarray, top: int, orders):
+def _shift_divergences(log_w: np.ndarray, top: int, orders, log_w_error=None):
   """{α: [top + 1] D_α(W || W shifted by j on Z_M)} for j = 0..top, in blocks of
-  shifts (one row per shift), all orders from one gather."""
+  shifts (one row per shift), all orders from one gather.
+
+  With `log_w_error` ([M] proved bounds δ on |log_w - log W|), upper bounds
+  for the exact W: each value is raised by its own rounding (as
+  `laws.renyi_divergence`'s: the terms' three roundings, the rows' exp,
+  N·u and log) and by δ as `laws.renyi_divergence` carries it: for α > 1
+  the power sum by log(1 + Σ_k s_k·expm1(αδ_k + (α-1)δ_(k-j))) (s_k the
+  terms' shares, from a second row sum of the terms plus log expm1(gain),
+  each within 1e-12 relative: covered by the 1% the ratio is raised by);
+  KL with each term at its worst; D∞ entrywise. Without it, the values as
+  computed (scipy's logsumexp bits)."""
   m = log_w.size
   if np.any(np.isnan(log_w)):
     # Unresolved entries (tails below what the sum could resolve): no bound on
@@ -73,26 +84,61 @@ def _shift_divergences(log_w: np.ndarray, top: int, orders):
     raise UnresolvableError(
         f'The noise-sum law on Z_{m} has {int(np.sum(np.isnan(log_w)))} '
         'unresolved entries: raise noise_std or lower num_levels.')
+  bounded = log_w_error is not None
+  err = np.zeros(m) if not bounded else np.asarray(log_w_error, np.float64)
   if not np.all(np.isfinite(log_w)):
-    return {a: np.asarray([laws.renyi_divergence(log_w, np.roll(log_w, j), a)
+    return {a: np.asarray([laws.renyi_divergence(
+        log_w, np.roll(log_w, j), a, log_p_error=err, log_q_error=np.roll(err, j))
                            for j in range(top + 1)]) for a in orders}
   out = {a: np.empty(top + 1) for a in orders}
+  u, lib = laws.U, laws.LIB
+  spread = float(np.max(np.abs(log_w)))
+  abs_kl = np.zeros(top + 1)
   block = max(1, _SHIFT_BLOCK_ENTRIES // m)
   idx = np.arange(m)
+  p_w = np.exp(log_w)
   for start in range(0, top + 1, block):
     js = np.arange(start, min(top + 1, start + block))
-    rolled = log_w[(idx[None, :] - js[:, None]) % m]   # row j: np.roll(log_w, j)
+    gather = (idx[None, :] - js[:, None]) % m
+    rolled = log_w[gather]   # row j: np.roll(log_w, j)
     diff = log_w[None, :] - rolled
+    if bounded:
+      err_sum = err[None, :] + err[gather]
     terms = np.empty_like(diff)
     for a in orders:
       if math.isinf(a):
-        out[a][js] = diff.max(axis=1)
+        out[a][js] = (diff + err_sum if bounded else diff).max(axis=1)
       elif a == 1:
-        out[a][js] = np.sum(np.exp(log_w)[None, :] * diff, axis=1)
+        if bounded:   # each term at its worst (`laws.renyi_divergence`)
+          worst = diff + err_sum
+          kl = p_w[None, :] * np.exp(np.where(worst >= 0, err[None, :],
+                                              -err[None, :])) * worst
+          out[a][js] = np.sum(kl, axis=1)
+          abs_kl[js] = np.sum(np.abs(kl), axis=1)
+        else:
+          out[a][js] = np.sum(p_w[None, :] * diff, axis=1)
       else:   # log_w + (a - 1)·diff, summed in the log domain per row
         np.multiply(diff, a - 1, out=terms)
         terms += log_w[None, :]
+        if bounded:
+          with np.errstate(divide='ignore'):
+            raised = terms + np.log(np.expm1(a * err[None, :] +
+                                             (a - 1) * err[gather]))
+          gained = laws.log_sum_exp_rows(raised)
         out[a][js] = laws.log_sum_exp_rows(terms) / (a - 1)
+        if bounded:
+          ratio = np.exp(gained - out[a][js] * (a - 1))
+          out[a][js] += 1.01 * np.log1p(1.01 * ratio) / (a - 1)
+  if bounded:
+    for a, v in out.items():
+      if math.isinf(a):
+        v += 3 * u * np.abs(v)
+      elif a == 1:
+        v += 1.01 * ((m + 12) * u + 3 * lib) * abs_kl
+      else:   # laws.renyi_divergence's allowance, T = (2α - 1)·max|log W|
+        log_sum = v * (a - 1)
+        v += 1.01 * (u * (5 * (2 * a - 1) * spread + m + 2 * np.abs(log_sum) + 4) +
+                     lib * (4 + np.abs(log_sum))) / (a - 1)
   return {a: np.maximum(v, 0.0) for a, v in out.items()}
 
 
@@ -183,17 +229,37 @@ class ModularNoiseMechanism(base.Mechanism):
   def noise_sum_log_pmf(self, num_clients: int) -> np.ndarray:
     """W_n: log P(Σ of n clients' noise ≡ k mod M), k = 0..M-1.
 
-    Default: convolution of n wrapped laws (`laws.sum_log_pmf`, full
-    relative precision), refused above MAX_SUM_SUPPORT before it starts.
+    Default: convolution of n wrapped laws (`laws.sum_log_pmf_with_error`,
+    full relative precision), refused above MAX_SUM_SUPPORT before it starts.
     """
+    return self._noise_sum(num_clients)[0]
+
+  def noise_sum_log_error(self, num_clients: int) -> np.ndarray:
+    """[M] bounds on |`noise_sum_log_pmf(n)` - log W_n| (absolute, in log),
+    for W_n the exact law built from one client's wrapped law as computed
+    (whose own error is the mechanism's `log_pmf_error`): the tilted
+    convolution's proved error (`laws.sum_log_pmf_with_error`), the
+    wrapping's (`wrap_with_error`) and FLOOR_RELATIVE where the far tails
+    were only bounded (`_wrapped_above`). Zeros at n = 1.
+
+    Args:
+      num_clients: n >= 1.
+
+    Returns:
+      The bounds, float64, >= 0.
+    """
+    return self._noise_sum(num_clients)[1]
+
+  def _noise_sum(self, num_clients: int):
+    """(W_n, its proved error), cached per n."""
     if num_clients == 1:
-      return self._wrapped_noise()
+      return self._wrapped_noise(), np.zeros(self.m)
     cache = self.__dict__.setdefault('_sum_cache', {})
     if num_clients not in cache:
       cache[num_clients] = self._noise_sum_by_convolution(num_clients)
     return cache[num_clients]
 
-  def _noise_sum_by_convolution(self, num_clients: int) -> np.ndarray:
+  def _noise_sum_by_convolution(self, num_clients: int):
     support = num_clients * self.m
     if support > MAX_SUM_SUPPORT:
       raise UnresolvableError(
@@ -212,10 +278,10 @@ class ModularNoiseMechanism(base.Mechanism):
     try:
       # First with the far tails left unresolved (their wrapped share is
       # below float64's resolution); all of it where that share is not.
-      wrapped = self._wrapped_above(centred, num_clients, first)
+      wrapped = self._wrapped_above(centred, num_clients, first, with_error=True)
       if wrapped is None:
-        wrapped = wrap(laws.sum_log_pmf([(centred, num_clients)]), first,
-                       self.m)
+        total, _, error = laws.sum_log_pmf_with_error([(centred, num_clients)])
+        wrapped = wrap_with_error(total, error, first, self.m)
     except RuntimeError:
       raise UnresolvableError(
           f'The exact law of {num_clients} clients\' noise sum is not resolvable '
@@ -224,9 +290,11 @@ class ModularNoiseMechanism(base.Mechanism):
       ) from None
     return wrapped
 
-  def _wrapped_above(self, centred: np.ndarray, num_clients: int, first: int
-                     ) -> Optional[np.ndarray]:
-    """W_n with the integer sum's far tails unresolved, or None where their
+  def _wrapped_above(self, centred: np.ndarray, num_clients: int, first: int,
+                     with_error: bool = False):
+    """W_n (with `with_error`, (W_n, its proved error), which includes
+    FLOOR_RELATIVE: the exact residue is at most 1 + FLOOR_RELATIVE times
+    the resolved part) with the integer sum's far tails unresolved, or None where their
     rigorous upper bounds could move some residue by more than
     FLOOR_RELATIVE (relative): then the whole sum must be resolved.
 
@@ -241,15 +309,17 @@ class ModularNoiseMechanism(base.Mechanism):
     sigma = math.sqrt(num_clients * max(self.noise_variance(), 1e-300))
     smallest = (-(self.m / 2)**2 / (2 * sigma**2) -
                 math.log(math.sqrt(2 * math.pi) * sigma))
-    total, upper = laws.sum_log_pmf_above([(centred, num_clients)],
-                                          smallest - FLOOR_MARGIN)
+    total, upper, error = laws.sum_log_pmf_with_error(
+        [(centred, num_clients)], smallest - FLOOR_MARGIN)
     unresolved = np.isnan(total)
-    low = wrap(np.where(unresolved, -np.inf, total), first, self.m)
+    low, low_error = wrap_with_error(np.where(unresolved, -np.inf, total),
+                                     np.where(unresolved, 0.0, error), first,
+                                     self.m)
     extra = wrap(np.where(unresolved, upper, -np.inf), first, self.m)
     with np.errstate(invalid='ignore'):
       if not np.all(extra - low <= math.log(FLOOR_RELATIVE)):
         return None
-    return low
+    return (low, low_error + FLOOR_RELATIVE) if with_error else low
 
   def _wrapped_noise(self) -> np.ndarray:
     cached = self.__dict__.get('_wrapped')
@@ -437,12 +507,16 @@ class ModularNoiseMechanism(base.Mechanism):
     return self.gamma
 
   def sum_divergences(self, orders, num_clients, distances):
-    """Exact, by translation invariance on Z_M (module docstring)."""
+    """Exact, by translation invariance on Z_M (module docstring), raised
+    by W_n's proved error (`noise_sum_log_error`) and the evaluation's own
+    rounding (`_shift_divergences`, `laws.renyi_divergence`); one client's
+    law is taken as computed (`log_pmf_error`)."""
     w = self.noise_sum_log_pmf(num_clients)
+    delta = self.noise_sum_log_error(num_clients)
     u = np.asarray(distances, np.float64) / self.gamma
     top = int(math.ceil(u.max() - 1e-9))
     out = {}
-    shifted = _shift_divergences(w, top, orders)
+    shifted = _shift_divergences(w, top, orders, delta)
     for a in orders:
       by_shift = np.maximum.accumulate(shifted[a])
       vals = []
@@ -453,8 +527,15 @@ class ModularNoiseMechanism(base.Mechanism):
         if f > 1e-9:
           mix = np.logaddexp(math.log1p(-f) + np.roll(w, j),
                              math.log(f) + np.roll(w, j + 1))
-          best = max(best, laws.renyi_divergence(w, mix, a),
-                     laws.renyi_divergence(mix, w, a))
+          # A mixture keeps its two entries' e^±δ, plus its own rounding.
+          mix_error = np.maximum(np.roll(delta, j), np.roll(delta, j + 1)) + \
+              exact_laws.two_point_mixture_error(
+              float(np.max(np.abs(w))), float(np.max(np.abs(w - np.roll(w, 1)))),
+              one_sided=False)
+          best = max(best, laws.renyi_divergence(w, mix, a, log_p_error=delta,
+                                                 log_q_error=mix_error),
+                     laws.renyi_divergence(mix, w, a, log_p_error=mix_error,
+                                           log_q_error=delta))
         vals.append(best)
       out[a] = np.asarray(vals)
     return out
@@ -506,9 +587,53 @@ class ModularNoiseMechanism(base.Mechanism):
 
 def wrap(log_p: np.ndarray, first_value: int, modulus: int) -> np.ndarray:
   """log P(V ≡ k mod M), k = 0..M-1, from log P(V = first_value + i), i = 0, 1, ..."""
+  return _fold(log_p, first_value, modulus, -np.inf)[0]
+
+
+def _fold(values: np.ndarray, first_value: int, modulus: int, fill):
+  """(logsumexp over the rows, the rows) of `values` laid out from
+  first_value mod M in rows of M, padded with `fill`."""
   start = first_value % modulus
-  rows = -(-(start + log_p.size) // modulus)
-  padded = np.full(rows * modulus, -np.inf)
-  padded[start:start + log_p.size] = log_p
+  rows = -(-(start + values.size) // modulus)
+  padded = np.full(rows * modulus, fill)
+  padded[start:start + values.size] = values
+  padded = padded.reshape(rows, modulus)
   with np.errstate(divide='ignore'):
-    return special.logsumexp(padded.reshape(rows, modulus), axis=0)
+    return special.logsumexp(padded, axis=0), padded
+
+
+def wrap_with_error(log_p: np.ndarray, log_error: np.ndarray, first_value: int,
+                    modulus: int) -> Tuple[np.ndarray, np.ndarray]:
+  """`wrap`, with a proved bound on each residue's error.
+
+  A residue is log Σ_i e^(x_i) over its R aliases, each within δ_i of
+  exact. It moves by at most log Σ_i s_i·e^(δ_i) (s_i the aliases' shares;
+  downwards by at most -log Σ s_i e^(-δ_i), which is smaller by Jensen's
+  inequality), computed as logsumexp(x + δ) - logsumexp(x); each of the two
+  logsumexps (scipy's: max, shift, exp, sum, log, add back) rounds by at
+  most u·max|x_i - top| + lib + R·u + lib·log R + u·|result| (u = 2^-53,
+  lib = ELEMENTARY_ULPS relative: docs/privacy.md, "Numerics"), and the
+  difference by u of its value.
+
+  Args:
+    log_p: log P(V = first_value + i), i = 0, 1, ... (-inf allowed).
+    log_error: [log_p.size] bounds on |log_p - exact| (0 at -inf entries).
+    first_value: the value at index 0.
+    modulus: M.
+
+  Returns:
+    (wrapped, error), two [M] float64 arrays.
+  """
+  wrapped, rows = _fold(log_p, first_value, modulus, -np.inf)
+  errors = _fold(np.asarray(log_error, np.float64), first_value, modulus, 0.0)[1]
+  with np.errstate(divide='ignore', invalid='ignore'):
+    raised = special.logsumexp(rows + errors, axis=0)
+    top = np.max(rows, axis=0)
+    spread = np.max(np.where(np.isfinite(rows), np.abs(rows - top), 0.0), axis=0)
+    gap = np.where(np.isfinite(wrapped), raised - wrapped, 0.0)
+  count = rows.shape[0]
+  rounding = 1.01 * (laws.U * (spread + np.max(errors, axis=0) + count +
+                               np.abs(np.nan_to_num(raised, neginf=0.0))) +
+                     laws.LIB * (1 + math.log(count)))
+  return wrapped, np.where(np.isfinite(wrapped),
+                           gap * (1 + 2 * laws.U) + 2 * rounding, 0.0)

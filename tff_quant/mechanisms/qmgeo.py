@@ -42,7 +42,7 @@ from tff_quant.mechanisms import base
 tf = base.tf
 
 
-class QMGeo(base.Mechanism):
+class QMGeo(base.SymmetricLevels, base.Mechanism):
   """QMGeo(clip=c, num_levels=R, p=p, full_support=False, level_range=W).
 
   Args:
@@ -105,14 +105,6 @@ class QMGeo(base.Mechanism):
   @property
   def input_bound(self):
     return self.clip
-
-  @property
-  def level_step(self):
-    return 2.0 * self.level_range / (self.r_levels - 1)
-
-  @property
-  def level_offset(self):
-    return -self.level_range
 
   def _bin(self, x):
     t = (x + self.level_range) / self.level_step

@@ -39,13 +39,15 @@ import math
 import numpy as np
 from scipy import special
 
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
 
 
-class RandomizedProjection(base.InputLattice, base.Mechanism):
+class RandomizedProjection(base.InputLattice, base.SymmetricLevels,
+                           base.Mechanism):
   """RandomizedProjection(bound=M, bits=b, q=q, sigma=σ, input_bound=M, lattice=L).
 
   Args:
@@ -156,29 +158,104 @@ class RandomizedProjection(base.InputLattice, base.Mechanism):
     return self._input_bound
 
   @property
-  def level_step(self):
-    return 2.0 * self.bound / (self.num_levels - 1)
-
-  @property
-  def level_offset(self):
-    return -self.bound
+  def level_range(self):
+    """The levels span [-bound, bound] (`base.SymmetricLevels`)."""
+    return self.bound
 
   def nearest_level_probs(self, x: float) -> np.ndarray:
-    """A_i = P(the nearest level of clip(x + N(0, σ²), -M, M) is i)."""
+    """A_i = P(the nearest level of clip(x + N(0, σ²), -M, M) is i).
+
+    Cell i spans z in [lo_i, hi_i] (z = (edge - x)/σ; the end cells reach
+    ∓∞). Each A_i is a difference of ndtr on the cell's tail side:
+    Φ(-lo) - Φ(-hi) where lo + hi > 0, else Φ(hi) - Φ(lo), so a cell away
+    from x is a difference of two small tails, each with the relative error
+    `exact_laws.ndtr_relative_error` (1 - Φ(t) for t > 0 would lose it all:
+    the last cell was 1 - ndtr(edge), 0 far above x).
+
+    Args:
+      x: the input, clipped to [-input_bound, input_bound].
+
+    Returns:
+      [L] probabilities in [0, 1], within `log_pmf_error`'s analysis.
+    """
     x = self.clip_input(x)
     edges = self.levels[:-1] + 0.5 * self.level_step   # cell boundaries
     if self.sigma == 0:
       cdf = (x < edges).astype(np.float64)             # cells [Q_i - h, Q_i + h)
-    else:
-      cdf = special.ndtr((edges - x) / self.sigma)
-    cdf = np.concatenate([[0.0], cdf, [1.0]])
-    return np.clip(np.diff(cdf), 0.0, 1.0)
+      cdf = np.concatenate([[0.0], cdf, [1.0]])
+      return np.clip(np.diff(cdf), 0.0, 1.0)
+    z = (edges - x) / self.sigma
+    lo = np.concatenate([[-np.inf], z])
+    hi = np.concatenate([z, [np.inf]])
+    up = lo + hi > 0
+    a = np.where(up, special.ndtr(-lo) - special.ndtr(-hi),
+                 special.ndtr(hi) - special.ndtr(lo))
+    return np.clip(a, 0.0, 1.0)
 
   def _paper_log_pmf(self, x):
-    """The paper's law (the pmf in the module docstring) of input x."""
+    """The paper's law (the pmf in the module docstring) of input x, as
+    r + A·(q - r), r = (1-q)/(L-1) <= q: three roundings of positive terms."""
     a = self.nearest_level_probs(x)
     other = (1.0 - self.q) / (self.num_levels - 1)
-    return np.log(a * self.q + (1.0 - a) * other)
+    return np.log(other + a * (self.q - other))
+
+  @property
+  def log_pmf_error(self) -> float:
+    """η: a proved bound on |computed - exact| of `log_pmf` at every input,
+    under `exact_laws`' model and its ndtr assumption (NDTR_U_*). Cached.
+
+    P_i = r + A_i(q - r) >= r, so A's absolute error ΔA moves log P_i by
+    at most (q - r)|ΔA|/P_i <= min(|ΔA|/A, (q - r)|ΔA|/r). Each edge value
+    ndtr(s̃), s̃ = ±z̃ on the tail side, is within Φ(s)·e(|s|) of exact,
+    e(t) = ε(t + D)(1 + μ) + μ, ε the ndtr assumption, μ = expm1((t + D +
+    1)·D) the computed argument's error |z̃ - z| <= D = 6.01u·M/σ +
+    2.01u·(M + X)/σ (edges as rounded by `levels`; Φ's hazard at -t is
+    <= t + 1, Sampford 1953); below -37, only 0 <= ndtr <= NDTR_TINY. A
+    cell on one side of x, tail coordinates [α, α + w] (w = 2M/((L-1)σ), or
+    α + ∞ at an end): Φ(-α - w) <= Φ(-α)·ρ, ρ = e^(-w·max(α, √(2/π))) (the
+    hazard is increasing and >= t), so A >= Φ(-α)(1 - ρ) and |ΔA|/A <=
+    (e(α) + e(α + w)ρ)/(1 - ρ); sup over α on a 0.02 grid, each interval's
+    increasing parts at its right end and decreasing at its left. A cell
+    containing x (z̃ changes sign in it): |ΔA| <= 2·sup_t e(t)Φ(-t) + u,
+    A >= min(w, 1)·φ(1 + D). The subtraction adds u·A; r + A(q - r) three
+    roundings (3.01u relative); log adds lib·|log r|. With the lattice, the
+    two-point mixture's rounding (`exact_laws.two_point_mixture_error`,
+    at the float weight the code computes, as the sampler's
+    `base.lattice_round`).
+
+    Raises:
+      ValueError: σ so small or large against the levels that the
+        derivation's inputs leave float64 (MAX_REACH_Z, MIN_CELL_Z).
+    """
+    cached = self.__dict__.get('_log_pmf_error')
+    if cached is None:
+      cached = self._log_pmf_error_uncached()
+      self.__dict__['_log_pmf_error'] = cached
+    return cached
+
+  def _log_pmf_error_uncached(self) -> float:
+    u = exact_laws.U
+    lib = 2 * exact_laws.ELEMENTARY_ULPS * u
+    big_l, q = self.num_levels, self.q
+    r = (1.0 - q) / (big_l - 1) * (1 - 4 * u)     # below the exact r
+    log_r = abs(math.log(r)) * (1 + 1e-12)
+    delta_a = 0.0
+    if self.sigma > 0:
+      reach = (self.bound + self.input_bound) / self.sigma
+      width = 2 * self.bound / ((big_l - 1) * self.sigma)
+      if not (reach <= MAX_REACH_Z and width >= MIN_CELL_Z):
+        raise ValueError(
+            '`sigma` is outside the range `log_pmf_error` covers: it needs '
+            f'(bound + input_bound)/sigma <= {MAX_REACH_Z:g} and 2·bound/'
+            f'((L-1)·sigma) >= {MIN_CELL_Z:g}, got {reach:.3g} and {width:.3g}.')
+      delta_a = _cell_error(width, self.bound / self.sigma, reach,
+                            (q - r) / r * (1 + 1e-12))
+    delta_p = (1 + delta_a) * (1 + 3.01 * u) - 1
+    eta = (-math.log1p(-delta_p) + lib * log_r) * (1 + 1e-6)
+    if self.lattice:
+      eta += exact_laws.two_point_mixture_error(
+          log_r, math.log(q) + log_r + 2 * eta, one_sided=False)
+    return eta
 
   def _local_divergences(self, orders, distances):
     """The smaller of the Gaussian's α t²/(2σ²) (the rest is input-free
@@ -236,3 +313,62 @@ class RandomizedProjection(base.InputLattice, base.Mechanism):
                        top - 1.0)
     other = other + tf.cast(other >= nearest, tf.float64)
     return tf.where(keep, nearest, other)
+
+
+#: The range of σ `log_pmf_error` covers: edges within MAX_REACH_Z of x in
+#: z-units (the arguments' rounding then stays below 1e-3), cells at least
+#: MIN_CELL_Z wide (a cell's mass stays positive in float64).
+MAX_REACH_Z = 1e12
+MIN_CELL_Z = 1e-200
+_GRID_STEP = 0.02   # `_cell_error`'s grid of tail coordinates
+_GRID_END = 38.5    # past it Φ(-t) < 3e-324: every entry is NDTR_TINY's
+
+
+def _cell_error(width: float, range_z: float, reach_z: float,
+                floor_ratio: float) -> float:
+  """A bound on (q - r)|ΔA_i|/P_i over every cell and input
+  (`RandomizedProjection.log_pmf_error` has the derivation).
+
+  Args:
+    width: w, the cells' width in z-units (2M/((L-1)σ)).
+    range_z: M/σ.
+    reach_z: (M + X)/σ, the largest |z| of an edge.
+    floor_ratio: (q - r)/r (an upper bound).
+
+  Returns:
+    The bound (relative, on P_i).
+  """
+  u = exact_laws.U
+  w_low, w_up = width * (1 - 4 * u), width * (1 + 4 * u)
+  arg = (6.01 * u * range_z + 2.01 * u * reach_z) * (1 + 1e-9)
+  tiny = exact_laws.NDTR_TINY
+  normal_end = -exact_laws.NDTR_NORMAL_FROM - arg
+
+  def e(t):   # relative error of one edge value at tail coordinate t
+    mu = np.expm1((t + arg + 1) * arg)
+    return exact_laws.ndtr_relative_error(t + arg) * (1 + mu) + mu
+
+  top = min(_GRID_END, reach_z + arg)
+  grid = np.append(np.arange(0.0, top, _GRID_STEP), top)
+  lo, hi = np.maximum(grid[:-1] - arg, 0.0), grid[1:] + arg
+  tail_up = exact_laws.normal_tail_upper(lo) * (1 + 2 * arg)
+  # One side of x. Edges past NDTR_NORMAL_FROM carry only NDTR_TINY.
+  rate = w_low * np.maximum(lo, math.sqrt(2 / math.pi) * (1 - 2 * arg))
+  rho = np.exp(-rate)
+  first = np.where(hi <= normal_end, e(hi) * tail_up, tiny)
+  far_edge = np.minimum(hi + w_up, normal_end)
+  second = np.where(hi + w_up <= normal_end, e(far_edge) * tail_up * rho, tiny)
+  with np.errstate(divide='ignore', over='ignore'):
+    mass_low = exact_laws.normal_tail_lower(hi) * (-np.expm1(-rate))
+    relative = np.where(mass_low > 0, (first + second) / mass_low, np.inf)
+  absolute = floor_ratio * (first + second)
+  one_side = float(np.max(np.minimum(relative, absolute), initial=0.0))
+  if reach_z + arg > _GRID_END:   # both edges' values and errors <= NDTR_TINY
+    one_side = max(one_side, floor_ratio * 2 * tiny)
+  # A cell containing x: both edges within w of it.
+  edge = float(np.max(np.where(hi <= normal_end, e(hi) * tail_up, tiny)[
+      lo <= w_up], initial=0.0))
+  spread = 2 * edge + u
+  mass = min(w_low, 1.0) * math.exp(-0.5 * (1 + arg)**2) / math.sqrt(2 * math.pi)
+  across = min(spread / (mass * (1 - 1e-12)), floor_ratio * spread)
+  return (max(one_side, across) + u) * (1 + 1e-9)

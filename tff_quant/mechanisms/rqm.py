@@ -23,13 +23,19 @@ import math
 import numpy as np
 from scipy import signal
 
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
 
 tf = base.tf
 
+#: Largest interior gap K for which `_log_rounding_sums` sums C(a) term by
+#: term (O(K·n)); above it, C's recurrence loses at most κ = 2(K+1+n)/K <
+#: 2m/(DIRECT_MAX_GAP + 1) to its drive's subtraction.
+DIRECT_MAX_GAP = 32
 
-class RQM(base.Mechanism):
+
+class RQM(base.SymmetricLevels, base.Mechanism):
   """RQM(clip=c, delta=Δ, num_levels=m, q=q)."""
 
   name = 'rqm'
@@ -71,12 +77,9 @@ class RQM(base.Mechanism):
     return self.clip
 
   @property
-  def level_offset(self):
-    return -self.x_max
-
-  @property
-  def level_step(self):
-    return 2.0 * self.x_max / (self.m - 1)
+  def level_range(self):
+    """The levels span [-x_max, x_max] (`base.SymmetricLevels`)."""
+    return self.x_max
 
   def _bin(self, x: float) -> int:
     """j with x in [B(j), B(j+1)), j in [0, m-2]."""
@@ -124,6 +127,46 @@ class RQM(base.Mechanism):
     out[j + 1:] = log_up + _log_rounding_sums(q, j - 1, s_low, m - 1 - j)
     return out
 
+  @property
+  def log_pmf_error(self) -> float:
+    """η: a proved bound on |computed - exact| of `log_pmf` at every input
+    (`exact_laws`' model: lib = ELEMENTARY_ULPS·2u for exp, log, log1p,
+    expm1). Cached.
+
+    Every input reads, on each side, `_log_rounding_sums`(q, K, s, n) with
+    n = m - 2 - K, K = -1..m-3 (j in [0, m-2]); its s·A + C is within
+    `_rounding_sums_error`(q, K, m) (relative) for every s in [0, 1], so the
+    largest over K covers every input (K >= 1: s·A + C >= r/m). Where K
+    is 0 or -1 the sum is s/a, whose log may reach 745.2 + log m in size
+    (s a positive float); it carries (lib + 3u) of that. The rest each carry
+    (lib + u)·|value| (log1p(-q), log q, k·log1p(-q), the additions, the
+    endpoint term), every value within Λ = |log q| + (m+1)|log(1-q)| +
+    2 log m + 2 in size; the logaddexp `exact_laws.log_add_error`(Λ). The
+    inputs' errors pass through logaddexp weighted by their shares (at most
+    the larger).
+    """
+    cached = self.__dict__.get('_log_pmf_error')
+    if cached is None:
+      u = exact_laws.U
+      lib = 2 * exact_laws.ELEMENTARY_ULPS * u
+      m, q = self.m, self.q
+      lq, l1q = abs(math.log(q)), abs(math.log1p(-q))
+      big_l = (lq + (m + 1) * l1q + 2 * math.log(m) + 2) * (1 + 1e-9)
+      rel = float(np.max(_rounding_sums_error(q, np.arange(1, m - 2), m),
+                         initial=0.0))
+      rel = max(rel, 1.01 * u)                       # K = 0: s/a
+      inner = -math.log1p(-rel) * (1 + 1e-9)
+      # log q + log(s·A + C); the endpoint term (K+1)·log1p(-q) + log of a
+      # ratio (2 roundings); log P(L = i) = log q + g·log1p(-q); the sums.
+      logs = 8 * (lib + u) * big_l + 3 * lib * math.log(m) + 4 * u
+      # K = 0 or -1: s/a itself, |log(s/a)| <= 745.2 + log m (s a float):
+      # its log, the two additions and logaddexp's.
+      small_s = (lib + 3 * u) * (exact_laws.LOG_FLOAT_MAX + math.log(m))
+      cached = (inner + logs + small_s +
+                exact_laws.log_add_error(big_l + exact_laws.LOG_FLOAT_MAX)) * (1 + 1e-6)
+      self.__dict__['_log_pmf_error'] = cached
+    return cached
+
   def _encode(self, x, seed):
     """Rounds x between the nearest kept levels below and above it.
 
@@ -156,19 +199,21 @@ def _log_rounding_sums(q: float, last: int, s: float, n: int) -> np.ndarray:
   S(a) = E[(G + s) / (G + a)] for the gap G of the kept level on the other side
   of x: P(G = k) = q(1-q)^k for k = 0..K (K = `last`; kept interior levels) and
   P(G = K+1) = (1-q)^(K+1) (the always-kept endpoint); see `RQM.log_pmf`. With
-  r = 1 - q, A(a) = Σ_{k=0..K} r^k / (k + a) and B(a) = Σ_{k=0..K} r^k (k + s)/(k + a)
-  (truncated Lerch sums), S(a) = q B(a) + r^(K+1) (K+1+s)/(K+1+a). Shifting k by
-  one gives the backward recurrence in a (from a = n down to 1):
-    A(a) = 1/a + r A(a+1) - r^(K+1) / (K+a+1),
-    B(a) = s/a + r (B(a+1) + A(a+1)) - r^(K+1) (K+1+s) / (K+a+1),
-  started from A(n), B(n) summed directly. Every term it adds is positive or
-  a term of the sum it is taken from, so at most a few times B(a) (resp. A(a))
-  for K >= 1; the recurrence multiplies carried errors by r <= 1 and A, B
-  decrease in a, so relative errors grow at most linearly in the steps
-  (against the pair-table sum: < 1e-12 in log up to 300 levels, 1.4e-13 at
-  65,536). Writing B = Σ r^k - (a - s) A instead would cancel catastrophically
-  for s ≪ 1. For K = 0, B(a) = s/a exactly. Only r^k may underflow, where it
-  is negligible in A and B, and in the endpoint term, which stays in log space.
+  r = 1 - q, A(a) = Σ_{k=0..K} r^k/(k + a) and C(a) = Σ_{k=0..K} r^k k/(k + a)
+  (truncated Lerch sums), S(a) = q(s·A(a) + C(a)) + r^(K+1)(K+1+s)/(K+1+a):
+  s·A + C adds positive terms for every s. Shifting k by one gives the
+  backward recurrences (a = n down to 1), both y(a) = g(a) + r·y(a+1):
+    A: g = 1/a - r^(K+1)/(K+1+a) = (K+1 + a(1 - r^(K+1)))/(a(K+1+a)),
+       positive terms (1 - r^(K+1) by expm1);
+    C: g = r·A(a+1) - (K+1)r^(K+1)/(K+1+a) = Σ_{j=1..K+1} (r^j/(j+a) -
+       r^(K+1)/(K+1+a)) >= r·A(a+1)·K/(2(K+1+a)) (Chebyshev's sum
+       inequality), so its subtraction loses at most κ = 2(K+1+a)/K;
+  started from A(n), C(n) summed directly. For K <= DIRECT_MAX_GAP, C(a) is
+  summed term by term instead (K positive terms). Positive recurrences carry
+  relative errors additively (`_rounding_sums_error`). Writing C = Σ r^k -
+  a·A instead would cancel catastrophically for a ≫ K. For K = 0, s·A + C =
+  s/a exactly. Only r^k may underflow, where it is negligible in A and C,
+  and in the endpoint term, which stays in log space.
 
   Args:
     q: the keep probability, in (0, 1).
@@ -184,9 +229,9 @@ def _log_rounding_sums(q: float, last: int, s: float, n: int) -> np.ndarray:
   """
   a = np.arange(1, n + 1, dtype=np.float64)
   big_k = last
+  l1q = math.log1p(-q)
   with np.errstate(divide='ignore'):
-    log_end = (big_k + 1) * math.log1p(-q) + np.log((big_k + 1 + s) /
-                                                     (big_k + 1 + a))
+    log_end = (big_k + 1) * l1q + np.log((big_k + 1 + s) / (big_k + 1 + a))
   if big_k < 0:
     return log_end
   if big_k == 0:
@@ -194,17 +239,70 @@ def _log_rounding_sums(q: float, last: int, s: float, n: int) -> np.ndarray:
   else:
     r = 1.0 - q
     k = np.arange(big_k + 1, dtype=np.float64)
-    r_k = np.exp(k * math.log1p(-q))
+    r_k = np.exp(k * l1q)
     r_end = r_k[-1] * r                                   # r^(K+1), may be 0
+    not_end = -math.expm1((big_k + 1) * l1q)              # 1 - r^(K+1)
     a_start = float(np.sum(r_k / (k + n)))
-    b_start = float(np.sum(r_k * (k + s) / (k + n)))
-    down = a[::-1]                                        # n, n-1, ..., 1
-    # A(a) - r A(a+1) for a = n-1..1, then the first-order recurrence y = g + r y.
-    drive_a = np.concatenate([[a_start],
-                              1.0 / down[1:] - r_end / (big_k + 1 + down[1:])])
+    c_start = float(np.sum(r_k * k / (k + n)))
+    down = a[::-1][1:]                                    # n-1, ..., 1
+    drive_a = np.concatenate([[a_start], (big_k + 1 + down * not_end) /
+                              (down * (big_k + 1 + down))])
     sums_a = signal.lfilter([1.0], [1.0, -r], drive_a)     # A(n), ..., A(1)
-    drive_b = np.concatenate([[b_start], s / down[1:] + (
-        r * sums_a[:-1] - r_end * (big_k + 1 + s) / (big_k + 1 + down[1:]))])
-    inner = signal.lfilter([1.0], [1.0, -r], drive_b)[::-1]   # B(1), ..., B(n)
+    if big_k <= DIRECT_MAX_GAP:   # C(a) term by term: κ would be large
+      sums_c = (r_k[None, 1:] * k[None, 1:] /
+                (k[None, 1:] + a[::-1, None])).sum(axis=1)
+    else:
+      drive_c = np.concatenate([[c_start], r * sums_a[:-1] -
+                                (big_k + 1) * r_end / (big_k + 1 + down)])
+      sums_c = signal.lfilter([1.0], [1.0, -r], drive_c)   # C(n), ..., C(1)
+    inner = (s * sums_a + sums_c)[::-1]                   # s·A(a) + C(a)
   with np.errstate(divide='ignore'):
     return np.logaddexp(math.log(q) + np.log(inner), log_end)
+
+
+def _rounding_sums_error(q: float, last, num_levels: int) -> np.ndarray:
+  """A bound on the relative error of `_log_rounding_sums`' s·A(a) + C(a),
+  a = 1..n (n = m - 2 - K), for every s in [0, 1], K = `last` >= 1.
+
+  r^k = exp(k·log1p(-q)): δ_r = expm1(K|log(1-q)|(lib + u)(1.0001) +
+  1.0001·lib). A(n), C(n): K + 1 positive terms, each rounded twice or
+  thrice, summed in any order (γ = 1.01(K+1)u, Higham 2002 eq. 4.4). The
+  drive of A: 1 - r^(K+1) by expm1 of a rounded argument (|x|e^x/(1-e^x)
+  <= 1 for x < 0, so lib + u + lib), then three roundings (a(K+1+a) is an
+  exact integer). A positive recurrence y = g + r̃·y (r̃ = 1 - q rounded:
+  u; two roundings) passes its drive's and start's relative errors through
+  as a weighted mean (y(a) = Σ r^(a'-a) g(a')) and adds 3.01u per step,
+  damped by r per step: rel A <= δ_r + γ + 2lib + 7u + 3.01u·min(n, 1/q).
+  C's
+  drive r̃·Ã(a+1) - (K+1)r̃^(K+1)/(K+1+a): each part within relA + 2.01u
+  resp. δ_r + 6.02u of exact, each at most κ = 2(K+1+n)/K times the drive
+  (`_log_rounding_sums`), plus the subtraction's u; C then adds its start's
+  δ_r + γ + 2u and 3.01u·n. s·A + C: two more roundings of positive terms.
+
+  Args:
+    q: the keep probability, in (0, 1).
+    last: K >= 1, or an array of them.
+    num_levels: m.
+
+  Returns:
+    The bounds (relative), one per K.
+  """
+  u = exact_laws.U
+  lib = 2 * exact_laws.ELEMENTARY_ULPS * u
+  last = np.asarray(last, np.float64)
+  n = num_levels - 2 - last
+  l1q = abs(math.log1p(-q)) * (1 + 1e-9)
+  d_r = np.expm1(last * l1q * 1.0001 * (lib + u) + 1.0001 * lib)
+  gamma = 1.01 * (last + 1) * u
+  # Step a' injects <= 3.01u of y(a'); it reaches y(a) times r^(a'-a)·
+  # y(a')/y(a) <= r^(a'-a) (A and C decrease in a): Σ <= min(n, 1/q).
+  steps = 3.01 * u * np.minimum(n, 1.0 / q) * (1 + 4 * u * n)
+  rel_a = d_r + gamma + 2 * lib + 7 * u + steps
+  kappa = 2.0 * (last + 1 + n) / last
+  rel_drive = kappa * (rel_a + 2.01 * u + d_r + 6.02 * u) + 1.01 * u
+  rel_c = np.where(last <= DIRECT_MAX_GAP,   # K terms r^k·k/(k+a), 3 roundings
+                   d_r + gamma + 3.01 * u,
+                   rel_drive + d_r + gamma + 2 * u + steps)
+  # + 1e-290: terms r^k/(k+a) in the subnormals (exp's relative bound may
+  # fail there) are each < 2.3e-308, against sums >= r/m >= 1e-24.
+  return (np.maximum(rel_a, rel_c) + 2.01 * u) * (1 + 1e-9) + 1e-290

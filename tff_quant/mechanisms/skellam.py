@@ -79,6 +79,13 @@ class DistributedSkellam(modular.ModularNoiseMechanism):
     del num_levels
     return 0.0
 
+  def noise_sum_log_error(self, num_clients):
+    """Zeros: W_n is the closed form below, no convolution. Its own
+    rounding (scipy's ive, the recurrence) is not bounded (docs/privacy.md,
+    "Numerics": open, as this mechanism's η)."""
+    del num_clients
+    return np.zeros(self.m)
+
   def noise_sum_log_pmf(self, num_clients):
     """Skellam with variance nσ², wrapped mod M (closed form).
 

@@ -176,7 +176,10 @@ def test_mixture_alone_skips_the_end_mixes_and_only_loosens():
   """RQM whose input range spans one level gap (the ends are its only
   vertices): with `PairBounds(end_mixes=False)` the ±c mixes are skipped
   (the mechanism is listed) and every curve value is at or above the whole
-  bound's; at n = 30 the mixes are the tighter, so the values rise."""
+  bound's; at n = 30 the mixes are the tighter, so the values rise: by 12%
+  at t = 2c/8, α = 2 before the laws' error (1.1208), 9.3% with RQM's η =
+  1.1e-12 carried (`numerics`: the mixes carry n·(2α-1)η/(α-1) = 1.0e-10,
+  the mixture bound one law's, 3.4e-12, on values ~4e-9)."""
   mech = mechanisms.get('rqm').for_coordinate_bound(
       1.0, num_levels=16, delta_ratio=16.0, q=0.3)
   assert blankets.two_vertices(secure_sum.mirrored_critical_inputs(mech), 1.0)
@@ -188,7 +191,7 @@ def test_mixture_alone_skips_the_end_mixes_and_only_loosens():
   assert bounds.skipped == [mech]
   for a in (2.0, 8.0):
     assert np.all(alone.values[a] >= full.values[a])
-    assert np.all(alone.values[a] > 1.1 * full.values[a])
+    assert np.all(alone.values[a] > 1.05 * full.values[a])
   # By default nothing is skipped.
   again = secure_sum.divergence_curve(mech, [2.0, 8.0], 30, t_grid=grid)
   np.testing.assert_array_equal(again.values[2.0], full.values[2.0])

@@ -110,6 +110,38 @@ def _longdouble_log_power_sums(targets, at_plus, at_minus, num_clients,
   return best
 
 
+def _check_proved_above_80_bit(mech, n, orders):
+  """`extreme_mixes` of `mech` at t = 2c (4 single groups next to each
+  anchor) is at or above the 80-bit direct convolution's value at every
+  order and pair, and above it by no more than the proved allowance
+  carried: (2α-1)·(the others' law's largest per-entry bound after mixing)
+  + the power sums' uniform rounding bound (`matrix_sums`)."""
+  c = mech.input_bound
+  targets = secure_sum.target_pairs(mech, np.array([2 * c]))
+  got = secure_sum.extreme_mixes(mech, targets, n, orders, exact=4)
+  first = (n - 1) // 2 if targets.symmetric else 0
+  groups = others_lib.split_groups(first, n - 1, (n - 1) // 2, 4)
+  at_plus, at_minus = divergence.end_log_pmfs(mech)
+  exact = _longdouble_log_power_sums(targets, at_plus, at_minus, n, groups,
+                                     orders)
+  exact = np.maximum(exact, 0.0)   # extreme_mixes reports at least 0
+  margin = got - exact
+  assert np.all(margin >= -1e-15), margin.min()
+  powers = (secure_sum.extreme_others._powers(at_plus, math.inf),
+            secure_sum.extreme_others._powers(at_minus, math.inf))
+  err = 0.0
+  for k0, k1 in groups:
+    conv, law_err, _ = secure_sum.extreme_others._proved_sum(
+        targets.basis, powers, (k0, n - 1 - k1))
+    err = max(err, float(np.max(convolution.mixed_error(
+        targets.upper_weights, conv, law_err)[1])))
+  conv_len = n * (mech.num_levels - 1) + 1
+  allowance = 1.01 * ((2 * orders - 1) * err + matrix_sums.U * (
+      5 * 708 + 2 * 700 + 4 + conv_len) + 3 * matrix_sums.LIB)
+  assert np.all(margin <= allowance[:, None]), (margin, allowance)
+  return margin
+
+
 def test_qmgeo_served_4_bit_mixes_are_proved_above_80_bit_convolution():
   """Issue 61, item 3: at QMGeo's served 4-bit cell (16 levels, p = 0.9814,
   range 256·c, c = 2/√61706, n = 100) the ±c mixes set the bound; their
@@ -122,42 +154,60 @@ def test_qmgeo_served_4_bit_mixes_are_proved_above_80_bit_convolution():
   mech = mechanisms.get('qmgeo').for_coordinate_bound(
       c, num_levels=16, p=0.9814228019672326, full_support=True,
       range_ratio=256.0)
-  n, orders = 100, np.array([2.0, 8.0])
+  n = 100
   assert secure_sum.extreme_others.proved_mixes_apply(mech, n)
-  targets = secure_sum.target_pairs(mech, np.array([2 * c]))
-  got = secure_sum.extreme_mixes(mech, targets, n, orders, exact=4)
-  first = (n - 1) // 2 if targets.symmetric else 0
-  groups = others_lib.split_groups(first, n - 1, (n - 1) // 2, 4)
-  at_plus, at_minus = divergence.end_log_pmfs(mech)
-  exact = _longdouble_log_power_sums(targets, at_plus, at_minus, n, groups,
-                                     orders)
-  exact = np.maximum(exact, 0.0)   # extreme_mixes reports at least 0
-  margin = got - exact
-  assert np.all(margin >= -1e-15), margin.min()
-  # Not vacuous: above by no more than the proved allowance carried
-  # ((2α-1)·(the laws' err + mixing) + U·(rounding + terms), matrix_sums).
-  powers = (matrix_sums.Powers(at_plus), matrix_sums.Powers(at_minus))
-  err = 0.0
-  for k0, k1 in groups:
-    conv, law_err, _ = secure_sum.extreme_others._proved_sum(
-        targets.basis, powers, (k0, n - 1 - k1))
-    err = max(err, law_err + convolution.mix_error(targets, conv))
-  conv_len = n * (mech.num_levels - 1) + 1
-  allowance = 1.01 * ((2 * orders - 1) * err + matrix_sums.U * (
-      matrix_sums._POWER_ROUNDING + 4 + conv_len))
-  assert np.all(margin <= allowance[:, None]), (margin, allowance)
+  _check_proved_above_80_bit(mech, n, np.array([2.0, 8.0]))
+
+
+@pytest.mark.parametrize('theta', [2.314669993915911e-05, 0.02731427771826951])
+def test_one_trial_pbm_mixes_are_proved_above_80_bit_convolution(theta):
+  """Issue 61, items 1 and 6: one PBM trial (the 16-bit frontier cell's
+  sum reduction, θ = 2.3e-5, and the 1-bit cell's, θ = 0.027; clip
+  1/√61706, n = 100): the ±c mixes' closed-form powers (`_TwoPointPowers`)
+  keep every pair's log power sum at or above the 80-bit direct
+  convolution's at orders 2 to 256, within the carried allowance. At θ =
+  2.3e-5 the margin is at most (2α-1)·600u + 6,000u (the mixed rows carry
+  ~400u at their mode, the power sums' rounding the rest); with the share
+  p̃ and log(e^l0 + e^l1) carried (~1,950u per law, uniformly) the rows
+  carried ~4,100u there."""
+  mech = mechanisms.PBM(1 / math.sqrt(61706), 2, theta)
+  n, orders = 100, np.array([2.0, 10.0, 256.0])
+  assert secure_sum.extreme_others.proved_mixes_apply(mech, n)
+  margin = _check_proved_above_80_bit(mech, n, orders)
+  if theta < 1e-4:
+    tight = (2 * orders - 1) * 600 * matrix_sums.U + 6000 * matrix_sums.U
+    assert np.all(margin <= tight[:, None]), margin
+
+
+def test_ln2_split_is_within_its_stated_error():
+  """LN2_HI + LN2_LO against ln 2 at 60 digits; LN2_HI's low 21 bits are
+  zero (so b + LN2_HI is exact near b = -ln 2)."""
+  import mpmath   # pylint: disable=g-import-not-at-top
+  eo = secure_sum.extreme_others
+  with mpmath.workdps(60):
+    gap = mpmath.mpf(eo.LN2_HI) + mpmath.mpf(eo.LN2_LO) - mpmath.log(2)
+    assert abs(gap) <= eo.LN2_SPLIT_ERROR
+  assert math.ldexp(eo.LN2_HI, 32) == round(math.ldexp(eo.LN2_HI, 32))
 
 
 @pytest.mark.parametrize('log_r', [[math.log(0.3), math.log(0.7)],
                                    [math.log(0.9), math.log(0.1) - 1e-3],
+                                   [math.log(0.5 + 2.3e-5),
+                                    math.log(0.5 - 2.3e-5)],
+                                   [math.log(0.5 - 2.3e-5),
+                                    math.log(0.5 + 2.3e-5)],
                                    [0.0, -np.inf]])
 def test_two_point_powers_within_their_proved_error(log_r):
   """A two-entry law's m-fold convolution in closed form (one PBM trial's
-  ±c mixes) against 40-digit binomial sums of the same measure."""
+  ±c mixes) against 40-digit binomial sums of the same measure: every entry
+  within its own bound (`EntryError.at`) and the uniform one; near p = 1/2
+  (the 16-bit cells' trial) the bound in the bulk is under 60u at m = 99
+  (the share p̃ and log(e^l0 + e^l1) carried ~1,950u there)."""
   import mpmath   # pylint: disable=g-import-not-at-top
   powers = secure_sum.extreme_others._TwoPointPowers(np.array(log_r))
-  for m in (1, 7, 99):
+  for m in (1, 2, 7, 50, 99):
     law, err = powers(m)
+    bound = matrix_sums.EntryError.of(err, law).at(law)
     with mpmath.workdps(40):
       a0, a1 = (mpmath.exp(v) if np.isfinite(v) else mpmath.mpf(0)
                 for v in log_r)
@@ -166,5 +216,8 @@ def test_two_point_powers_within_their_proved_error(log_r):
         if exact == 0:
           assert law[j] == -np.inf
         else:
-          assert abs(float(mpmath.log(exact)) - law[j]) <= err
+          miss = abs(mpmath.log(exact) - mpmath.mpf(law[j]))
+          assert miss <= bound[j] <= err * (1 + 1e-12), (m, j)
     assert err < 1e-11
+    if abs(log_r[0] - log_r[1]) < 1e-3:
+      assert bound[m // 2] < 60 * matrix_sums.U

@@ -3,8 +3,8 @@
 Every row is a log-pmf (or log envelope); mixing rows (`mix_rows`),
 convolving them with the law of the others' sum (`with_sum`) and taking the
 pairs' power sums log Σ P^α Q^(1-α) (`pair_log_sums`) keep a bound on their
-rounding (`matrix_sums`, `mix_error`), so what is read is at or above the
-exact value of the laws.
+rounding entry by entry (`matrix_sums`, `mix_rows`), so what is read is at or
+above the exact value of the laws.
 
 Cut tails: the sum of many clients' outputs has far tails below any E a pair
 can have; the others' law is cut `cut_tail` below its top and the mass the
@@ -35,25 +35,41 @@ POWER_TAIL = 400.0
 TAIL_ORDER = 256   # the largest of rdp_route.DEFAULT_ORDERS
 
 
-def mix_rows(weights: np.ndarray, log_basis: np.ndarray) -> np.ndarray:
-  """log(weights @ exp(log_basis)) row by row.
+def mix_rows(weights: np.ndarray, log_basis: np.ndarray,
+             with_error: bool = False):
+  """log(weights @ exp(log_basis)) row by row, and optionally its rounding.
 
   One matrix product on the basis scaled by each column's largest value (a
   factor below e^-708 of it dropped); where a mixed value falls below
   e^_MIX_FLOOR of that scale (its terms may have been dropped), the log
   domain: one pass per non-zero weight slot (a row mixes at most two
-  adjacent basis rows for vertex targets). Rounding: `mix_error`.
+  adjacent basis rows for vertex targets). A row that is one basis row
+  (weight 1) is that row, exactly.
+
+  Rounding, entry by entry (the basis taken as exact; u = 2^-53, ℓ =
+  matrix_sums.LIB, λ = log S̃ the scaled sum's log, W the row's weight sum,
+  K basis rows): a term w·e^(b - top) is off by u·|b - top| + ℓ, weighted by
+  the terms (Jensen, `matrix_sums`) u·(|log W| + |λ|); the K-term dot
+  product (K + 1)·u, the log ℓ·|λ|, adding the scale back u·|value|;
+  dropped terms K·e^-108 relative. The log domain: per weight slot, log w
+  (ℓ·|log w|), the add (u·|term|), logaddexp (u/e + ℓ·(1 + log 2) + u·|its
+  value|, each at most the largest |term| + log K).
 
   Args:
     weights: [R, K] non-negative mixing weights.
     log_basis: [K, L] log rows.
+    with_error: also return the rounding bound.
 
   Returns:
-    [R, L] the mixed rows' logs.
+    [R, L] the mixed rows' logs; with `with_error`, (those, [R, L] a bound
+    on each entry's absolute log error from this mixing's rounding, 0 where
+    a row is one basis row).
   """
-  if np.all(np.count_nonzero(weights, axis=1) == 1) and np.all(
-      np.max(weights, axis=1) == 1.0):   # each row one basis row (a lattice's)
-    return log_basis[np.argmax(weights, axis=1)]
+  lattice = (np.all(np.count_nonzero(weights, axis=1) == 1) and
+             np.all(np.max(weights, axis=1) == 1.0))
+  if lattice:   # each row one basis row (a lattice's)
+    out = log_basis[np.argmax(weights, axis=1)]
+    return (out, np.zeros(out.shape)) if with_error else out
   top = np.max(log_basis, axis=0)
   top = np.where(np.isfinite(top), top, 0.0)
   with np.errstate(under='ignore'):
@@ -61,17 +77,35 @@ def mix_rows(weights: np.ndarray, log_basis: np.ndarray) -> np.ndarray:
   with np.errstate(divide='ignore'):
     out = np.log(mixed) + top[None]
   low = mixed < math.exp(_MIX_FLOOR)
-  if not np.any(low):
-    return out
   rows, cols = np.nonzero(low)
   exact = np.full(rows.size, -np.inf)
+  largest = np.zeros(rows.size)   # the largest |log w + b| summed there
   for j in range(weights.shape[1]):   # the log domain, basis row by row
     w = weights[rows, j]
-    used = w > 0
-    exact[used] = np.logaddexp(exact[used], np.log(w[used]) +
-                               log_basis[j, cols[used]])
+    used = (w > 0) & np.isfinite(log_basis[j, cols])
+    term = np.log(w[used]) + log_basis[j, cols[used]]
+    exact[used] = np.logaddexp(exact[used], term)
+    largest[used] = np.maximum(largest[used], np.abs(term))
   out[rows, cols] = exact
-  return out
+  if not with_error:
+    return out
+  u, lib, k = matrix_sums.U, matrix_sums.LIB, weights.shape[1]
+  fo = matrix_sums.FIRST_ORDER
+  w_pos = weights[weights > 0]
+  log_w_max = float(np.max(np.abs(np.log(w_pos)), initial=0.0))
+  with np.errstate(divide='ignore'):
+    log_total = np.abs(np.log(np.sum(weights, axis=1)))[:, None]
+  finite = np.isfinite(out)
+  lam = np.where(finite, np.abs(out - top[None]), 0.0)
+  value = np.where(finite, np.abs(out), 0.0)
+  err = (fo * ((k + 1) * u + lib + u * (log_total + lam) + lib * lam +
+               u * value) + k * math.exp(-708.0 - _MIX_FLOOR))
+  if rows.size:
+    slots = np.count_nonzero(weights[rows] > 0, axis=1)
+    err[rows, cols] = fo * slots * (
+        u / math.e + lib * (1 + math.log(2)) + lib * log_w_max +
+        2 * u * (largest + math.log(k)))
+  return out, err
 
 
 def log_convolve_rows(rows: np.ndarray, log_r: np.ndarray) -> np.ndarray:
@@ -194,42 +228,21 @@ def add_lost(value: np.ndarray, lost: float, log_e0: np.ndarray
   return np.nextafter(np.nextafter(out, np.inf), np.inf)
 
 
-def mix_error(targets: targets_lib.TargetPairs, conv: np.ndarray) -> float:
-  """What `mix_rows` adds to the rows' log error, in units of u with margin.
-
-  The scaled product's exp argument (2·top), exp, the weights, the sum of K
-  terms, its log (<= 708 in size) and adding the scale back (top + 708); the
-  log domain's log w, + row, exp, log1p and adds (4·(top + log w)); the
-  terms dropped below e^-708 of the scale, K·e^-108 relative to a mixed
-  value above e^_MIX_FLOOR.
-
-  Args:
-    targets: the `TargetPairs` whose weights mix `conv`.
-    conv: the basis rows convolved with an others' law.
-
-  Returns:
-    The bound on the added log error.
-  """
-  w = np.concatenate([targets.upper_weights.ravel(),
-                      targets.lower_weights.ravel()])
-  log_w = float(np.max(np.abs(np.log(w[w > 0])), initial=0.0))
-  top = float(np.max(np.abs(conv[np.isfinite(conv)]), initial=0.0))
-  k = targets.upper_weights.shape[1]
-  return (matrix_sums.U * (4 * (top + log_w) + 2 * 708 + k + 64) +
-          k * math.exp(-708 - _MIX_FLOOR))
-
-
 def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
                   orders: np.ndarray, err: Optional[float] = None
                   ) -> np.ndarray:
   """log Σ P^α Q^(1-α) of each target pair, from its basis rows convolved.
 
+  With a bound `err` on conv's error, each mixed row carries its own bound
+  entry by entry (`mixed_error`) into the power sums (`matrix_sums`).
+
   Args:
     targets: the `TargetPairs`.
     conv: the basis rows convolved with an others' law.
     orders: [orders] finite Rényi orders > 1.
-    err: a bound on conv's log error: the sums by `matrix_sums`, its rounding
-      allowance included (None: unknown, the sums' rounding only).
+    err: a bound on conv's log error: the sums by `matrix_sums` (a number,
+      or its `EntryError`, entry by entry), its rounding included (None:
+      unknown, the sums' rounding only).
 
   Returns:
     [orders, pairs] the log power sums.
@@ -237,12 +250,13 @@ def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
   # Only the target rows the pairs use are mixed.
   used_up, pair_up = np.unique(targets.pairs[:, 0], return_inverse=True)
   used_lo, pair_lo = np.unique(targets.pairs[:, 1], return_inverse=True)
-  conv_up = mix_rows(targets.upper_weights[used_up], conv)
-  conv_lo = (conv_up if targets.lower_weights is targets.upper_weights
-             and np.array_equal(used_up, used_lo)
-             else mix_rows(targets.lower_weights[used_lo], conv))
   pairs = np.stack([pair_up, pair_lo], axis=1)
+  same = (targets.lower_weights is targets.upper_weights
+          and np.array_equal(used_up, used_lo))
   if err is None:   # the laws' own error unknown: the sums' rounding only
+    conv_up = mix_rows(targets.upper_weights[used_up], conv)
+    conv_lo = conv_up if same else mix_rows(targets.lower_weights[used_lo],
+                                            conv)
     # In blocks of pairs: gathered at once, the rows of 336,200 pairs of
     # 4,096 levels (RQM at 12 bits) took 10.3 GiB.
     out = np.empty((len(orders), len(pairs)))
@@ -252,8 +266,40 @@ def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
       out[:, s:s + step] = matrix_sums.log_power_sums(
           conv_up[block[:, 0]], conv_lo[block[:, 1]], orders, 0.0)
     return out
+  conv_up, err_up = mixed_error(targets.upper_weights[used_up], conv, err)
+  conv_lo, err_lo = ((conv_up, err_up) if same else
+                     mixed_error(targets.lower_weights[used_lo], conv, err))
   return matrix_sums.pair_log_sums(conv_up, conv_lo, pairs, orders,
-                                   err + mix_error(targets, conv))
+                                   (err_up, err_lo))
+
+
+def mixed_error(weights: np.ndarray, conv: np.ndarray, err: float):
+  """(the mixed rows, [R, L] a bound on each entry's absolute log error).
+
+  conv's rows within A + B·|conv| (`matrix_sums.EntryError`; a number: A,
+  B = 0) carry into a mix Σ_j w_j c_j: Σ w_j c_j^(1∓B) lies within
+  W^B·S^(1-B) and S·(S/W)^B (Jensen, weights w_j, W = Σ_j w_j), so the
+  mixed value S is within A + B·(|log S| + max(0, log W)), plus 2B times
+  the largest positive log of a basis row (c_j > 1); then `mix_rows`'
+  rounding.
+
+  Args:
+    weights: [R, K] non-negative mixing weights.
+    conv: [K, L] the basis rows convolved with an others' law.
+    err: the bound on conv's log error.
+
+  Returns:
+    ([R, L] mixed rows, [R, L] their error bounds).
+  """
+  bound = matrix_sums.EntryError.of(err, conv)
+  mixed, rounding = mix_rows(weights, conv, with_error=True)
+  slope = bound.slope
+  finite = conv[np.isfinite(conv)]
+  c_plus = max(0.0, float(np.max(finite, initial=0.0)))
+  with np.errstate(divide='ignore'):
+    log_w = np.maximum(np.log(np.sum(weights, axis=1)), 0.0)[:, None]
+  carried = bound.at(mixed) + slope * (log_w + 2 * c_plus)
+  return mixed, carried + (1 + slope) * rounding
 
 
 def log_ratio_max(log_p: np.ndarray, log_q: np.ndarray, pairs: np.ndarray

@@ -99,14 +99,34 @@ def proved_mixes_apply(mech, num_clients: int,
       float(levels)**2 * float(num_clients - 1)**2 <= limits.proved_mixes)
 
 
+# ln 2 as a sum of two floats (fdlibm's split; b + LN2_HI is exact for b in
+# [-2·LN2_HI, -LN2_HI/2] by Sterbenz's lemma, though its rounding is carried
+# regardless): |LN2_HI + LN2_LO - ln 2| < 1.17e-26, checked to 60 digits
+# (tests/accounting/secure_sum/extreme_others_test.py).
+LN2_HI = float.fromhex('0x1.62e42fee00000p-1')
+LN2_LO = float.fromhex('0x1.a39ef35793c76p-33')
+LN2_SPLIT_ERROR = 1.2e-26
+
+
 class _TwoPointPowers:
   """`matrix_sums.Powers`' interface for a two-entry law [l0, l1] (one PBM
-  trial): its m-fold convolution in closed form, m·L + log Binomial(m, p)(j)
-  with L = log(e^l0 + e^l1) and p the smaller side's share (j mirrored if
-  it is l0's), by `exact_laws.log_binomial`. Error: L̃ carries u/e +
-  1.2·lib + u·|L̃|; log p̃ = (l - L̃) then exp carries ρ = that + u·|l - L̃|
-  + lib, and log(1 - p̃) (p <= 1/2) at most ρ·p/(1-p) <= ρ; so the law
-  carries m·(e_L + ρ) + u·|m·L̃| + the builder's own bound + u·|value|.
+  trial): its m-fold convolution in closed form.
+
+  With b = max(l0, l1), g = min - max <= 0 and c_j the count of the smaller
+  entry's draws (j if it is l1, else m - j), entry j of the m-fold law is
+
+    log C(m, j) + (m - j)·l0 + j·l1 = B_j + c_j·g + m·(b + ln 2),
+
+  B_j = log C(m, j) - m·ln 2 = log Binomial(m, 1/2)(j) by
+  `exact_laws.log_binomial` with its proved per-entry bound. No share p is
+  formed and no log(e^l0 + e^l1) is taken: the only inexact inputs are
+  g (u·|g|, carried c_j times), the shift m·((b + LN2_HI) + LN2_LO) (two
+  adds, u each of its size, LN2_SPLIT_ERROR per copy, the product u·|shift|)
+  and the three adds building the entry (u·|each partial sum|). The shift
+  is the same for every entry, so it could be carried once into log E as a
+  common factor; computed this way it is within ~u·|shift| already, so it
+  is carried per entry like the rest. The per-entry bounds are returned as
+  `matrix_sums.EntryError.fit` (const + slope·|value|, least in the bulk).
   Nothing is cut (log_dropped is -inf)."""
 
   def __init__(self, log_r: np.ndarray):
@@ -121,7 +141,6 @@ class _TwoPointPowers:
     if m in self._memo:
       return self._memo[m]
     u = exact_laws.U
-    lib = 2 * exact_laws.ELEMENTARY_ULPS * u
     if m == 0:
       out = (np.zeros(1), 0.0)
     elif not (math.isfinite(self.l0) and math.isfinite(self.l1)):
@@ -131,16 +150,21 @@ class _TwoPointPowers:
       law[at] = m * value
       out = (law, u * abs(m * value) * (1 + 1e-6))
     else:
-      big_l = float(np.logaddexp(self.l0, self.l1))
-      e_l = u / math.e + 1.2 * lib + u * abs(big_l)
-      small, flip = (self.l1, False) if self.l1 <= self.l0 else (self.l0, True)
-      p = math.exp(small - big_l)
-      rho = e_l + u * abs(small - big_l) + lib
-      log_bin, err = exact_laws.log_binomial(m, p)
-      law = m * big_l + (log_bin[::-1] if flip else log_bin)
-      top = float(np.max(np.abs(law)))
-      out = (law, (m * (e_l + rho) * 1.01 + u * abs(m * big_l) +
-                   float(np.max(err)) + u * top) * (1 + 1e-6))
+      big, small = max(self.l0, self.l1), min(self.l0, self.l1)
+      gap = small - big                                   # <= 0
+      j = np.arange(m + 1, dtype=np.float64)
+      counts = j if self.l1 <= self.l0 else m - j         # exact
+      near = big + LN2_HI
+      shift = m * (near + LN2_LO)
+      shift_err = (m * (LN2_SPLIT_ERROR + u * abs(near) +
+                        u * abs(near + LN2_LO)) + u * abs(shift))
+      log_c, err_c = exact_laws.log_binomial(m, 0.5)
+      steps = counts * gap
+      inner = log_c + steps
+      law = inner + shift
+      err = (err_c + shift_err + counts * u * abs(gap) +
+             u * (np.abs(steps) + np.abs(inner) + np.abs(law))) * (1 + 4 * u)
+      out = (law, matrix_sums.EntryError.fit(err, law))
     self._memo[m] = out
     return out
 
