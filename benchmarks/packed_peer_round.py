@@ -33,6 +33,7 @@ from tff_quant import data, models
 from tff_quant.program import runtime
 from tff_quant.training import federated_training as ft
 from tff_quant.training import packed_clients
+from tff_quant.training import privacy_plan
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum('peer', 'tff_dgauss', ('tff_dgauss', 'tff_skellam'), 'TFF peer.')
@@ -49,17 +50,17 @@ def main(argv):
       mechanism=FLAGS.peer, model='small_cnn', clients_per_round=FLAGS.clients,
       total_clients=FLAGS.total_clients, rounds=300,
       mechanism_params=dict(noise_multiplier=1.0, bits=16))
-  config.validate()
+  config = config.validate()
   spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32),
           tf.TensorSpec([None], tf.int32))
   keras_fn = lambda: models.get('small_cnn', (28, 28, 1), 10)
   dim = models.num_params(keras_fn())
-  peer = ft.build_peer(config, dim)
+  plan = privacy_plan.make(config, dim)
   k = packed_clients.auto_clients_per_slot(FLAGS.clients, dim,
                                            packed_clients.parallel_units())
-  processes = {'unpacked': ft.build_process(config, keras_fn, spec, peer)[0],
-               'packed': ft.build_process(config, keras_fn, spec, peer, k,
-                                          vectorized=True)[0]}
+  processes = {'unpacked': ft.build_process(plan, keras_fn, spec),
+               'packed': ft.build_process(plan, keras_fn, spec, k,
+                                          vectorized=True)}
   states = {p: proc.initialize() for p, proc in processes.items()}
 
   def datasets(path, ids):
@@ -79,7 +80,7 @@ def main(argv):
       t0 = time.perf_counter()
       out = process.next(states[path], datasets(path, ids))
       states[path] = out.state
-      ft.check_peer_measurements(peer, out.metrics)
+      ft.check_peer_measurements(plan.peer, out.metrics)
       if rnd:
         times[path].append(time.perf_counter() - t0)
   print(f'{FLAGS.peer}, small_cnn (d={dim}), {FLAGS.clients} clients a round, '

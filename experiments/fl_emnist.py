@@ -16,6 +16,7 @@ On several machines: start `worker_binary --port=N` on each (path:
 tff_quant.program.runtime.worker_binary_path()) and add --workers=host1:N,host2:N.
 """
 
+import dataclasses
 import os
 import sys
 
@@ -38,16 +39,20 @@ from absl import logging
 
 from tff_quant import data as data_lib
 from tff_quant import mechanisms
+from tff_quant import models
+from tff_quant.aggregators import peers
 from tff_quant.common import validation
+from tff_quant.training import config as config_lib
 from tff_quant.training import federated_training as ft
 from tff_quant.program import cli
 from tff_quant.program import runtime
 
-_D = ft.TrainingConfig()
+_D = config_lib.TrainingConfig()
 FLAGS = flags.FLAGS
 flags.DEFINE_string('mechanism', _D.mechanism, 'Aggregation mechanism: a name in '
                     'tff_quant.mechanisms.registry() (' +
-                    ', '.join(mechanisms.registry()) + f'), {ft.NO_PRIVACY!r}, or '
+                    ', '.join(mechanisms.registry()) +
+                    f'), {config_lib.NO_PRIVACY!r}, or '
                     'one of TFF\'s own DP aggregators run through the same loop '
                     'and accountant: gaussian (DifferentiallyPrivateFactory.'
                     'gaussian_fixed, central), tff_skellam, tff_dgauss '
@@ -63,7 +68,8 @@ flags.DEFINE_float('coordinate_clip_multiple', _D.coordinate_clip_multiple,
 flags.DEFINE_float('target_epsilon', None, 'Calibrate the mechanism\'s free '
                    'parameters at start so that the whole model update meets '
                    '(target_epsilon, delta) over all --rounds. Default: '
-                   f'{ft.DEFAULT_TARGET_EPSILON:g}, unless --mechanism_params (or '
+                   f'{config_lib.DEFAULT_TARGET_EPSILON:g}, unless '
+                   '--mechanism_params (or '
                    'an alias flag) sets a parameter calibration would choose '
                    '(then they run as given and the run prints their ε).')
 # Aliases kept from before the registry: each sets one entry of --mechanism_params.
@@ -106,7 +112,7 @@ flags.DEFINE_float('server_momentum', _D.server_momentum, 'Server SGD '
                    'heavy-ball momentum in [0, 1) (tff.learning.optimizers.'
                    'build_sgdm); 0: plain server SGD.')
 flags.DEFINE_enum('server_lr_schedule', _D.server_lr_schedule,
-                  list(ft.SERVER_LR_SCHEDULES), 'Server learning-rate '
+                  list(config_lib.SERVER_LR_SCHEDULES), 'Server learning-rate '
                   'schedule: constant, or cosine (server_lr·(1 + cos(π·t/'
                   'rounds))/2 at round t from 0).')
 flags.DEFINE_float('validation_fraction', _D.validation_fraction, 'In [0, 1): '
@@ -117,7 +123,7 @@ flags.DEFINE_float('validation_fraction', _D.validation_fraction, 'In [0, 1): '
 flags.DEFINE_integer('batch_size', _D.batch_size, 'Client batch size.', lower_bound=1)
 flags.DEFINE_integer('local_epochs', _D.local_epochs, 'Client epochs per round.',
                      lower_bound=1)
-flags.DEFINE_enum('model', _D.model, ft.models.MODELS, 'Keras model.')
+flags.DEFINE_enum('model', _D.model, models.MODELS, 'Keras model.')
 flags.DEFINE_integer('seed', _D.seed, 'Fixes the initial model, the client '
                      'sampling and the data order (and the data split, unless '
                      '--split_seed): seed s is the same block for every '
@@ -156,6 +162,12 @@ flags.DEFINE_integer('min_clients_per_round', None, 'Dropout tolerance: the '
                      'fewer is refused before its output is released. Needs '
                      '--target_epsilon (default: every sampled client).',
                      lower_bound=1)
+flags.DEFINE_integer('wire_bits', None, 'Wire budget: b bits per coordinate in '
+                     'the secure sum\'s field (SecureModularSumFactory(2^b), '
+                     'docs/bits.md) for a bounded registry mechanism; refused '
+                     'where the field cannot hold the cohort\'s sum (naming the '
+                     'bits needed). Default: the exact level sum, '
+                     'ceil(log2(n(L-1)+1)) bits.', lower_bound=1, upper_bound=31)
 flags.DEFINE_integer('clients_per_slot', None, 'K clients trained per TFF client '
                      'slot (vectorized when the model allows), each clipped and '
                      'encoded on its own before the secure sum (same server '
@@ -179,9 +191,9 @@ def peer_param(key: str, value: str):
 
 def mechanism_params_from_flags(name: str):
   """--mechanism_params plus any alias flag given for this mechanism."""
-  if name == ft.NO_PRIVACY:
+  if name == config_lib.NO_PRIVACY:
     return {}
-  if name in ft.peers.PEERS:
+  if name in peers.PEERS:
     params = validation.parse_key_values(
         '--mechanism_params', FLAGS.mechanism_params, peer_param)
     for flag, (owner, _, _) in ALIASES.items():
@@ -203,15 +215,21 @@ def mechanism_params_from_flags(name: str):
   return params
 
 
-def config_from_flags() -> ft.TrainingConfig:
-  names = [f.name for f in ft.dataclasses.fields(ft.TrainingConfig)
+def config_from_flags() -> config_lib.TrainingConfig:
+  """The run's config from the flags: the default target ε where a private
+  mechanism has neither a target nor a parameter calibration would choose
+  (`config.with_default_target`; printed)."""
+  names = [f.name for f in dataclasses.fields(config_lib.TrainingConfig)
            if f.name != 'mechanism_params']
-  config = ft.TrainingConfig(**{n: FLAGS[n].value for n in names})
-  validation.check_one_of('--mechanism', config.mechanism,
-                          (ft.NO_PRIVACY,) + tuple(mechanisms.registry()) +
-                          ft.peers.PEERS)
-  config.mechanism_params = mechanism_params_from_flags(config.mechanism)
-  if ft.default_target(config):
+  values = {n: FLAGS[n].value for n in names}
+  validation.check_one_of('--mechanism', values['mechanism'],
+                          (config_lib.NO_PRIVACY,) +
+                          tuple(mechanisms.registry()) + peers.PEERS)
+  given = config_lib.TrainingConfig(
+      mechanism_params=mechanism_params_from_flags(values['mechanism']),
+      **values)
+  config = config_lib.with_default_target(given)
+  if config.target_epsilon != given.target_epsilon:
     print(f'[fl_emnist] calibrating {config.mechanism} to the default whole-model '
           f'ε = {config.target_epsilon:g} (set --target_epsilon, or the '
           'mechanism\'s parameters, to change it).')
@@ -232,8 +250,7 @@ def main(argv):
   # SIGTERM -> normal exit, so atexit ends TFF's worker processes.
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
-    config = config_from_flags()
-    config.validate()
+    config = config_from_flags().validate()
     ft.check_packing(config, FLAGS.clients_per_slot)
     dataset = resolve_dataset(FLAGS.dataset)
     if dataset != 'emnist' and config.model == 'emnist_cnn':

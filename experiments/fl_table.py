@@ -32,6 +32,7 @@ from absl import flags
 
 from tff_quant import mechanisms
 from tff_quant.accounting import provenance
+from tff_quant.accounting import setting
 from tff_quant import models
 from tff_quant.common import validation
 from tff_quant.program import cli, fl_table, isolated, results_io, runtime
@@ -271,7 +272,8 @@ def _rechecked(cell, dim, s, stored):
 
 def coordinate_clip(s, dim) -> float:
   """c∞ of the ℓ2 route: --coordinate_clip_multiple · clip / √d."""
-  return s['coordinate_clip_multiple'] * s['clip_norm'] / math.sqrt(dim)
+  return setting.coordinate_clip(s['clip_norm'], dim,
+                                 s['coordinate_clip_multiple'])
 
 
 def _calibrated(cell, dim, s):

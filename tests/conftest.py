@@ -5,8 +5,8 @@ TensorFlow's oneDNN kernels are turned on (before any test imports TensorFlow)
 unless TF_ENABLE_ONEDNN_OPTS is set, as importing tff_quant does: the suite
 then runs the same kernels on CPUs with and without AVX-512 (TF 2.14's default
 turns them on only with AVX-512). TF_ENABLE_ONEDNN_OPTS=0 runs it with them
-off (tests/training/vectorized_clients_test.py runs its convolution tests both
-ways in subprocesses).
+off (tests/training/vectorized_clients_test.py runs its convolution tests
+under the other setting in a subprocess).
 """
 
 import importlib.util

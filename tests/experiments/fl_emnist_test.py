@@ -99,6 +99,31 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
   assert summary['config']['mechanism_params']['noise_multiplier'] > 0
 
 
+def test_a_wire_budget_trains_and_the_secure_sum_carries_its_bits(tmp_path):
+  """--wire_bits=8: the calibration chooses the level count under 8 wire
+  bits, the run's secure sum carries 8 bits per coordinate (summary and every
+  round's metrics), and its ε is the calibrated one (post-processing)."""
+  res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
+                    '--rounds=2', '--clients_per_round=10',
+                    '--total_clients=40', '--eval_every=2',
+                    '--target_epsilon=10', '--rotate',
+                    '--coordinate_clip_multiple=3', '--wire_bits=8',
+                    f'--root_output_dir={tmp_path}', '--experiment_name=w'])
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert 'Wire budget 8 bits:' in res.stdout
+  with open(tmp_path / 'w' / 'summary.json') as f:
+    summary = json.load(f)
+  assert summary['secure_sum_bits'] == 8
+  assert summary['config']['wire_bits'] == 8
+  assert summary['upload_bits_per_client_per_round'] == 8 * 8192
+  assert summary['bits_per_coordinate'] <= 8 and summary['epsilon'] <= 10.0
+  with open(tmp_path / 'w' / 'metrics.csv') as f:
+    header, *rows = [line.strip().split(',') for line in f]
+  column = header.index('secure_sum_bits')
+  assert [int(r[column]) for r in rows] == [8, 8]
+  assert not res.leftover_workers, f'worker_binary left behind: {res.leftover_workers}'
+
+
 @pytest.mark.parametrize('args, message', [
     (['--mechanism=foo'], 'mechanism'),
     (['--clients_per_round=50', '--total_clients=10'], 'clients_per_round'),
@@ -120,6 +145,12 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
       '--clients_per_round=2'], 'bits'),
     (['--clients_per_slot=3', '--clients_per_round=4', '--dataset=mnist',
       '--model=logreg', '--total_clients=10'], 'multiple of clients_per_slot'),
+    (['--mechanism=pbm', '--mechanism_params=num_levels=256', '--wire_bits=3',
+      '--dataset=mnist', '--model=logreg', '--total_clients=40',
+      '--clients_per_round=10'], 'allowed wire_bits >= 4'),
+    (['--mechanism=skellam', '--wire_bits=8', '--dataset=mnist',
+      '--model=logreg', '--total_clients=10', '--clients_per_round=2'],
+     '`wire_bits` applies to a bounded registry mechanism'),
     (['--clients_per_slot=-2', '--dataset=mnist', '--model=logreg',
       '--total_clients=10', '--clients_per_round=2'],
      'flag --clients_per_slot=-2: -2 is not a non-negative integer'),

@@ -96,47 +96,67 @@ BINARIES = sorted(
     name[:-3] for name in os.listdir(os.path.join(ROOT, 'experiments'))
     if name.endswith('.py') and name != '__init__.py')
 
-# In a fresh process per binary (absl's flags are global): --help exits 0;
-# every integer flag must carry a lower bound, and each bad line — an unknown
-# flag, an integer flag below its bound or not an integer — must exit 2 with
-# one line naming the flag, before main runs.
+# In one process for every binary, one binary after the other, each as in a
+# process of its own (absl's flags are global: a binary's flags are removed
+# before the next one is imported; no binary imports another): --help exits
+# 0; every integer flag must carry a lower bound, and each bad line — an
+# unknown flag, an integer flag below its bound or not an integer — must
+# exit 2 with one line naming the flag, before main runs. (One process pays
+# TensorFlow's import once instead of once a binary.)
 _BAD_FLAGS_DRIVER = r'''
-import contextlib, importlib, io, json, sys
+import contextlib, importlib, io, json, sys, traceback
 from absl import app, flags
 from tff_quant.program import cli
-module = importlib.import_module('experiments.' + sys.argv[1])
 app.define_help_flags()   # as app.run does before it parses
-owned = flags.FLAGS.flags_by_module_dict().get(module.__name__, [])
-ints = [f for f in owned if f.flag_type() == 'int']
-cases = [('help', ['--help']), ('no_such_flag', ['--no_such_flag=1'])]
-for f in ints:
-  cases.append((f.name, ['--%s=x' % f.name]))
-  bound = getattr(f.parser, 'lower_bound', None)
-  if bound is not None:
-    cases.append((f.name, ['--%s=%d' % (f.name, bound - 1)]))
-out = dict(unbounded=[f.name for f in ints
-                      if getattr(f.parser, 'lower_bound', None) is None],
-           results=[])
-for name, argv in cases:
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-    try:
-      cli.parse_flags(['prog'] + argv)
-      code = 0
-    except SystemExit as e:
-      code = e.code
-  flags.FLAGS.unparse_flags()
-  out['results'].append([name, argv, code, err.getvalue()])
-print('RESULT ' + json.dumps(out))
+report = {}
+for binary in sys.argv[1:]:
+  try:
+    module = importlib.import_module('experiments.' + binary)
+  except Exception:  # pylint: disable=broad-except
+    report[binary] = dict(error=traceback.format_exc())
+    continue
+  owned = list(flags.FLAGS.flags_by_module_dict().get(module.__name__, []))
+  ints = [f for f in owned if f.flag_type() == 'int']
+  cases = [('help', ['--help']), ('no_such_flag', ['--no_such_flag=1'])]
+  for f in ints:
+    cases.append((f.name, ['--%s=x' % f.name]))
+    bound = getattr(f.parser, 'lower_bound', None)
+    if bound is not None:
+      cases.append((f.name, ['--%s=%d' % (f.name, bound - 1)]))
+  out = dict(unbounded=[f.name for f in ints
+                        if getattr(f.parser, 'lower_bound', None) is None],
+             results=[])
+  for name, argv in cases:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+      try:
+        cli.parse_flags(['prog'] + argv)
+        code = 0
+      except SystemExit as e:
+        code = e.code
+    flags.FLAGS.unparse_flags()
+    out['results'].append([name, argv, code, err.getvalue()])
+  report[binary] = out
+  for f in owned:   # the next binary starts without them, as in its own process
+    delattr(flags.FLAGS, f.name)
+print('RESULT ' + json.dumps(report))
 '''
 
 
-@pytest.mark.parametrize('binary', BINARIES)
-def test_bad_flags_of_every_binary_exit_2_with_one_line_naming_the_flag(binary):
-  res = subprocess.run([sys.executable, '-c', _BAD_FLAGS_DRIVER, binary],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope='module')
+def bad_flag_results():
+  """{binary: its driver results} for every binary, from one process."""
+  res = subprocess.run([sys.executable, '-c', _BAD_FLAGS_DRIVER, *BINARIES],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert res.returncode == 0, res.stderr[-3000:]
-  out = json.loads(res.stdout.split('RESULT ', 1)[1])
+  return json.loads(res.stdout.split('RESULT ', 1)[1])
+
+
+@pytest.mark.parametrize('binary', BINARIES)
+def test_bad_flags_of_every_binary_exit_2_with_one_line_naming_the_flag(
+    binary, bad_flag_results):
+  out = bad_flag_results[binary]
+  assert 'error' not in out, out.get('error')
   assert out['unbounded'] == [], (
       f'{binary}: integer flags without a lower bound: {out["unbounded"]}')
   assert out['results'], binary

@@ -248,3 +248,33 @@ def test_epsilon_holds_at_most_the_target_and_within_rtol_below():
   assert not fl_table.epsilon_holds(3.0 * (1 + 1e-12), 3.0)   # above: never
   assert not fl_table.epsilon_holds(3.087, 3.0)
   assert fl_table.epsilon_holds(9.95, 10.0, rtol=0.01)
+
+
+def test_read_run_takes_the_secure_sums_field_bits(tmp_path):
+  (tmp_path / 'metrics.csv').write_text(
+      'round,secure_sum_bits,test_accuracy\n1,14,nan\n2,15,0.5\n3,nan,0.6\n')
+  assert fl_table.read_run(str(tmp_path)).wire_bits == 15
+  (tmp_path / 'metrics.csv').write_text('round,test_accuracy\n1,0.5\n')
+  assert fl_table.read_run(str(tmp_path)).wire_bits is None
+
+
+def test_a_cells_wire_bits_are_its_widest_runs():
+  cell = fl_table.Cell('pbm', 10.0, 4, wire_bits=9)
+  assert (cell.budget_bits, cell.label) == (9, 'pbm (4 level, 9 wire bits)')
+  cell.add_run(0, fl_table.Run([(1, 0.6)], wire_bits=11), fl_table.LAST, 1,
+               10.0)
+  cell.add_run(1, fl_table.Run([(1, 0.6)]), fl_table.LAST, 1, 10.0)
+  assert cell.wire_bits == 11
+  assert fl_table.Cell('x', 10.0, 16).label == 'x (16 bits)'
+
+
+def test_which_mechanism_budgets_are_wire_bits():
+  # 'near' sends 4 level bits in an 11-bit field: a 4-bit budget does not
+  # hold it, an 11-bit one does.
+  cells = _table()
+  next(c for c in cells if c.mechanism == 'near').wire_bits = 11
+  rows = {b: r for _, b, *r in fl_table.which_mechanism(
+      fl_table.analyse(cells), [4, 11])}
+  assert 'near' not in rows[4][0] and 'near' not in rows[4][2]
+  assert rows[11][2].startswith('mid (8 bits): ')   # ordered by wire bits
+  assert '; near (4 level, 11 wire bits): ' in rows[11][2]

@@ -344,3 +344,42 @@ def test_a_cell_stopped_in_its_optimistic_end_keeps_its_proved_end(monkeypatch):
   assert math.isnan(rows[0]['ratio_to_gaussian_attained'])
   assert '--max_seconds_per_cell' in rows[0]['reason_attained']
   assert frontier.limited_by_budget(rows[0])
+
+
+def _wire_row(name, bits, ratio, **params):
+  return dict(SETTING, mechanism=name, bits=str(bits), ratio_to_gaussian=ratio,
+              debiased_error_per_coordinate='0.0002',
+              params=json.dumps(params))
+
+
+def test_wire_columns_are_the_proved_field_of_the_calibrated_sum():
+  from tff_quant import mechanisms
+  from tff_quant.mechanisms import wire
+  row = _wire_row('pbm', 8, '1.01', clip=0.012, num_levels=256, theta=0.0026)
+  got = frontier.wire_columns(row)
+  mech = mechanisms.build('pbm', 0.012, num_levels=256, theta=0.0026)
+  n = int(SETTING['clients_per_round'])
+  assert got['level_bits'] == 8
+  assert got['wire_bits'] == wire.wire_bits_needed(mech, n) < wire.unreduced_bits(
+      256, n)
+  assert 0 < got['wrap_probability'] <= 1e-4
+  assert got['ratio_to_gaussian_wire'] >= 1.01   # the wraps only add error
+  modular = frontier.wire_columns(_wire_row(
+      'ddgauss', 12, '1.02', clip=0.012, num_levels=4096, steps=32,
+      noise_fraction=0.005))
+  assert (modular['wire_bits'], modular['ratio_to_gaussian_wire']) == (12, 1.02)
+  assert frontier.wire_columns(dict(SETTING, mechanism='gaussian', bits='inf',
+                                    params='{}'))['wire_bits'] == ''
+  refused = frontier.wire_columns(dict(_wire_row('rqm', 16, 'inf'), params=''))
+  assert (refused['level_bits'], refused['wire_bits']) == ('16', '')
+
+
+def test_fewest_wire_bits_counts_the_wraps_and_names_the_level_bits():
+  rows = [dict(_wire_row('pbm', 1, '1.05'), level_bits='1', wire_bits='6',
+               ratio_to_gaussian_wire='1.2'),
+          dict(_wire_row('pbm', 2, '1.02'), level_bits='2', wire_bits='7',
+               ratio_to_gaussian_wire='1.03'),
+          dict(_wire_row('rqm', 1, '1.5'), level_bits='1', wire_bits='6',
+               ratio_to_gaussian_wire='1.6')]
+  (found,) = frontier.fewest_wire_bits_within(rows).values()
+  assert found == {'pbm': (7, 2), 'rqm': (None, None)}

@@ -1,3 +1,4 @@
+import copy
 import csv
 import glob
 import json
@@ -6,8 +7,10 @@ import os
 import numpy as np
 import pytest
 
+from tff_quant import aggregators
 from tff_quant import data as data_lib
 from tff_quant.training import federated_training as ft
+from tff_quant.training import privacy_plan
 from tff_quant.program import runtime
 
 pytestmark = pytest.mark.usefixtures('tff_context')
@@ -80,21 +83,6 @@ def test_no_privacy_parameters_fail_before_training(mnist, tmp_path):
   assert not os.path.exists(str(tmp_path / 'q'))
 
 
-@pytest.mark.parametrize('kw, name', [
-    (dict(mechanism='laplace'), 'mechanism'), (dict(rounds=0), 'rounds'),
-    (dict(client_lr=-1.0), 'client_lr'), (dict(clients_per_round=30),
-                                          'clients_per_round'),
-    (dict(model='vgg'), 'model'), (dict(delta=2.0), 'delta'),
-    (dict(target_epsilon=0.0), 'target_epsilon'),
-    (dict(target_epsilon=-3.0), 'target_epsilon'),
-    (dict(target_epsilon=float('nan')), 'target_epsilon'),
-    (dict(mechanism='none', target_epsilon=1.0), 'target_epsilon'),
-    (dict(coordinate_clip_multiple=0.0), 'coordinate_clip_multiple')])
-def test_bad_config_raises(kw, name):
-  with pytest.raises(ValueError, match=name):
-    small_config(**kw).validate()
-
-
 def test_two_workers_a_worker_dies_and_the_run_resumes(mnist, tmp_path):
   run_dir = str(tmp_path / 'run')
   addresses, procs = runtime.start_local_workers(2)
@@ -124,13 +112,17 @@ def test_the_whole_process_is_secure_only(mnist, mechanism, rotate):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_quant import models  # pylint: disable=g-import-not-at-top
-  config = small_config(mechanism=mechanism, rotate=rotate)
-  config.validate()
+  plan = privacy_plan.make(small_config(mechanism=mechanism, rotate=rotate),
+                           7850)
+  assert plan.dim == (8192 if rotate else 7850)  # rotation pads to 2^13
   spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
-  process, used = ft.build_process(
-      config, lambda: models.get('logreg', mnist.input_shape, 10), spec)
+  with aggregators.recording() as used:
+    process = ft.build_process(
+        plan, lambda: models.get('logreg', mnist.input_shape, 10), spec)
   tff.test.assert_not_contains_unsecure_aggregation(process.next)
-  assert used[0].dim == (8192 if rotate else 7850)  # rotation pads to 2^13
+  # The factory built what the plan accounts, once.
+  assert [(u.dim, repr(u.mechanism)) for u in used] == [
+      (plan.dim, repr(plan.mechanism))]
 
 
 def test_packed_run_resumes_unpacked_with_the_same_accounting(mnist, tmp_path):
@@ -243,12 +235,12 @@ def test_a_packed_round_moves_the_model_as_the_plain_round(mnist):
   from tff_quant import models  # pylint: disable=g-import-not-at-top
   from tff_quant.training import packed_clients  # pylint: disable=g-import-not-at-top
   config = small_config(mechanism='none', noise_seed=None, clip_norm=1.0)
-  config.validate()
+  plan = privacy_plan.make(config, 7850)
   spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
   keras_fn = lambda: models.get('logreg', mnist.input_shape, 10)
-  plain, _ = ft.build_process(config, keras_fn, spec)
-  packed, _ = ft.build_process(config, keras_fn, spec, clients_per_slot=2,
-                               vectorized=True)
+  plain = ft.build_process(plan, keras_fn, spec)
+  packed = ft.build_process(plan, keras_fn, spec, clients_per_slot=2,
+                            vectorized=True)
   weights = plain.get_model_weights(plain.initialize())   # zeros: deterministic
   weights = type(weights)(trainable=[np.zeros_like(w) for w in weights.trainable],
                           non_trainable=list(weights.non_trainable))
@@ -313,29 +305,32 @@ def test_initial_weights_depend_on_the_seed_only():
     ft.initial_weights(keras_fn, -1)
 
 
-def test_default_target_makes_a_private_run_private():
-  config = small_config()
-  assert ft.default_target(config)
-  assert config.target_epsilon == ft.DEFAULT_TARGET_EPSILON
-  given = small_config(mechanism_params=dict(q=0.5))
-  assert not ft.default_target(given) and given.target_epsilon is None
-  budget = small_config(mechanism_params=dict(num_levels=8))   # not calibrated
-  assert ft.default_target(budget)
-  assert not ft.default_target(small_config(mechanism='none'))
-  peer = small_config(mechanism='gaussian',
-                      mechanism_params=dict(noise_multiplier=2.0))
-  assert not ft.default_target(peer)
-
-
 def test_a_calibrated_run_reports_the_calibrated_epsilon(mnist, tmp_path):
+  """Calibrated once before TFF, the process built once from the plan, the
+  config passed in unchanged, and the summary's ε the plan's."""
+  config = small_config(target_epsilon=10.0, coordinate_clip_multiple=3,
+                        rotate=True)
+  before = copy.deepcopy(config)
   logs = []
-  summary = ft.run(small_config(target_epsilon=10.0, coordinate_clip_multiple=3,
-                                rotate=True), mnist, str(tmp_path / 'run'),
-                   log=logs.append, clients_per_slot=2)
+  run_dir = str(tmp_path / 'run')
+  with aggregators.recording() as used:   # every QuantizationFactory.create
+    summary = ft.run(config, mnist, run_dir, log=logs.append,
+                     clients_per_slot=2)
+  assert len(used) == 1 and used[0].dim == summary['dim'] == 8192
+  assert used[0].calibrated_for is not None
+  assert config == before
   line = next(l for l in logs if l.startswith('Calibrated'))
+  assert len([l for l in logs if l.startswith('Calibrated')]) == 1
   assert summary['epsilon'] <= 10.0
   assert summary['epsilon_route'] == 'RDP'
   assert f'{summary["epsilon"]:.4g}' in line
+  # The plan of the same config (its calibration reused from the run's
+  # folder) gives the summary's privacy figures and the config it ran.
+  plan = privacy_plan.make(config, 7850, lambda _: None, stored_in=run_dir)
+  assert plan.setting == used[0].calibrated_for
+  assert summary['config'] == ft.config_record(plan.config)
+  for key, value in plan.summary(summary['rounds_completed'], [4]).items():
+    assert summary[key] == value, key
 
 
 def test_only_an_unpacked_tff_peer_needs_the_python_protobuf():
@@ -393,18 +388,6 @@ def test_a_dropout_tolerant_run_reports_its_cohorts_and_their_epsilon(mnist,
   # Every round had all 4: the ε for the cohorts that occurred is smaller.
   assert s['epsilon_for_cohorts_that_occurred'] < s['epsilon']
   assert 'of whom at least 3 contribute' in s['privacy_assumptions']
-
-
-@pytest.mark.parametrize('kw, message', [
-    (dict(min_clients_per_round=3), 'needs a registry mechanism calibrated'),
-    (dict(min_clients_per_round=5, target_epsilon=8.0),
-     'min_clients_per_round'),
-    (dict(min_clients_per_round=0, target_epsilon=8.0),
-     'min_clients_per_round'),
-])
-def test_bad_dropout_tolerance_is_refused_naming_it(kw, message):
-  with pytest.raises(ValueError, match=message):
-    small_config(**kw).validate()
 
 
 def test_a_distributed_dp_peer_trains_with_secure_metrics_only(mnist, tmp_path):

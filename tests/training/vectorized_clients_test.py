@@ -7,8 +7,9 @@ TFF's own client work, after up to 8 local steps.
 Convolutions take one of two paths (one grouped convolution with TensorFlow's
 oneDNN kernels on, one convolution per client with them off);
 `test_convolution_tests_pass_with_onednn_off_and_on` runs this file's
-convolution tests in subprocesses with TF_ENABLE_ONEDNN_OPTS=0 and =1, so both
-stay green whatever this machine's CPU turns on by default.
+convolution tests in a subprocess under the TF_ENABLE_ONEDNN_OPTS setting (0
+or 1) that this process does not run them under, so both stay green whatever
+this machine's CPU turns on by default.
 """
 
 import itertools
@@ -412,11 +413,15 @@ def test_convolution_tests_pass_with_onednn_off_and_on():
 
   Each setting runs in a fresh process (the variable is read when TensorFlow
   is imported), in its own process group so that a timeout ends its TFF
-  workers too; its own session fixture ends them otherwise.
+  workers too; its own session fixture ends them otherwise. The setting of
+  this process (tests/conftest.py sets 1 unless TF_ENABLE_ONEDNN_OPTS is
+  given) is not run again: the same tests run here, in process, under it
+  (a subprocess of it would repeat them, TensorFlow's import included).
   """
   selected = ('(conv or stacked or unsupported or every_model or onednn) '
               'and not off_and_on')
-  for setting in ('0', '1'):
+  here = os.environ.get('TF_ENABLE_ONEDNN_OPTS')
+  for setting in [s for s in ('0', '1') if s != here]:
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=setting, **{SUBRUN: '1'})
     proc = subprocess.Popen(   # pylint: disable=consider-using-with
         [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',

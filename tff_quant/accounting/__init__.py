@@ -28,6 +28,8 @@ What each export is for (what the numbers mean: docs/privacy.md):
   `secure_sum` (the ℓ2 route: `divergence_curve`, the `Limits` it runs
   under), `bounds` (each paper's closed form, for comparison only),
   `provenance` (`SOURCE_DIGEST`: which accountant's code computed an ε),
+  `setting` (`coordinate_clip(S, d, k)`: c∞ = k·S/√d, computed there only;
+  `CalibratedSetting`: `round_accountant`, `build_mechanism`, `checked_clip`),
   `conventions` (ε in the papers' convention, add/remove and Poisson: for
   comparison with published results only, never a guarantee).
 """
@@ -39,6 +41,7 @@ from tff_quant.accounting import conventions
 from tff_quant.accounting import others
 from tff_quant.accounting import provenance
 from tff_quant.accounting import secure_sum
+from tff_quant.accounting import setting
 from tff_quant.accounting.calibration import (AttainedUnavailable,
                                               CalibratedSetting, Calibration,
                                               CannotCarrySignal, calibrate,

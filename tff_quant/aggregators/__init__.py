@@ -19,7 +19,9 @@ What each export is for:
   every QuantizationFactory inside a (wrapped) factory built: the mechanism
   and dimension the accountant needs.
 * `find_measurements(metrics)`: the per-round measurements in a process's
-  metrics; `secure_sum_bits(n, L)`: the field the secure sum needs.
+  metrics; `secure_sum_bits(n, L)`: the field the secure sum needs;
+  `refuse_no_privacy(mech)`: the factories' check that a mechanism gives
+  some privacy.
 TFF's own DP aggregators as peers on the same accountant: the `peers` module;
 `packed_peers`: TFF's distributed DP sum with K clients per value (the packed
 path), each row through TFF's own per-client pipeline.
@@ -38,4 +40,5 @@ from tff_quant.aggregators.quantization_factory import (Created,
                                                         find_measurements,
                                                         mechanisms_used,
                                                         recording,
+                                                        refuse_no_privacy,
                                                         secure_sum_bits)

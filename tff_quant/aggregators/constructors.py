@@ -2,22 +2,22 @@
 
 `mechanism_factory(name, clip_norm, params)` serves every mechanism in
 `tff_quant.mechanisms.registry()`. The per-coordinate range c∞ is
-clip_norm / √d (d known in `create`), as in the RQM/PBM EMNIST setup, unless
-`coordinate_clip` fixes it. `rotate=True` rotates each client's update by a
+k·clip_norm / √d (`accounting.setting.coordinate_clip`, d known in `create`),
+as in the RQM/PBM EMNIST setup, unless `coordinate_clip` fixes it (or the
+calibration `calibrated_for` does). `rotate=True` rotates each client's update by a
 randomized Hadamard transform inside the factory (`QuantizationFactory(rotate=
 True)`), so coordinate clipping is not biased toward large coordinates (the
 rotation preserves the ℓ2 norm; d becomes the padded size, a power of two).
 The named constructors below are the documented shorthands of the same call.
 """
 
-import math
 from typing import Dict, Optional
 
 import tensorflow_federated as tff
 
 from tff_quant import mechanisms
 from tff_quant.accounting import calibration
-from tff_quant.accounting import provenance
+from tff_quant.accounting import setting
 from tff_quant.aggregators import quantization_factory
 from tff_quant.common import validation
 
@@ -33,7 +33,8 @@ def mechanism_factory(name: str, clip_norm: float,
                       clients_per_value: int = 1,
                       diagnostics: bool = False,
                       calibrated_for: Optional[
-                          calibration.CalibratedSetting] = None):
+                          setting.CalibratedSetting] = None,
+                      wire_bits: Optional[int] = None):
   """A QuantizationFactory for the registered mechanism `name`.
 
   With `calibrated_for` (the `CalibratedSetting` of a calibration, which
@@ -73,6 +74,9 @@ def mechanism_factory(name: str, clip_norm: float,
     diagnostics: see `QuantizationFactory` (default False: the server learns
       only n besides the level sum; True releases clipping counts outside ε).
     calibrated_for: an `accounting.CalibratedSetting` (see above).
+    wire_bits: see `QuantizationFactory` (None: the exact level sum; b: a
+      field of 2^b, refused at `create` where it cannot hold the cohort's
+      sum).
 
   Returns:
     The factory (a `tff.aggregators.UnweightedAggregationFactory`).
@@ -98,72 +102,28 @@ def mechanism_factory(name: str, clip_norm: float,
   validation.check_optional(validation.check_positive, 'coordinate_clip_multiple',
                             coordinate_clip_multiple)
   if calibrated_for is not None:
-    coordinate_clip = _calibrated_clip(name, full, clip_norm, coordinate_clip,
-                                       coordinate_clip_multiple, calibrated_for)
-  k = 1.0 if coordinate_clip_multiple is None else coordinate_clip_multiple
+    if not isinstance(calibrated_for, setting.CalibratedSetting):
+      raise TypeError('`calibrated_for` must be an accounting.CalibratedSetting '
+                      f'(`Calibration.setting`), got '
+                      f'{type(calibrated_for).__name__}.')
+    coordinate_clip = calibrated_for.checked_clip(
+        name, full, clip_norm, coordinate_clip, coordinate_clip_multiple)
   if coordinate_clip is not None:
     mechanism = cls.for_coordinate_bound(
         validation.check_positive('coordinate_clip', coordinate_clip), **full)
-  else:
-    mechanism = lambda c: cls.for_coordinate_bound(k * c, **full)
+  else:   # c∞ = k·clip_norm/√d, d known in `create`
+    mechanism = lambda c: cls.for_coordinate_bound(c, **full)
   factory = quantization_factory.QuantizationFactory(
       mechanism, clip_norm=clip_norm, seed=seed,
       max_clients_per_round=max_clients_per_round, sum_factory=sum_factory,
       allow_no_privacy=allow_no_privacy, clients_per_value=clients_per_value,
-      rotate=rotate, diagnostics=diagnostics, calibrated_for=calibrated_for)
+      rotate=rotate, diagnostics=diagnostics, calibrated_for=calibrated_for,
+      coordinate_clip_multiple=(1.0 if coordinate_clip_multiple is None
+                                else coordinate_clip_multiple),
+      wire_bits=wire_bits)
   if coordinate_clip is None:  # parameters' joint constraints and privacy, now
     factory.check_mechanism(mechanism(1.0))
   return factory
-
-
-def _calibrated_clip(name, full, clip_norm, coordinate_clip, multiple, setting):
-  """The calibrated c∞, after checking that nothing given changes the ε that
-  `setting` (an `accounting.CalibratedSetting`) reports (ValueError naming
-  the argument, its value and the calibrated one)."""
-  if not isinstance(setting, calibration.CalibratedSetting):
-    raise TypeError('`calibrated_for` must be an accounting.CalibratedSetting '
-                    f'(`Calibration.setting`), got {type(setting).__name__}.')
-  if setting.bound != 'proved':
-    raise ValueError(
-        f'`calibrated_for` is a bound={setting.bound!r} calibration, which is '
-        'NOT a privacy guarantee; calibrate with bound=\'proved\' to train.')
-  if name != setting.mechanism:
-    raise ValueError(f'`calibrated_for` calibrated {setting.mechanism!r}, not '
-                     f'{name!r}.')
-  if setting.accountant != provenance.SOURCE_DIGEST:
-    raise ValueError(
-        f'`calibrated_for` was computed by accountant code '
-        f'{setting.accountant}, and this process runs {provenance.SOURCE_DIGEST}'
-        f': its ε ({setting.epsilon:.6g}) is not what this code proves for '
-        'the mechanism. Calibrate again here (accounting.calibrate), or '
-        're-account the mechanism (accounting.training_guarantee) and build '
-        'the factory without `calibrated_for`.')
-  calibrated = setting.params()
-  changed = {key: (full[key], calibrated[key]) for key in full
-             if full[key] != calibrated.get(key)}
-  if changed:
-    raise ValueError(
-        'these parameters differ from the calibrated ones (given, calibrated): '
-        f'{changed}; the calibrated ε ({setting.epsilon:.6g}) would not hold. '
-        'Pass the calibration\'s params unchanged, or calibrate again.')
-  c = setting.coordinate_clip
-  if coordinate_clip is not None and not math.isclose(coordinate_clip, c,
-                                                      rel_tol=1e-9):
-    raise ValueError(f'`coordinate_clip`={coordinate_clip:.6g}, but the mechanism '
-                     f'was calibrated for c∞ = {c:.6g}: omit it.')
-  if multiple is not None:
-    implied = multiple * clip_norm / math.sqrt(setting.dim)
-    if not math.isclose(implied, c, rel_tol=1e-9):
-      raise ValueError(
-          f'`coordinate_clip_multiple`={multiple:g} gives c∞ = {implied:.6g} at '
-          f'the calibrated d = {setting.dim}, but the mechanism was calibrated '
-          f'for c∞ = {c:.6g}: omit it (the calibrated c∞ is used).')
-  if setting.l2_clip is not None and clip_norm > setting.l2_clip * (1 + 1e-12):
-    raise ValueError(f'`clip_norm`={clip_norm:g} exceeds the ℓ2 clip '
-                     f'{setting.l2_clip:g} the mechanism was calibrated for: the '
-                     'calibrated ε would not hold. Pass clip_norm <= '
-                     f'{setting.l2_clip:g}.')
-  return c
 
 
 def rqm_factory(clip_norm: float, num_levels: int = 16, q: float = 0.42,

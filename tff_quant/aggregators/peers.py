@@ -24,6 +24,7 @@ import math
 from typing import Dict, Optional, Sequence
 
 from tff_quant import accounting, mechanisms
+from tff_quant.accounting import setting
 from tff_quant.common import dims, validation
 
 PEERS = ('gaussian', 'tff_skellam', 'tff_dgauss')
@@ -126,7 +127,7 @@ class Peer:
     divergence depends on the ℓ2 distance alone, so d coordinates moving
     2·clip/√d each is exactly its ℓ2 worst case (and the accountant's closed
     form, not the ℓ2 route's grid bound, applies)."""
-    return mechanisms.Gaussian(self.clip_norm / math.sqrt(self.dim),
+    return mechanisms.Gaussian(setting.coordinate_clip(self.clip_norm, self.dim),
                                self.noise_multiplier * self.clip_norm /
                                math.sqrt(self.clients_per_round))
 

@@ -36,6 +36,7 @@ update could then predict the noise, so never use it in deployment.
 import collections
 import collections.abc
 import contextlib
+import contextvars
 import inspect
 import logging
 import math
@@ -45,13 +46,18 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_quant.accounting import setting as setting_lib
+from tff_quant.common import dims
 from tff_quant.common import validation
 from tff_quant.mechanisms import base
+from tff_quant.mechanisms import wire
 
 MechanismOrBuilder = Union[base.Mechanism, Callable[[float], base.Mechanism]]
 _INT32_MAX = 2**31 - 1
 _STATE_TYPE = tff.TensorType(np.int64)
-_RECORDERS = []   # open `recording()` blocks
+# The lists of the `recording()` blocks open in this context (a tuple: each
+# block adds its list for its duration, and only there).
+_RECORDERS = contextvars.ContextVar('tff_quant_recorders', default=())
 _ROTATION_SALT = 0x5EED_0F_2D   # second word of the rotation's (public) seed
 # A mechanism that needs δ >= this for any finite ε gives no privacy.
 NO_PRIVACY_MASS = 0.5
@@ -64,8 +70,8 @@ class _DropUnusedAssertReports(logging.Filter):
   TFF's own secure quantized sum (`tff.aggregators` primitives, behind
   `tff.learning.metrics.secure_sum_then_finalize` and the secure sums of
   this factory's counts) builds a `tf.debugging.assert_less_equal` in graph
-  mode and discards it; TensorFlow logs a block for each (64 in a small
-  calibrated run: the process is built twice).
+  mode and discards it; TensorFlow logs a block for each (dozens in a small
+  run).
   They say that TFF's bound check is not run, nothing about this library's
   checks (which are used: `_server_decode`).
   """
@@ -95,6 +101,31 @@ class Created(NamedTuple):
   calibrated_for: Optional[object] = None
 
 
+def refuse_no_privacy(mech: base.Mechanism) -> None:
+  """Refuses a mechanism that gives no privacy: one whose output laws for
+  some two inputs overlap so little that no (ε, δ) with δ < 1/2 exists
+  (`accounting.impossible_mass` >= NO_PRIVACY_MASS; e.g. PBM θ = 1/2, QMGeo
+  as written). What a factory checks (unless `allow_no_privacy`), and what a
+  training run checks of the parameters it is given before calibrating.
+
+  Args:
+    mech: the mechanism.
+
+  Raises:
+    ValueError: it gives no privacy (naming the inputs and the mass).
+  """
+  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+  mass, x, x_other = divergence.impossible_mass(mech)
+  if mass >= NO_PRIVACY_MASS:
+    where = (f' (inputs {x:.4g} and {x_other:.4g})'
+             if math.isfinite(x) and math.isfinite(x_other) else '')
+    raise ValueError(
+        f'{mech} gives no privacy: for two inputs{where}, probability '
+        f'{mass:.3g} of one\'s output is impossible for the other, so no '
+        f'(ε, δ) with δ < {mass:.3g} exists. Change its parameters, or pass '
+        'allow_no_privacy=True to study it.')
+
+
 def secure_sum_bits(num_clients: int, num_levels: int,
                     modulus: Optional[int] = None) -> int:
   """Bits the secure-sum field needs for the sum of n values in [0, L-1]
@@ -116,7 +147,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
   Args:
     mechanism: a `tff_quant.mechanisms.Mechanism` (its `input_bound` is the
       per-coordinate clip), or a callable `c_inf -> Mechanism` called in `create`
-      with c_inf = clip_norm / sqrt(d) (the RQM/PBM EMNIST setup).
+      with c_inf = k·clip_norm / sqrt(d), k = `coordinate_clip_multiple`
+      (`accounting.setting.coordinate_clip`; k = 1: the RQM/PBM EMNIST setup).
     clip_norm: l2 clipping norm of each client's whole (flattened) update, > 0;
       None skips l2 clipping (then `mechanism` must be an instance).
     max_clients_per_round: the most clients one round may have; n (L-1) must fit
@@ -154,6 +186,18 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       docstring): a round past `rounds`, or fewer contributing clients than
       `smallest_cohort` (min_clients_per_round) or more than
       `clients_per_round`.
+    coordinate_clip_multiple: k > 0 (default 1) in the c_inf a builder
+      `mechanism` is called with; unused with a Mechanism instance.
+    wire_bits: None (default: the exact level sum, ⌈log2(n(L−1)+1)⌉ bits per
+      coordinate, docs/bits.md) or b in [1, 31]: clients send their levels
+      mod 2^b through `tff.aggregators.SecureModularSumFactory(2^b)` and the
+      server decodes the residue nearest the zero-signal sum n·c₁
+      (`mechanisms.wire`). Refused at `create` unless the proved wrap
+      probability at the most clients per round, for inputs anywhere in
+      [−c∞, c∞], is at most `utility.MODCLIP_PROB` per coordinate (the
+      message names the bits needed). Not with `sum_factory`, nor with a
+      modular mechanism (its modulus is its field). The accountant is
+      unchanged: the server's view is a function of the exact sum.
     clients_per_value: K >= 1 (default 1). With K > 1 every client value stacks
       K clients' updates on a leading axis (the packed simulation path,
       `tff_quant.training.packed_clients`): each row is clipped and encoded on
@@ -192,7 +236,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
                seed: Optional[int] = None, sum_factory=None,
                allow_no_privacy: bool = False, clients_per_value: int = 1,
                rotate: bool = False, diagnostics: bool = False,
-               calibrated_for=None):
+               calibrated_for=None, coordinate_clip_multiple: float = 1.0,
+               wire_bits: Optional[int] = None):
     if not (isinstance(mechanism, base.Mechanism) or callable(mechanism)):
       raise TypeError('`mechanism` must be a tff_quant Mechanism or a callable '
                       f'c_inf -> Mechanism, got {type(mechanism).__name__}.')
@@ -200,7 +245,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       validation.check_positive('clip_norm', clip_norm)
     elif not isinstance(mechanism, base.Mechanism):
       raise ValueError('`clip_norm` is required when `mechanism` is a builder '
-                       '(c_inf = clip_norm / sqrt(d)).')
+                       '(c_inf = k·clip_norm / sqrt(d)).')
     validation.check_optional(validation.check_integer, 'max_clients_per_round',
                               max_clients_per_round, 1)
     validation.check_optional(validation.check_integer, 'seed', seed, 0,
@@ -221,8 +266,16 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     self._per_value = validation.check_integer('clients_per_value',
                                                clients_per_value, 1)
     self._rotate = validation.check_bool('rotate', rotate)
+    self._multiple = validation.check_positive('coordinate_clip_multiple',
+                                               coordinate_clip_multiple)
     self._calibrated_for = calibrated_for
     self._diagnostics = validation.check_bool('diagnostics', diagnostics)
+    self._wire_bits = validation.check_optional(
+        validation.check_integer, 'wire_bits', wire_bits, 1,
+        wire.MAX_WIRE_BITS)
+    if self._wire_bits is not None and sum_factory is not None:
+      raise ValueError('`wire_bits` sets the sum (SecureModularSumFactory('
+                       '2**wire_bits)); omit `sum_factory`.')
     if calibrated_for is not None and not hasattr(calibrated_for,
                                                   'smallest_cohort'):
       raise TypeError('`calibrated_for` must be an accounting.CalibratedSetting '
@@ -256,7 +309,8 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     validation.check_integer('dim', dim, 1)
     if isinstance(self._mechanism, base.Mechanism):
       return self._mechanism
-    mech = self._mechanism(self._clip_norm / math.sqrt(dim))
+    mech = self._mechanism(setting_lib.coordinate_clip(self._clip_norm, dim,
+                                                       self._multiple))
     if not isinstance(mech, base.Mechanism):
       raise TypeError(f'The mechanism builder returned {type(mech).__name__}.')
     return mech
@@ -267,22 +321,22 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     self._check_privacy(mech)
 
   def _check_privacy(self, mech):
-    if self._allow_no_privacy:
-      return
-    from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
-    mass, x, x_other = divergence.impossible_mass(mech)
-    if mass >= NO_PRIVACY_MASS:
-      where = (f' (inputs {x:.4g} and {x_other:.4g})'
-               if math.isfinite(x) and math.isfinite(x_other) else '')
-      raise ValueError(
-          f'{mech} gives no privacy: for two inputs{where}, probability '
-          f'{mass:.3g} of one\'s output is impossible for the other, so no '
-          f'(ε, δ) with δ < {mass:.3g} exists. Change its parameters, or pass '
-          'allow_no_privacy=True to study it.')
+    if not self._allow_no_privacy:
+      refuse_no_privacy(mech)
 
   def max_clients_for(self, mech: base.Mechanism) -> int:
     """Clients per round whose level sum fits the int32 secure sum (or the
-    `max_clients_per_round` given)."""
+    `max_clients_per_round` given); with `wire_bits`, the most clients its
+    wrap bound was proved for (the calibrated cohort, else
+    `max_clients_per_round`)."""
+    if self._wire_bits is not None:
+      most = (self._schedule.most if self._schedule is not None
+              else self._max_clients)
+      if most is None:
+        raise ValueError('`wire_bits` needs the most clients per round (the '
+                         'field must hold their sum): pass '
+                         '`max_clients_per_round` or `calibrated_for`.')
+      return most
     return self._max_clients or _INT32_MAX // (mech.num_levels - 1)
 
   def _check_capacity(self, mech):
@@ -290,8 +344,14 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
       raise ValueError(f'{mech} does not go through the secure sum (central); '
                        'use tff.aggregators.DifferentiallyPrivateFactory for it.')
     if mech.modulus is not None:   # a modular sum cannot overflow
+      if self._wire_bits is not None:
+        raise ValueError(f'`wire_bits` does not apply to {mech!r}: a modular '
+                         'sum travels in its own modulus (set its num_levels).')
       return
     n = self.max_clients_for(mech)
+    if self._wire_bits is not None:   # a modular field: wraps, no overflow
+      wire.check_wire_bits(mech, n, self._wire_bits)
+      return
     if n * (mech.num_levels - 1) > _INT32_MAX:
       raise ValueError(
           f'`max_clients_per_round`={n} with {mech.num_levels} levels needs a '
@@ -307,21 +367,23 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
   def create(self, value_type) -> tff.templates.AggregationProcess:
     _refuse_sum_consumer()
     specs, raw_dim = self._layout(value_type)
-    dim = 2**math.ceil(math.log2(raw_dim)) if self._rotate else raw_dim
+    dim = dims.sent_dim(raw_dim, self._rotate)
     self._check_calibrated_dim(raw_dim, dim)
     mech = self.mechanism_for_dimension(dim)
     self._check_capacity(mech)
     self._check_privacy(mech)
     self.created = Created(mech, dim, value_type, self._calibrated_for)
-    for found in _RECORDERS:
+    for found in _RECORDERS.get():
       found.append(self.created)
     plan = _Plan(mech, specs, raw_dim, dim, self._per_value, self._rotate,
                  self._clip_norm, self._seed, self.max_clients_for(mech),
-                 self._diagnostics, self._schedule)
+                 self._diagnostics, self._schedule,
+                 None if self._wire_bits is None else 2**self._wire_bits)
     client_encode = _client_encode(plan, value_type)
     levels_type, counts_type = client_encode.type_signature.result
-    default_sum = (tff.aggregators.SecureModularSumFactory(mech.modulus)
-                   if mech.modulus is not None else
+    modulus = mech.modulus or plan.wire_modulus
+    default_sum = (tff.aggregators.SecureModularSumFactory(modulus)
+                   if modulus is not None else
                    tff.aggregators.SecureSumFactory(
                        plan.per_value * (mech.num_levels - 1), 0))
     level_sum = (self._sum_factory or default_sum).create(levels_type)
@@ -362,7 +424,7 @@ class QuantizationFactory(tff.aggregators.UnweightedAggregationFactory):
     setting = self._calibrated_for
     if setting is None or dim == setting.dim:
       return
-    padded = 2**math.ceil(math.log2(raw_dim))
+    padded = dims.sent_dim(raw_dim, rotate=True)
     if self._rotate:
       how = f'this value has {raw_dim} coordinates, padded to {dim} by rotate=True'
     else:
@@ -504,6 +566,7 @@ class _Plan(NamedTuple):
   max_clients: int
   diagnostics: bool      # whether clients send their clipping counts
   schedule: Optional[_Schedule] = None   # the calibrated one, enforced
+  wire_modulus: Optional[int] = None   # 2**wire_bits, or None (exact sum)
 
 
 def _client_seed(plan: _Plan, flat, round_num):
@@ -551,6 +614,8 @@ def _client_encode(plan: _Plan, value_type):
                            axis=0)
     if mech.modulus is not None:
       levels = tf.math.floormod(levels, mech.modulus)
+    elif plan.wire_modulus is not None:
+      levels = wire.reduce_levels(levels, plan.wire_modulus)
     if not plan.diagnostics:   # the server learns n only (constructor)
       clipped = nonfinite = l2_clipped = tf.constant(0, tf.int32)
     counts = tf.stack([clipped, nonfinite, tf.constant(per_value, tf.int32),
@@ -569,10 +634,13 @@ def _server_decode(plan: _Plan, levels_type, counts_type):
   @tff.tensorflow.computation(levels_type, counts_type, _STATE_TYPE)
   def server_decode(levels_total, counts_total, round_num):
     n = counts_total[2]
+    why = (f'the wrap bound of its {plan.wire_modulus.bit_length() - 1}-bit '
+           'field holds only up to it.' if plan.wire_modulus is not None else
+           f'the int32 secure sum of levels in [0, {mech.num_levels - 1}] '
+           'could overflow.')
     checks = [tf.debugging.Assert(n <= plan.max_clients, [
         f'More clients in this round than max_clients_per_round='
-        f'{plan.max_clients}: the int32 secure sum of levels in [0, '
-        f'{mech.num_levels - 1}] could overflow.']),
+        f'{plan.max_clients}: {why}']),
               tf.debugging.Assert(n > 0, ['No clients in round.'])]
     if plan.schedule is not None:   # before anything of the round is output
       checks += plan.schedule.checks(n, round_num)
@@ -585,6 +653,9 @@ def _server_decode(plan: _Plan, levels_type, counts_type):
       n = tf.identity(n)
       levels_total = tf.identity(levels_total)
       counts_total = tf.identity(counts_total)
+    if plan.wire_modulus is not None:   # the residue nearest n·c₁
+      levels_total = wire.centred_sum(levels_total, wire.sum_centre(mech, n),
+                                      plan.wire_modulus)
     mean = mech.decode(levels_total, n) / tf.cast(n, tf.float32)
     if plan.rotate:   # the transform is its own inverse; then the signs
       mean = hadamard(mean[None])[0] * rotation_signs(round_num, dim)
@@ -604,7 +675,8 @@ def _measurements(plan: _Plan, n, counts_total):
   """The round's measurements: clients, bits sent and summed, clipped fractions."""
   mech, dim = plan.mech, plan.dim
   n64 = tf.cast(n, tf.int64)
-  field_size = (tf.constant(mech.modulus, tf.float64) if mech.modulus is not None
+  modulus = mech.modulus or plan.wire_modulus
+  field_size = (tf.constant(modulus, tf.float64) if modulus is not None
                 else tf.cast(n64 * (mech.num_levels - 1) + 1, tf.float64))
   field_bits = tf.math.ceil(tf.math.log(field_size) / math.log(2.0))
   sum_bits = tf.cast(tf.maximum(field_bits, 1.0), tf.int32)
@@ -686,13 +758,17 @@ def recording():
   with aggregators.recording() as used:
     process = tff.learning.algorithms.build_weighted_fed_avg(...)
   used[0].mechanism, used[0].dim   # what the accountant needs
+
+  Blocks nest (each gets every create run while it is open); a block sees
+  the creates of its own thread or asyncio task only (a context variable,
+  not a list shared by the process).
   """
   found = []
-  _RECORDERS.append(found)
+  token = _RECORDERS.set(_RECORDERS.get() + (found,))
   try:
     yield found
   finally:
-    _RECORDERS.remove(found)
+    _RECORDERS.reset(token)
 
 
 def mechanisms_used(factory, value_type, weight_type=None):

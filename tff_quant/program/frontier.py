@@ -418,8 +418,8 @@ def proved_row(cell, max_operations, ks, rtol,
                seconds=time.time() - t0)
     return row
   reasons = []
-  best = _best_over_multiples(name, bits, dim, ks, max_operations, schedule,
-                              reasons, limits)
+  best = best_over_multiples(name, bits, dim, ks, max_operations, schedule,
+                             reasons, limits)
   row['seconds'] = time.time() - t0
   if best is None:
     row['reason'] = ' | '.join(reasons).replace('\n', ' ')
@@ -474,8 +474,8 @@ def with_attained_end(row, cell, ks, rtol,
   gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol)
   reasons = []
   try:
-    best = _best_over_multiples(name, bits, dim, ks, None, schedule, reasons,
-                                limits)
+    best = best_over_multiples(name, bits, dim, ks, None, schedule, reasons,
+                               limits)
   except calibration.AttainedUnavailable as e:
     row.update(_unknown_optimistic_end(str(e)),
                seconds_attained=time.time() - t0)
@@ -501,15 +501,50 @@ def with_attained_end(row, cell, ks, rtol,
   return row
 
 
-def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons,
-                         limits=secure_sum.DEFAULT_LIMITS):
-  """(debiased error + clip bias², k, c, Calibration) at the best
+def plain_calibration(name, bits, coordinate_clip, schedule, limits):
+  """(debiased error, `Calibration`): `accounting.calibration_report` at
+  `bits` and c∞ = `coordinate_clip` under `limits` (`calibration.Limits`),
+  the schedule's keyword arguments passed through: a frontier cell's
+  calibration at one k, `best_over_multiples`' default."""
+  rep = accounting.calibration_report(
+      name, bits=bits, coordinate_clip=coordinate_clip, compare_gaussian=False,
+      limits=limits, **schedule)
+  return rep.debiased_error, rep
+
+
+def best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons,
+                        limits=secure_sum.DEFAULT_LIMITS, calibrate=None):
+  """(debiased error + clip bias², k, c, result) at the best
   coordinate-clip multiple k, or None; why each other k failed is appended
-  to `reasons`. The accountant's search runs under `limits` with
-  max_operations (`secure_sum.Limits`); None: no cost check and `limits`
-  as given (the optimistic end: the proved accountant's cost does not
-  apply; `AttainedUnavailable` is raised)."""
+  to `reasons`.
+
+  Args:
+    name, bits, dim: the mechanism, the bits its cost is estimated at (and
+      `plain_calibration`'s bits), d (c = k/√d).
+    ks: the multiples tried.
+    max_operations: the accountant's search runs under `limits` with this
+      max_operations (`secure_sum.Limits`), and a k whose estimated cost
+      (`_cell_cost` at `bits`) is above it is skipped with the reason; None:
+      no cost check and `limits` as given (the optimistic end: the proved
+      accountant's cost does not apply).
+    schedule: the keyword arguments of the calibration (target, schedule,
+      l2_clip, rtol, bound).
+    reasons: a list the reasons are appended to.
+    limits: the accountant's `secure_sum.Limits`.
+    calibrate: (name, bits, c, schedule, `calibration.Limits`) -> (debiased
+      error, result); a ValueError is a refusal at that k (its message
+      appended to `reasons`). Default `plain_calibration` (result: its
+      `Calibration`); `which_mechanism` passes the wire-budget scan.
+
+  Returns:
+    The best (error + `clip_bias_sq(k, dim)`, k, c, result), or None.
+
+  Raises:
+    calibration.AttainedUnavailable: from the calibration (the optimistic
+      end is unknown).
+  """
   best = None
+  calibrate = calibrate or plain_calibration
   if max_operations is not None:
     limits = dataclasses.replace(limits, max_operations=max_operations)
   for k in ks:
@@ -521,17 +556,16 @@ def _best_over_multiples(name, bits, dim, ks, max_operations, schedule, reasons,
                      f'> --max_operations={max_operations:.2g}')
       continue
     try:
-      rep = accounting.calibration_report(
-          name, bits=bits, coordinate_clip=c, compare_gaussian=False,
-          limits=calibration.Limits(accountant=limits), **schedule)
+      error, result = calibrate(name, bits, c, schedule,
+                                calibration.Limits(accountant=limits))
     except calibration.AttainedUnavailable:
       raise
     except ValueError as e:
       reasons.append(f'k={k:g}: {e}')
       continue
-    total_err = rep.debiased_error + clip_bias_sq(k, dim)
+    total_err = error + clip_bias_sq(k, dim)
     if best is None or total_err < best[0]:
-      best = (total_err, k, c, rep)
+      best = (total_err, k, c, result)
   return best
 
 

@@ -8,16 +8,20 @@ a resumed run ends with every round exactly once), tensorboard/ (the same
 per-round numbers through tff.program.TensorBoardReleaseManager: loss, accuracy,
 ε, bits, clipped fractions) and summary.json at the end;
 the rounds themselves run in `round_loop.run_rounds`, the one checkpointed loop.
+
+One direction: the run validates its config (`training.config`), takes d
+from the model, makes its privacy plan once (`privacy_plan.make`: calibrate,
+or take the parameters given), builds the FedAvg process once from the plan
+(`build_process`), and the rounds and the summary read the same plan. The
+config passed in is never changed (a `TrainingConfig` is frozen).
 """
 
 import asyncio
 import collections
 import collections.abc
 import dataclasses
-import json
 import math
 import os
-import pickle
 import random
 import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -26,208 +30,25 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_quant import accounting, aggregators, mechanisms, models
-from tff_quant.accounting import rdp_route
+from tff_quant import aggregators, models
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import network, results_io, runtime
 from tff_quant.program import round_loop
 from tff_quant.training import packed_clients
-
-NO_PRIVACY = 'none'   # the clipped plain mean (noise-free baseline)
-PEER_PARAMS = ('noise_multiplier', 'bits')   # mechanism_params of a TFF peer
-#: The whole-model ε a private run without a target or privacy parameters is
-#: calibrated to (`default_target`).
-DEFAULT_TARGET_EPSILON = 10.0
-
-
-@dataclasses.dataclass
-class TrainingConfig:
-  """Hyper-parameters of one federated run (defaults: the RQM paper's EMNIST setup).
-
-  `mechanism` is a name in `tff_quant.mechanisms.registry()`, 'none', or one
-  of TFF's own DP aggregators (`aggregators.peers.PEERS`: 'gaussian',
-  'tff_skellam', 'tff_dgauss'; their params noise_multiplier and bits);
-  `mechanism_params` its tunables (omitted ones at their defaults). With
-  `target_epsilon`, the class's calibrated parameters are set at start so the
-  whole run meets (target_epsilon, δ) for the whole model (ℓ2 route when
-  coordinate_clip_multiple > 1); the others stay as given.
-  """
-  mechanism: str = 'rqm'
-  mechanism_params: Dict[str, object] = dataclasses.field(default_factory=dict)
-  clip_norm: float = 0.03
-  coordinate_clip_multiple: float = 1.0   # c∞ = k·clip_norm/√d
-  target_epsilon: Optional[float] = None  # calibrate the mechanism to it at start
-  rotate: bool = False
-  rounds: int = 2000
-  clients_per_round: int = 40
-  total_clients: int = 3400
-  client_lr: float = 0.01
-  server_lr: float = 1.0
-  batch_size: int = 32
-  local_epochs: int = 1
-  model: str = 'emnist_cnn'
-  seed: int = 0
-  noise_seed: Optional[int] = None   # None: client-side unpredictable noise
-  delta: Optional[float] = None      # None: 1 / total_clients
-  eval_every: int = 10
-  # The tuning options; at their defaults they are left out of
-  # config.json (`config_record`), so earlier runs resume unchanged.
-  server_momentum: float = 0.0   # 0: plain server SGD (tff build_sgdm)
-  # 'constant', or 'cosine': server_lr·(1 + cos(π·t/rounds))/2 at round t
-  # (from 0), decaying to near 0 at the last round (`server_lr_at`).
-  server_lr_schedule: str = 'constant'
-  # > 0: the data holds out this fraction of each client's examples as a
-  # validation split (`data.hold_out_validation`); the run trains on the
-  # rest and evaluates on the validation split, never on the test set.
-  validation_fraction: float = 0.0
-  # Dropout tolerance: the fewest of a round's sampled clients whose update
-  # may reach the sum (a calibrated run: ε holds for every cohort from it to
-  # clients_per_round, and the factory refuses a round below it). None:
-  # every sampled client contributes; then left out of config.json.
-  min_clients_per_round: Optional[int] = None
-
-  def validate(self):
-    """TypeError for a wrong type, ValueError naming the parameter and its range."""
-    names = (NO_PRIVACY,) + tuple(mechanisms.registry()) + peers.PEERS
-    validation.check_one_of('mechanism', self.mechanism, names)
-    if self.is_peer:
-      self.mechanism_params = peer_params(self.mechanism, self.mechanism_params,
-                                          self.target_epsilon is not None)
-    elif self.mechanism != NO_PRIVACY:
-      self.mechanism_params = mechanisms.get(self.mechanism).complete_params(
-          self.mechanism_params)
-    elif self.mechanism_params:
-      raise ValueError('`mechanism_params` must be empty for mechanism '
-                       f'{NO_PRIVACY!r}, got {self.mechanism_params}.')
-    validation.check_one_of('model', self.model, models.MODELS)
-    validation.check_optional(validation.check_positive, 'target_epsilon',
-                              self.target_epsilon)
-    if self.target_epsilon is not None and self.mechanism == NO_PRIVACY:
-      raise ValueError('`target_epsilon` needs a private mechanism, not '
-                       f'{NO_PRIVACY!r}.')
-    for name in ('clip_norm', 'client_lr', 'server_lr', 'coordinate_clip_multiple'):
-      validation.check_positive(name, getattr(self, name))
-    for name in ('rounds', 'clients_per_round', 'total_clients', 'batch_size',
-                 'local_epochs', 'eval_every'):
-      validation.check_integer(name, getattr(self, name), 1)
-    validation.check_bool('rotate', self.rotate)
-    validation.check_integer('seed', self.seed, 0)
-    validation.check_optional(validation.check_integer, 'noise_seed',
-                              self.noise_seed, 0)
-    validation.check_at_most('clients_per_round', self.clients_per_round,
-                             'total_clients', self.total_clients)
-    validation.check_optional(validation.check_probability, 'delta', self.delta)
-    validation.check_number('server_momentum', self.server_momentum, 0, 1,
-                            high_open=True)
-    validation.check_number('validation_fraction', self.validation_fraction, 0,
-                            1, high_open=True)
-    validation.check_one_of('server_lr_schedule', self.server_lr_schedule,
-                            SERVER_LR_SCHEDULES)
-    if self.min_clients_per_round is not None:
-      validation.check_integer('min_clients_per_round',
-                               self.min_clients_per_round, 1,
-                               self.clients_per_round)
-      if self.target_epsilon is None or self.is_peer:
-        raise ValueError(
-            '`min_clients_per_round` needs a registry mechanism calibrated to '
-            'a `target_epsilon`: the calibration sizes the noise for the '
-            'smallest cohort and the factory enforces it.')
-
-  @property
-  def evaluation_split(self) -> str:
-    """'validation' when the run holds a validation split out, else 'test'."""
-    return 'validation' if self.validation_fraction else 'test'
-
-  @property
-  def is_peer(self) -> bool:
-    """True for one of TFF's own DP aggregators (`aggregators.peers`)."""
-    return self.mechanism in peers.PEERS
-
-  @property
-  def target_delta(self) -> float:
-    return self.delta if self.delta is not None else 1.0 / self.total_clients
+from tff_quant.training import privacy_plan
+# The run's config and its privacy plan live in their own modules; their
+# names stay importable from here for the callers of this module.
+from tff_quant.training.config import (DEFAULT_TARGET_EPSILON, NO_PRIVACY,  # pylint: disable=unused-import
+                                       PEER_PARAMS, SERVER_LR_SCHEDULES,
+                                       TrainingConfig, config_record,
+                                       peer_params, with_default_target)
+from tff_quant.training.privacy_plan import CALIBRATION_FILE  # pylint: disable=unused-import
 
 
-def default_target(config: TrainingConfig) -> bool:
-  """Sets config.target_epsilon to DEFAULT_TARGET_EPSILON when a private
-  mechanism has neither a target nor any of the parameters calibration would
-  choose (a DP run's defaults must be private); True when it did.
-
-  Args:
-    config: the run's config (changed in place).
-
-  Returns:
-    Whether the default target was set.
-  """
-  if config.target_epsilon is not None or config.mechanism == NO_PRIVACY:
-    return False
-  if config.is_peer:
-    chosen = ('noise_multiplier',)
-  else:
-    chosen = mechanisms.get(config.mechanism).CALIBRATED
-  if any(name in (config.mechanism_params or {}) for name in chosen):
-    return False
-  config.target_epsilon = DEFAULT_TARGET_EPSILON
-  return True
-
-
-def peer_params(name: str, params, calibrated: bool) -> Dict[str, object]:
-  """A TFF peer's noise_multiplier (> 0; set by calibration when `calibrated`)
-  and bits (tff_* only, default 16), checked."""
-  params = dict(params or {})
-  unknown = set(params) - set(PEER_PARAMS)
-  if unknown:
-    raise ValueError(f'{name} takes parameters {PEER_PARAMS}, got {sorted(unknown)}.')
-  if name == 'gaussian':
-    if 'bits' in params:
-      raise ValueError('`bits` does not apply to the central Gaussian (floats).')
-  else:
-    params['bits'] = validation.check_integer('bits', params.get('bits', 16), 1, 32)
-  if 'noise_multiplier' in params:
-    params['noise_multiplier'] = float(validation.check_positive(
-        'noise_multiplier', params['noise_multiplier']))
-  elif not calibrated:
-    raise ValueError(f'{name} needs noise_multiplier=... in `mechanism_params` '
-                     'or a `target_epsilon` to calibrate it.')
-  return params
-
-
-def build_peer(config: TrainingConfig, dim: int, log=print) -> peers.Peer:
-  """The TFF peer of `config` (calibrated to config.target_epsilon, ℓ2 route,
-  when given; config.mechanism_params then records its noise multiplier)."""
-  bits = config.mechanism_params.get('bits')
-  if config.target_epsilon is not None:
-    t0 = time.time()
-    peer = _calibrated_peer(config.mechanism, config.target_epsilon,
-                            config.target_delta, config.rounds,
-                            config.clients_per_round, config.total_clients,
-                            dim, config.clip_norm, bits)
-    config.mechanism_params['noise_multiplier'] = peer.noise_multiplier
-    log(f'Calibrated {peer} to whole-model ε <= {config.target_epsilon:g} '
-        f'(δ={config.target_delta:.3g}, {config.rounds} rounds; '
-        f'{time.time() - t0:.0f} s)')
-    return peer
-  return peers.Peer(config.mechanism, config.mechanism_params['noise_multiplier'],
-                    config.clip_norm, config.clients_per_round, dim, bits)
-
-
-_PEER_CALIBRATIONS = {}
-
-
-def _calibrated_peer(*args) -> peers.Peer:
-  """peers.calibrate(*args), computed once per process for the same
-  arguments (a tuning's runs share them; a bisection takes ~5-10 s), a
-  fresh copy each time."""
-  if args not in _PEER_CALIBRATIONS:
-    _PEER_CALIBRATIONS[args] = peers.calibrate(*args)
-  return dataclasses.replace(_PEER_CALIBRATIONS[args])
-
-
-def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
-                  clients_per_slot: int = 1, vectorized: bool = False,
-                  calibrated_for=None):
-  """(FedAvg process, [Created]) for `config`: its aggregator and what it uses.
+def build_process(plan: privacy_plan.PrivacyPlan, keras_fn, input_spec,
+                  clients_per_slot: int = 1, vectorized: bool = False):
+  """The FedAvg process of a run, its aggregator built from `plan`.
 
   With a registry mechanism or a TFF distributed-DP peer (tff_skellam,
   tff_dgauss) the whole `next` is secure-only, and checked to be
@@ -235,49 +56,58 @@ def build_process(config: TrainingConfig, keras_fn, input_spec, peer=None,
   sum and the training metrics through
   `tff.learning.metrics.secure_sum_then_finalize` (TFF's default metrics
   aggregator would add a plain federated_sum). The central Gaussian peer,
-  whose server sees every update anyway, keeps TFF's default metrics. `clients_per_slot` K > 1:
-  the packed path (`packed_clients`; its `next` takes one packed dataset per
-  K clients), its K clients trained as one batched computation when
-  `vectorized`; a tff_* peer then runs `peer.factory(K)` (`packed_peers`:
-  TFF's own per-client pipeline on each of the K rows), the central Gaussian
-  `packed_clients.StackedClippedMeanFactory`. `calibrated_for`: the `accounting.CalibratedSetting` the
-  registry mechanism must match (`aggregators.mechanism_factory`).
+  whose server sees every update anyway, keeps TFF's default metrics.
+  `clients_per_slot` K > 1: the packed path (`packed_clients`; its `next`
+  takes one packed dataset per K clients), its K clients trained as one
+  batched computation when `vectorized`.
+
+  Args:
+    plan: the run's `privacy_plan.PrivacyPlan` (`build_aggregator` reads it).
+    keras_fn: no-arg callable -> a fresh Keras model.
+    input_spec: the model's input spec (`models.tff_model_fn`).
+    clients_per_slot: K >= 1.
+    vectorized: train a slot's K clients as one computation.
+
+  Returns:
+    The `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    aggregators.UnsecuredReleaseError: something leaves the clients outside
+      the secure sum.
+    RuntimeError: the factory built another mechanism or d than the plan
+      accounts (the model's update is not what the plan was told).
   """
-  secure = config.mechanism != NO_PRIVACY and (peer is None or
-                                                peer.name != 'gaussian')
+  config = plan.config
+  secure = plan.private and (plan.peer is None or plan.peer.name != 'gaussian')
   model_fn = models.tff_model_fn(keras_fn, input_spec)
   client_opt = tff.learning.optimizers.build_sgdm(config.client_lr)
   server_opt = server_optimizer(config)
-  with aggregators.recording() as used:  # the mechanism and d (padded if rotated)
-    if clients_per_slot > 1:
-      if peer is None:
-        aggregator = build_aggregator(config, clients_per_slot, calibrated_for)
-      elif peer.name == 'gaussian':
-        aggregator = packed_clients.StackedClippedMeanFactory(
-            config.clip_norm, clients_per_slot,
-            peer.noise_multiplier * config.clip_norm, seed=config.noise_seed)
-      else:
-        aggregator = peer.factory(clients_per_value=clients_per_slot)
-      process = packed_clients.build_packed_fed_avg(
-          model_fn, clients_per_slot, client_opt, server_opt,
-          aggregator, vectorized=vectorized,
-          metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
-                              if secure else
-                              tff.learning.metrics.sum_then_finalize))
-    else:
-      process = tff.learning.algorithms.build_unweighted_fed_avg(
-          model_fn, client_optimizer_fn=client_opt, server_optimizer_fn=server_opt,
-          model_aggregator=(peer.factory() if peer is not None
-                            else build_aggregator(config, 1, calibrated_for)),
-          metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
-                              if secure else None))
+  aggregator = build_aggregator(plan, clients_per_slot)
+  if clients_per_slot > 1:
+    process = packed_clients.build_packed_fed_avg(
+        model_fn, clients_per_slot, client_opt, server_opt,
+        aggregator, vectorized=vectorized,
+        metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
+                            if secure else
+                            tff.learning.metrics.sum_then_finalize))
+  else:
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn, client_optimizer_fn=client_opt, server_optimizer_fn=server_opt,
+        model_aggregator=aggregator,
+        metrics_aggregator=(tff.learning.metrics.secure_sum_then_finalize
+                            if secure else None))
   if secure:   # the mechanism's ε covers the secure sum and nothing else
     aggregators.check_secure_only(
         process, what=f'the FedAvg process of {config.mechanism}')
-  return process, used
-
-
-SERVER_LR_SCHEDULES = ('constant', 'cosine')
+  if plan.mechanism is not None:   # what runs is what the plan accounts
+    created = aggregator.created
+    if (created is None or created.dim != plan.dim or
+        repr(created.mechanism) != repr(plan.mechanism)):
+      raise RuntimeError(
+          f'The factory built {created and created.mechanism} on d = '
+          f'{created and created.dim} coordinates, but the privacy plan '
+          f'accounts {plan.mechanism} on d = {plan.dim}.')
+  return process
 
 
 def server_lr_at(config: TrainingConfig, round_index):
@@ -319,21 +149,6 @@ def server_optimizer(config: TrainingConfig):
       opt, lambda t: server_lr_at(config, t))
 
 
-def config_record(config: TrainingConfig) -> Dict[str, object]:
-  """What defines a run (config.json, summary.json): the config's fields,
-  without those added later (server_momentum, validation_fraction,
-  server_lr_schedule) where they hold their defaults, so a run of before they existed resumes."""
-  record = dataclasses.asdict(config)
-  for name in ('server_momentum', 'validation_fraction'):
-    if not record[name]:
-      del record[name]
-  if record['server_lr_schedule'] == 'constant':
-    del record['server_lr_schedule']
-  if record['min_clients_per_round'] is None:
-    del record['min_clients_per_round']
-  return record
-
-
 def sampled_clients(config: TrainingConfig, population: Sequence[str],
                     rnd: int) -> list:
   """The ids of round `rnd`'s clients: config.clients_per_round of
@@ -344,21 +159,44 @@ def sampled_clients(config: TrainingConfig, population: Sequence[str],
   return [population[i] for i in chosen]
 
 
-def build_aggregator(config: TrainingConfig, clients_per_value: int = 1,
-                     calibrated_for=None):
-  """The model aggregator for `config` (a clipped plain mean for 'none');
-  `clients_per_value` as in `QuantizationFactory`; `calibrated_for` as in
-  `aggregators.mechanism_factory`."""
-  if config.mechanism == NO_PRIVACY:
+def build_aggregator(plan: privacy_plan.PrivacyPlan,
+                     clients_per_value: int = 1):
+  """The model aggregator of a run, read from its privacy plan.
+
+  A registry mechanism: `aggregators.mechanism_factory` at the plan's c∞
+  and parameters, with its `CalibratedSetting` where calibrated (the factory
+  then enforces it); a TFF peer: `Peer.factory` (packed central Gaussian:
+  `packed_clients.StackedClippedMeanFactory` with its noise); 'none': the
+  clipped plain mean.
+
+  Args:
+    plan: the run's `privacy_plan.PrivacyPlan`.
+    clients_per_value: K >= 1 clients per value (`QuantizationFactory`).
+
+  Returns:
+    The `tff.aggregators.UnweightedAggregationFactory`.
+  """
+  config, peer = plan.config, plan.peer
+  if peer is not None:
+    if clients_per_value == 1:
+      return peer.factory()
+    if peer.name == 'gaussian':
+      return packed_clients.StackedClippedMeanFactory(
+          config.clip_norm, clients_per_value,
+          peer.noise_multiplier * config.clip_norm, seed=config.noise_seed)
+    return peer.factory(clients_per_value=clients_per_value)
+  if plan.mechanism is None:
     if clients_per_value > 1:
       return packed_clients.StackedClippedMeanFactory(config.clip_norm,
                                                       clients_per_value)
     return aggregators.clipped_mean_factory(config.clip_norm)
   return aggregators.mechanism_factory(
       config.mechanism, config.clip_norm, config.mechanism_params,
-      coordinate_clip_multiple=config.coordinate_clip_multiple,
-      rotate=config.rotate, seed=config.noise_seed,
-      clients_per_value=clients_per_value, calibrated_for=calibrated_for,
+      coordinate_clip=plan.coordinate_clip, rotate=config.rotate,
+      seed=config.noise_seed, clients_per_value=clients_per_value,
+      calibrated_for=plan.setting, wire_bits=config.wire_bits,
+      max_clients_per_round=(config.clients_per_round
+                             if config.wire_bits is not None else None),
       diagnostics=True)   # a simulation: the clipping counts are logged
 
 
@@ -424,72 +262,6 @@ def choose_packing(config: TrainingConfig, clients_per_slot: Optional[int],
       'computation')))
 
 
-def calibration_key(config: TrainingConfig, dim: int) -> Dict[str, object]:
-  """What a calibration of `config` at model size `dim` depends on: the
-  run's config with only the mechanism parameters calibration does not set,
-  d, and the accountant's code (`accounting.provenance.SOURCE_DIGEST`)."""
-  cls = mechanisms.get(config.mechanism)
-  record = config_record(config)
-  record['mechanism_params'] = {k: v for k, v in config.mechanism_params.items()
-                                if k not in cls.CALIBRATED}
-  return json.loads(json.dumps(dict(config=record, dim=dim,
-                                    accountant=accounting.provenance.SOURCE_DIGEST),
-                               sort_keys=True, default=float))
-
-
-def stored_calibration(run_dir: str, key: Dict[str, object]):
-  """The calibration run_dir's CALIBRATION_FILE holds for `key` (the same
-  setting, made by the same accountant code), else None."""
-  path = os.path.join(run_dir, CALIBRATION_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path, 'rb') as f:
-    stored = pickle.load(f)   # the run's own folder, written by `run`
-  return stored['calibration'] if stored.get('key') == key else None
-
-
-def calibrate_config(config: TrainingConfig, dim: int, log=print,
-                     stored=None):
-  """Sets config.mechanism_params to the calibration for config.target_epsilon.
-
-  The whole run (rounds, clients_per_round of total_clients, δ) at model size
-  `dim` meets the target with the smallest debiased error (signal-aware:
-  `mechanisms.utility`) over the class's calibrated parameters, within the bits per coordinate the given parameters
-  use; the given ones stay fixed. ValueError (nothing written)
-  when the target is out of reach. `stored`: a calibration made before for
-  the same `calibration_key` (`stored_calibration`), used as it is.
-  """
-  cls = mechanisms.get(config.mechanism)
-  fixed = {k: v for k, v in config.mechanism_params.items()
-           if k not in cls.CALIBRATED}
-  # The bit budget the given (or default) parameters use.
-  bits = cls.for_coordinate_bound(
-      1.0, **cls.complete_params(config.mechanism_params)).bits_per_coordinate
-  t0 = time.time()
-  if stored is not None:
-    report = stored
-    log('Calibration reused: this run\'s folder holds one for the same '
-        'setting, made by the same accountant code.')
-  else:
-    report = accounting.calibration_report(
-        config.mechanism, config.target_epsilon, config.target_delta,
-        config.rounds, config.clients_per_round, config.total_clients, dim,
-        l2_clip=config.clip_norm,
-        coordinate_clip=config.coordinate_clip_multiple * config.clip_norm /
-        math.sqrt(dim), bits=bits, progress=log,
-        min_clients_per_round=config.min_clients_per_round, **fixed)
-  config.mechanism_params = cls.complete_params(report.tunables)
-  interval = (f'ε ∈ [{report.epsilon_attained:.4g}, {report.epsilon:.4g}] '
-              '[attained, proved]' if report.epsilon_attained is not None
-              else f'ε = {report.epsilon:.4g}')
-  log(f'Calibrated {config.mechanism} to whole-model ε <= {config.target_epsilon:g} '
-      f'(δ={config.target_delta:.3g}, {config.rounds} rounds): {report.mechanism}; '
-      f'{interval}; debiased error {report.debiased_error:.3g} per coordinate = '
-      f'{report.ratio_to_gaussian:.3g}× the Gaussian\'s at the same ε (plain '
-      f'MSE {report.mse:.3g}) ({time.time() - t0:.0f} s)')
-  return report
-
-
 def check_protobuf_for_peer(name: str, clients_per_slot: int) -> None:
   """ValueError before any work when an unpacked tff_* peer (K = 1) would hit
   the upb protobuf parser's nesting limit: TFF's DistributedDpSumFactory
@@ -514,14 +286,6 @@ def check_protobuf_for_peer(name: str, clients_per_slot: int) -> None:
                      'Packed (--clients_per_slot above 1) it runs on upb.')
 
 
-def peer_bits_per_client(peer: peers.Peer) -> int:
-  """Bits a client uploads per round: 32-bit floats (central Gaussian) or
-  `bits` per coordinate of the rotated, padded vector (tff_*)."""
-  if peer.name == 'gaussian':
-    return 32 * peer.dim
-  return peer.bits * peer.padded_dim
-
-
 def check_peer_measurements(peer: peers.Peer, measurements) -> None:
   """RoundCheckError unless TFF's DistributedDpSumFactory reports the scale,
   sensitivity and noise the accountant used (to 1e-4 relative)."""
@@ -539,10 +303,6 @@ def check_peer_measurements(peer: peers.Peer, measurements) -> None:
 
 
 CorruptCheckpointError = round_loop.CorruptCheckpointError
-
-#: A calibrated run's calibration, kept so that the same command resumes it
-#: at once (`stored_calibration`).
-CALIBRATION_FILE = 'calibration.pkl'
 
 
 def check_schedule(run_dir: str, config: TrainingConfig, fresh: bool) -> None:
@@ -627,9 +387,11 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   may resume on other workers or packed otherwise. `observe(round, weights)`,
   if given, is called after each round trained here with the round's
   global `tff.learning.models.ModelWeights` (e.g. to measure client updates
-  from it; not called for rounds a resumed run skips).
+  from it; not called for rounds a resumed run skips). `config` is not
+  changed: summary['config'] is the config as run (calibrated parameters
+  set).
   """
-  config.validate()
+  config = config.validate()
   check_packing(config, clients_per_slot)
   if workers:   # refused before anything is written
     network.check_worker_addresses(runtime.parse_workers(workers),
@@ -647,8 +409,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   rounds = _Rounds(config, data, clients_per_slot, workers, log,
                    max_test_examples, trusted_network,
                    None if fresh else run_dir)
-  prepare_run_dir(run_dir, config, fresh)
-  rounds.keep_calibration(run_dir)
+  prepare_run_dir(run_dir, rounds.config, fresh)
+  rounds.plan.keep(run_dir)
   rounds.start(run_dir)
   step = rounds.step
   if observe is not None:
@@ -704,99 +466,61 @@ def initial_weights(keras_fn, seed: int) -> tff.learning.models.ModelWeights:
 
 
 class _Rounds:
-  """One run's process, accountants and round step (`run`)."""
+  """One run's process, evaluation and round step (`run`); its privacy (the
+  mechanism, d, the accountant) is its `privacy_plan.PrivacyPlan`."""
 
   def __init__(self, config, data, clients_per_slot, workers, log,
                max_test_examples, trusted_network=False, stored_in=None):
-    self.config, self.data, self.log = config, data, log
-    self.trusted_network = trusted_network
+    self.data, self.log = data, log
+    self.workers, self.trusted_network = workers, trusted_network
+    self.max_test_examples = max_test_examples
     element_spec = data.train.element_type_structure
     self.input_spec = (
         tf.TensorSpec([None] + list(element_spec['x'].shape), tf.float32),
         tf.TensorSpec([None], tf.int32))
     self.keras_fn = lambda: models.get(config.model, data.input_shape,
                                        data.num_classes)
+    model = self.keras_fn()
+    num_params = models.num_params(model)
     self.packing = choose_packing(
         config, clients_per_slot,
-        models.tff_model_fn(self.keras_fn, self.input_spec),
-        models.num_params(self.keras_fn()), len(workers or ()))
-    self.peer = None
+        models.tff_model_fn(self.keras_fn, self.input_spec), num_params,
+        len(workers or ()))
     if config.is_peer:
       check_protobuf_for_peer(config.mechanism, self.packing.clients_per_slot)
-      self.peer = build_peer(config, models.num_params(self.keras_fn()), log)
-    self.calibration = None
-    self._build()
-    orders = rdp_route.DEFAULT_ORDERS
-    if config.target_epsilon is not None and self.used:
-      # The run is accounted as its calibration was (`Calibration.guarantee`:
-      # the same orders and routes), so it reports the ε calibration proved,
-      # and its factory enforces the calibrated setting.
-      self.calibration_key = calibration_key(config, self.used[0].dim)
-      self.calibration = calibrate_config(
-          config, self.used[0].dim, log,
-          stored_calibration(stored_in, self.calibration_key)
-          if stored_in else None)
-      orders = self.calibration.orders
-      self._build()
-    self.mech, self.dim = ((self.used[0].mechanism, self.used[0].dim)
-                           if self.used else
-                           (None, models.num_params(self.keras_fn())))
-    self.acct, self.coord_acct = self._accountants(orders)
-    if self.mech is not None and self.calibration is None:
-      eps, _ = self.acct.epsilon_rdp(config.rounds)
-      log(f'Not calibrated (no target ε): {self.mech} as given gives whole-model '
-          f'ε = {eps:.4g} at δ = {config.target_delta:.3g} over {config.rounds} '
-          'rounds.')
-    dropout = [layer.name for layer in self.keras_fn().layers
+    # d from the model, then calibrate (or take the parameters given): once.
+    self.plan = privacy_plan.make(config, num_params, log, stored_in)
+    self.config = config = self.plan.config
+    self.process = build_process(self.plan, self.keras_fn, self.input_spec,
+                                 self.packing.clients_per_slot,
+                                 self.packing.vectorized)
+    # The accountant now: a mechanism without privacy is refused before
+    # anything is written.
+    accountant = self.plan.accountant
+    if self.plan.mechanism is not None and self.plan.calibration is None:
+      eps, _ = accountant.epsilon_rdp(config.rounds)
+      log(f'Not calibrated (no target ε): {self.plan.mechanism} as given gives '
+          f'whole-model ε = {eps:.4g} at δ = {config.target_delta:.3g} over '
+          f'{config.rounds} rounds.')
+    dropout = [layer.name for layer in model.layers
                if isinstance(layer, tf.keras.layers.Dropout)]
     if dropout:
       log(f'{config.model} has dropout ({", ".join(dropout)}), whose masks are '
           'drawn unseeded inside TFF\'s client work: runs of it do not '
           'reproduce exactly.')
-    if config.noise_seed is not None and self.peer is not None and (
-        self.peer.name != 'gaussian' or self.packing.clients_per_slot == 1):
+    if config.noise_seed is not None and self.plan.peer is not None and (
+        self.plan.peer.name != 'gaussian' or self.packing.clients_per_slot == 1):
       log(f'--noise_seed does not reach TFF\'s own {config.mechanism} '
           'aggregator (its noise is unseeded): this run\'s noise does not '
           'reproduce.')
-    self.workers = workers
     self.remote = None
-    self.max_test_examples = max_test_examples
     self.times = []
-
-  def _build(self):
-    self.process, self.used = build_process(
-        self.config, self.keras_fn, self.input_spec, self.peer,
-        self.packing.clients_per_slot, self.packing.vectorized,
-        self.calibration.setting if self.calibration else None)
 
   def initial_state(self):
     """The process's initial state with the model `initial_weights` gives:
     the same for every mechanism at one seed (seeds are blocks)."""
     weights = initial_weights(self.keras_fn, self.config.seed)
     return self.process.set_model_weights(self.process.initialize(), weights)
-
-  def _accountants(self, orders):
-    """(the run's accountant, the papers' per-coordinate one; None, None
-    for the noise-free baseline)."""
-    config, mech = self.config, self.mech
-    delta = config.target_delta
-    if self.peer is not None:
-      return self.peer.accountant(config.total_clients, delta), None
-    if mech is None:
-      return None, None
-    acct = accounting.RoundAccountant(
-        mech, config.clients_per_round, config.total_clients, delta, self.dim,
-        orders=orders, l2_clip=config.clip_norm,
-        min_clients_per_round=config.min_clients_per_round)
-    if not acct.gives_privacy:
-      raise ValueError(f'{mech} gives no privacy: its per-round Rényi divergence '
-                       'is infinite at every order (ε = inf). Change its '
-                       'parameters.')
-    # The papers' scalar figure: one coordinate, the others at ±c (their setting).
-    coord_acct = accounting.RoundAccountant(mech, config.clients_per_round,
-                                            config.total_clients, delta, 1,
-                                            others='extremes')
-    return acct, coord_acct
 
   def start(self, run_dir):
     """The execution context, the evaluation model and the run's log header."""
@@ -836,9 +560,10 @@ class _Rounds:
       self.log(f'Server optimizer: SGD lr {config.server_lr:g}, momentum '
                f'{config.server_momentum:g}, schedule '
                f'{config.server_lr_schedule}')
-    shown = self.mech or self.peer
-    self.log(f'Model: {config.model} ({self.dim} coordinates sent per client); '
-             f'aggregator: {config.mechanism}' + (f' = {shown}' if shown else ''))
+    shown = self.plan.shown
+    self.log(f'Model: {config.model} ({self.plan.dim} coordinates sent per '
+             f'client); aggregator: {config.mechanism}' +
+             (f' = {shown}' if shown else ''))
     for line in self.packing.lines:
       self.log(line)
 
@@ -848,13 +573,6 @@ class _Rounds:
     if isinstance(weights, collections.abc.Mapping):  # mergeable context
       weights = tff.learning.models.ModelWeights(**weights)
     return weights
-
-  def keep_calibration(self, run_dir) -> None:
-    """Writes the run's calibration (if any) to run_dir's CALIBRATION_FILE."""
-    if self.calibration is None:
-      return
-    with open(os.path.join(run_dir, CALIBRATION_FILE), 'wb') as f:
-      pickle.dump(dict(key=self.calibration_key, calibration=self.calibration), f)
 
   def export(self, state, run_dir) -> str:
     """Saves the trained global model where Keras alone can load it.
@@ -929,7 +647,7 @@ class _Rounds:
     return state, row
 
   def _privacy_row(self, measurements, rnd):
-    """The round's bits, clipping and cumulative ε."""
+    """The round's bits, clipping and cumulative ε (the plan's accountant)."""
     row = collections.OrderedDict()
     quant = aggregators.find_measurements(measurements)
     if quant is not None:
@@ -939,16 +657,11 @@ class _Rounds:
         row[key] = int(quant[key])
       for key in ('clipped_fraction', 'clipped_clients_fraction'):
         row[key] = float(quant[key])
-      row['epsilon'], _ = self.acct.epsilon_rdp(rnd)
-      row['epsilon_per_coordinate'], _ = self.coord_acct.epsilon_rdp(rnd)
-    elif self.peer is not None:
-      check_peer_measurements(self.peer, measurements)
-      row['bits_per_client'] = peer_bits_per_client(self.peer)
-      row['epsilon'], _ = self.acct.epsilon_rdp(rnd)
-      row['epsilon_per_coordinate'] = math.nan   # ℓ2 mechanism: no scalar figure
     else:
-      row['bits_per_client'] = 32 * self.dim
-      row['epsilon'] = row['epsilon_per_coordinate'] = math.inf
+      if self.plan.peer is not None:
+        check_peer_measurements(self.plan.peer, measurements)
+      row['bits_per_client'] = self.plan.bits_per_client
+    row['epsilon'], row['epsilon_per_coordinate'] = self.plan.epsilon(rnd)
     if quant is None:
       # The packed central Gaussian and noise-free mean count the clients
       # they clip (packed_clients.StackedClippedMeanFactory): recorded too.
@@ -960,63 +673,22 @@ class _Rounds:
     return row
 
   def summary(self, state, rounds_done, cohorts=()):
-    """summary.json: data, config, final test metrics, ε ∈ [attained, proved].
+    """summary.json: data, config, final test metrics, ε ∈ [attained, proved]
+    (`PrivacyPlan.summary`).
 
     `cohorts`: the numbers of contributing clients the rounds had; with a
     dropout tolerance, the ε for the smallest that occurred is added."""
-    config, mech, peer = self.config, self.mech, self.peer
+    config = self.config
     test_loss, test_acc = self.evaluate(state)
     summary = collections.OrderedDict(
         data=self.data.description, config=config_record(config),
-        dim=self.dim, rounds_completed=rounds_done)
+        dim=self.plan.dim, rounds_completed=rounds_done)
     summary[f'{self.split}_loss'] = test_loss
     summary[f'{self.split}_accuracy'] = test_acc
     if self.split != 'test':
       summary['evaluated_on'] = (f'the {self.split} split ({len(self.test_y)} '
                                  'examples); the test set was not used')
     summary.update(delta=config.target_delta,
-                   bits_per_client_per_round=32 * self.dim)
-    if mech is None and peer is None:
-      summary.update(mechanism='none (clipped mean, no privacy)',
-                     epsilon=math.inf)
-      return summary
-    # A calibrated run: the guarantee as calibration computed it (its orders
-    # and routes), so the ε printed is the one calibration reported; else
-    # PLD where its grid fits, else why.
-    use_pld = (self.calibration is None or self.calibration.setting is None
-               or self.calibration.setting.use_pld)
-    g = self.acct.guarantee(rounds_done, use_pld=use_pld)
-    if cohorts:
-      summary['cohort_sizes'] = list(cohorts)
-    if (config.min_clients_per_round is not None and cohorts
-        and self.calibration is not None):
-      # The calibrated ε holds for every cohort down to the minimum; the
-      # cohorts that occurred may allow less (docs/privacy.md, "Dropouts").
-      summary['epsilon_for_cohorts_that_occurred'] = (
-          self.calibration.guarantee(rounds_done,
-                                     smallest_cohort=min(cohorts)).epsilon)
-    if not use_pld:
-      g = dataclasses.replace(g, pld_note=(
-          'PLD route not used: a calibrated run is accounted as its '
-          'calibration was, Calibration.guarantee'))
-    summary.update(mechanism=repr(mech or peer), epsilon=g.epsilon,
-                   epsilon_route=g.route, epsilon_rdp=g.epsilon_rdp,
-                   epsilon_pld=g.epsilon_pld, pld_note=g.pld_note,
-                   privacy_assumptions=g.assumptions,
-                   epsilon_attained=g.epsilon_attained,
-                   attained_inputs=g.attained_inputs,
-                   accountant=accounting.provenance.SOURCE_DIGEST)
-    if mech is not None:
-      field_bits = aggregators.secure_sum_bits(
-          config.clients_per_round, mech.num_levels, mech.modulus)
-      summary.update(
-          epsilon_per_coordinate=self.coord_acct.epsilon_rdp(rounds_done)[0],
-          bits_per_coordinate=mech.bits_per_coordinate,
-          bits_per_client_per_round=mech.bits_per_coordinate * self.dim,
-          secure_sum_bits=field_bits,
-          upload_bits_per_client_per_round=field_bits * self.dim)
-    else:
-      summary.update(epsilon_per_coordinate=math.nan,
-                     bits_per_coordinate=peer.bits_per_coordinate,
-                     bits_per_client_per_round=peer_bits_per_client(peer))
+                   bits_per_client_per_round=self.plan.bits_per_client)
+    summary.update(self.plan.summary(rounds_done, cohorts))
     return summary

@@ -11,17 +11,18 @@ error names the fewest that carry the signal.
 import dataclasses
 import math
 import warnings
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Sequence, Union
 
 from tff_quant import mechanisms
 from tff_quant.accounting import composition
-from tff_quant.accounting import provenance
 from tff_quant.accounting import secure_sum
+from tff_quant.accounting import setting as setting_lib
 from tff_quant.accounting.calibration import interface
 from tff_quant.accounting.calibration import oracle
 from tff_quant.accounting.calibration import refusals
 from tff_quant.accounting.calibration import scan as scan_lib
 from tff_quant.accounting.calibration.oracle import FAST_ORDERS
+from tff_quant.accounting.setting import CalibratedSetting
 from tff_quant.common import validation
 
 _RTOL = 2e-3              # the root search stops at this relative width
@@ -48,94 +49,6 @@ class Limits:
   max_modular_bits: int = 22
   confirm_support: int = 2**20
   accountant: secure_sum.Limits = secure_sum.DEFAULT_LIMITS
-
-
-@dataclasses.dataclass(frozen=True)
-class CalibratedSetting:
-  """Every assumption a calibration's ε rests on: what a factory must match.
-
-  The accountant's ε is a function of the mechanism (name, tunables and the
-  coordinate clip c∞), the ℓ2 clip S, the coordinates d each client sends, the
-  schedule (rounds, n of N clients a round, the fewest n_min of them whose
-  outputs a round's sum may hold, δ) and how it was computed (Rényi orders,
-  PLD, the others' inputs). A factory built with `calibrated_for=setting`
-  (`aggregators.mechanism_factory`) runs exactly this mechanism, refuses a
-  setting that would change its ε, and refuses, before its output is
-  released, a round past `rounds` or with a cohort outside [n_min, n]
-  (docs/privacy.md, "From calibration to run" and "Dropouts").
-
-  Args:
-    mechanism: the registry name.
-    tunables: the mechanism's tunables, as sorted (name, value) pairs.
-    coordinate_clip: c∞, the per-coordinate range the mechanism was built for.
-    l2_clip: S, the ℓ2 clip of a client's update (None: the coordinate route,
-      each coordinate moving end to end).
-    dim: d, the coordinates each client sends (after any padding).
-    rounds, clients_per_round, total_clients, delta: the schedule and δ.
-    target_epsilon: the ε asked for.
-    epsilon: the ε calibration reported (<= target_epsilon when bound is
-      'proved').
-    orders: the Rényi orders `epsilon` was computed from.
-    use_pld: whether the PLD route was used too.
-    others: the other clients' inputs covered ('any' or 'extremes').
-    bound: 'proved' (a guarantee) or 'attained' (not a guarantee).
-    accountant: the digest of the accountant code that computed `epsilon`
-      (`provenance.SOURCE_DIGEST` of the calibrating process); a factory in
-      a process running other accountant code refuses the setting.
-    min_clients_per_round: n_min, the fewest of a round's clients_per_round
-      sampled clients whose outputs its sum may hold (dropouts; `epsilon`
-      holds for every cohort from n_min to clients_per_round); None: every
-      sampled client's (n_min = clients_per_round).
-  """
-  mechanism: str
-  tunables: Tuple[Tuple[str, object], ...]
-  coordinate_clip: float
-  l2_clip: Optional[float]
-  dim: int
-  rounds: int
-  clients_per_round: int
-  total_clients: int
-  delta: float
-  target_epsilon: float
-  epsilon: float
-  orders: Tuple[int, ...]
-  use_pld: bool
-  others: str
-  bound: str
-  accountant: str = provenance.SOURCE_DIGEST
-  min_clients_per_round: Optional[int] = None
-
-  @property
-  def smallest_cohort(self) -> int:
-    """n_min: the fewest contributing clients a round may have.
-
-    Returns:
-      `min_clients_per_round`, or `clients_per_round` where it is None.
-    """
-    return self.min_clients_per_round or self.clients_per_round
-
-  def params(self) -> Dict[str, object]:
-    """The mechanism's tunables as a dict.
-
-    Returns:
-      A new dict {tunable name: value} from `tunables`.
-    """
-    return dict(self.tunables)
-
-  def describe(self) -> str:
-    """One line: the mechanism, c∞, S, d and the schedule it was calibrated for.
-
-    Returns:
-      The line, ending with the ε reached and the target.
-    """
-    l2 = 'none (coordinate route)' if self.l2_clip is None else f'{self.l2_clip:g}'
-    fewest = ('' if self.smallest_cohort == self.clients_per_round else
-              f' (at least {self.smallest_cohort} contributing)')
-    return (f'{self.mechanism} {self.params()} at c∞ = {self.coordinate_clip:.6g}, '
-            f'ℓ2 clip {l2}, d = {self.dim}, {self.rounds} rounds of '
-            f'{self.clients_per_round} of {self.total_clients} clients{fewest}, '
-            f'δ = {self.delta:.3g}: ε = {self.epsilon:.6g} ({self.bound}) for a '
-            f'target of {self.target_epsilon:g}')
 
 
 #: The key of `Calibration.params` that carries its `CalibratedSetting`.
@@ -226,7 +139,8 @@ class Calibration:
                 smallest_cohort: Optional[int] = None) -> composition.Guarantee:
     """The run's guarantee, computed as calibration computed `epsilon`.
 
-    The same accountant (`training_guarantee`) at the same Rényi orders,
+    The same accountant (`CalibratedSetting.round_accountant`, of this
+    calibration's mechanism) at the same Rényi orders,
     routes (PLD only if calibration used it), ℓ2 clip, d, schedule and
     others' inputs: at the calibrated rounds and cohorts its `epsilon`
     equals this calibration's (bound='proved').
@@ -253,17 +167,8 @@ class Calibration:
     if s is None:
       raise ValueError('This Calibration has no `setting` (not made by '
                        '`calibration_report`): call training_guarantee.')
-    fewest = s.smallest_cohort
-    if smallest_cohort is not None:
-      validation.check_integer('smallest_cohort', smallest_cohort, fewest,
-                               s.clients_per_round)
-      fewest = smallest_cohort
-    return composition.training_guarantee(
-        self.mechanism, s.rounds if rounds is None else rounds,
-        s.clients_per_round, s.total_clients, s.delta, s.dim,
-        orders=s.orders, use_pld=s.use_pld, l2_clip=s.l2_clip,
-        others=s.others, attained=attained,
-        min_clients_per_round=_dropouts(fewest, s.clients_per_round))
+    return s.round_accountant(self.mechanism, smallest_cohort).guarantee(
+        s.rounds if rounds is None else rounds, s.use_pld, attained=attained)
 
 
 def mechanism_for_bits(mechanism: str, clip: float, bits: Optional[int],
@@ -450,12 +355,6 @@ def _fewest_bits(err, args):
       bits_needed=lower)
 
 
-def _dropouts(fewest: int, clients_per_round: int) -> Optional[int]:
-  """The accountant's `min_clients_per_round`: None where every sampled
-  client contributes (the accountant's default, its own analyses kept)."""
-  return fewest if fewest < clients_per_round else None
-
-
 def _checked_cohort(clients_per_round, min_clients_per_round) -> Optional[int]:
   """min_clients_per_round validated against clients_per_round (ValueError
   naming both and the range); None where it equals clients_per_round."""
@@ -468,7 +367,7 @@ def _checked_cohort(clients_per_round, min_clients_per_round) -> Optional[int]:
         f'`min_clients_per_round`={min_clients_per_round} exceeds '
         f'`clients_per_round`={clients_per_round}, the clients sampled per '
         f'round: allowed 1 <= min_clients_per_round <= {clients_per_round}.')
-  return _dropouts(min_clients_per_round, clients_per_round)
+  return setting_lib.dropouts(min_clients_per_round, clients_per_round)
 
 
 def _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
@@ -493,7 +392,7 @@ def _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
         FutureWarning, stacklevel=4)
   clip = coordinate_clip if coordinate_clip is not None else clip
   if clip is None:
-    clip = 1.0 if l2_clip is None else l2_clip / math.sqrt(dim)
+    clip = 1.0 if l2_clip is None else setting_lib.coordinate_clip(l2_clip, dim)
   validation.check_positive('coordinate_clip', clip)
   validation.check_optional(validation.check_integer, 'bits', bits, 1, 64)
   return clip
@@ -528,7 +427,8 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
       mechanism, epsilon, clip, tune, bits, rtol, params,
       oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant),
       # The signal the debiased error is judged on (package docstring).
-      clip if l2_clip is None else min(clip, l2_clip / math.sqrt(dim)),
+      clip if l2_clip is None else min(
+          clip, setting_lib.coordinate_clip(l2_clip, dim)),
       clients_per_round, limits.search,
       gaussian_sigma=None if gauss is None else gauss.mechanism.sigma)
   scan.run(progress, limits.progress_after)

@@ -1,0 +1,160 @@
+"""Which mechanism at a wire budget (`program.which_mechanism`): rows agree
+with the public calibrations, refusals name the bits needed, and the
+recommendation ranks only where the intervals separate."""
+
+import math
+
+import pytest
+
+from tff_quant import accounting
+from tff_quant.accounting import calibration
+from tff_quant.mechanisms import wire
+from tff_quant.program import frontier
+from tff_quant.program import which_mechanism as wm
+
+# A tiny setting: each calibration takes a second or two.
+SETTING = dict(epsilon=10.0, delta=1 / 200, dim=64, clients_per_round=10,
+               total_clients=200, rounds=5)
+K = 3.0
+SCHEDULE = dict(SETTING, l2_clip=1.0, rtol=wm.DEFAULT_RTOL,
+                coordinate_clip=K / math.sqrt(SETTING['dim']))
+
+
+@pytest.fixture(scope='module')
+def rows():
+  return {r.mechanism: r for r in wm.answer(
+      **SETTING, wire_bits=6, mechanism_names=['pbm', 'ddgauss'],
+      coordinate_clip_multiples=[K])}
+
+
+def gaussian_error():
+  return frontier.gaussian_reference(
+      SETTING['epsilon'], SETTING['delta'], SETTING['rounds'],
+      SETTING['clients_per_round'], SETTING['total_clients'], SETTING['dim'],
+      wm.DEFAULT_RTOL).debiased_error
+
+
+def test_a_bounded_row_is_the_wire_budget_calibration(rows):
+  row = rows['pbm']
+  found = calibration.calibrate_for_wire_bits('pbm', 6, **SCHEDULE)
+  n = SETTING['clients_per_round']
+  assert row.kind == wm.BOUNDED and row.fits
+  assert row.proved.error == found.utility.error
+  assert row.proved.level_bits == found.level_bits
+  assert row.proved.wire_bits == wire.wire_bits_needed(found.mechanism, n)
+  assert row.proved.wire_bits <= 6
+  assert row.proved.wrap_probability == found.utility.wrap_probability
+  assert row.proved.coordinate_clip_multiple == K
+  assert row.ratio == pytest.approx(found.utility.error / gaussian_error(),
+                                    rel=1e-12)
+  # The optimistic end (the attained ε) is at most the proved one.
+  lo, hi, known = row.interval()
+  assert known and lo <= hi == row.ratio
+
+
+def test_a_modular_row_is_its_calibration_with_modulus_2_to_the_b(rows):
+  row = rows['ddgauss']
+  rep = accounting.calibration_report('ddgauss', bits=6,
+                                      compare_gaussian=False, **SCHEDULE)
+  assert row.kind == wm.MODULAR and row.fits
+  assert row.proved.error == rep.debiased_error
+  assert row.proved.wire_bits == row.proved.level_bits == 6
+  assert row.optimistic.error <= row.proved.error
+
+
+def test_a_budget_too_small_gives_the_reason_with_the_bits_needed():
+  small = wm.answer(**SETTING, wire_bits=3,
+                    mechanism_names=['pbm', 'ddgauss'],
+                    coordinate_clip_multiples=[K], optimistic=False)
+  by = {r.mechanism: r for r in small}
+  for row in small:
+    assert not row.fits and math.isinf(row.ratio)
+    assert row.proved.bits_needed is not None and row.proved.bits_needed > 3
+  # PBM: the fewest wire bits any calibrated level count needed.
+  assert f'allowed wire_bits >= {by["pbm"].proved.bits_needed}' in (
+      by['pbm'].proved.reason)
+  assert f'it needs {by["ddgauss"].proved.bits_needed} bits' in (
+      by['ddgauss'].proved.reason)
+  line = wm.recommend(small)
+  assert line.startswith('No quantized mechanism fits')
+  fewest = min(r.proved.bits_needed for r in small)
+  assert f'The fewest wire bits a refusal names: {fewest}' in line
+  text = wm.report(small, wm.Setting(**SETTING, wire_bits=3))
+  assert f'does not fit: needs {by["pbm"].proved.bits_needed}' in text
+
+
+def test_a_mechanism_past_its_time_limit_is_stopped_with_the_reason():
+  row, = wm.answer(**SETTING, wire_bits=6, mechanism_names=['rqm'],
+                   coordinate_clip_multiples=[K],
+                   max_seconds_per_mechanism=0.1)
+  assert not row.fits
+  assert 'stopped after --max_seconds_per_mechanism=0.1 s' in row.proved.reason
+
+
+def synthetic(name, proved, optimistic=None, kind=wm.BOUNDED):
+  """A row with ×G [optimistic, proved] against a Gaussian error of 1."""
+  end = wm.End(error=proved, coordinate_clip_multiple=K, level_bits=3,
+               wire_bits=6)
+  other = (wm.End(reason='not computed', unknown=True) if optimistic is None
+           else wm.End(error=optimistic, coordinate_clip_multiple=K))
+  return wm.Row(name, kind, end, other, 1.0)
+
+
+def test_separated_intervals_give_a_firm_answer():
+  line = wm.recommend([synthetic('b', 1.3, 1.2), synthetic('a', 1.1, 1.0)])
+  assert line.startswith('Least proved × Gaussian: a at [1, 1.1]')
+  assert 'The ranking holds' in line and 'b shown worse' in line
+  assert 'cannot separate' not in line
+
+
+def test_overlapping_or_unknown_intervals_cannot_separate():
+  line = wm.recommend([synthetic('a', 1.1, 1.0), synthetic('b', 1.2, 1.05),
+                       synthetic('c', 1.5, 1.4), synthetic('d', 2.0)])
+  assert 'Least proved × Gaussian: a' in line
+  assert 'cannot separate it from b [1.05, 1.2], d [?, 2]' in line
+  assert 'shown worse: c.' in line
+  assert 'The ranking holds' not in line
+
+
+def test_peers_are_reported_as_noise_only_and_not_ranked():
+  rows_ = [synthetic('a', 1.1, 1.0),
+           synthetic('tff_dgauss', 0.5, kind=wm.PEER)]
+  line = wm.recommend(rows_)
+  assert line.startswith('Least proved × Gaussian: a')
+  assert 'noise part alone' in line and 'tff_dgauss 0.5×' in line
+  assert '>= 0.5 (noise only)' in wm.report(
+      rows_, wm.Setting(**SETTING, wire_bits=6))
+
+
+def test_the_report_names_the_data_the_setting_and_every_mechanism(rows):
+  text = wm.report(list(rows.values()), wm.Setting(**SETTING, wire_bits=6))
+  assert 'Data: none (exact accounting' in text
+  assert 'ε = 10, δ = 0.005, d = 64, n = 10 of N = 200' in text
+  assert '| pbm | ' in text and '| ddgauss | 6 | 6 | ' in text
+  assert '**Recommendation**: Least proved × Gaussian: ' in text
+
+
+def test_kinds():
+  assert wm.kind_of('pbm') == wm.BOUNDED
+  assert wm.kind_of('skellam') == wm.MODULAR
+  assert wm.kind_of('tff_skellam') == wm.PEER
+  assert set(wm.PEERS) < set(wm.default_mechanisms())
+
+
+@pytest.mark.parametrize('bad,match', [
+    (dict(clients_per_round=201), r'`clients_per_round`.*\[1, 200\]'),
+    (dict(wire_bits=0), r'`wire_bits`.*\[1, 31\]'),
+    (dict(wire_bits=32), r'`wire_bits`.*\[1, 31\]'),
+    (dict(delta=1.0), r'`delta`.*\(0, 1\)'),
+    (dict(epsilon=0.0), '`epsilon`'),
+    (dict(mechanism_names=['gaussian']), "`mechanisms` must be one of"),
+    (dict(mechanism_names=['nope']), "`mechanisms` must be one of"),
+    (dict(coordinate_clip_multiples=[0.0]), '`coordinate_clip_multiples`'),
+    (dict(max_seconds_per_mechanism=0), '`max_seconds_per_mechanism`'),
+    (dict(workers=0), r'`workers`.*\[1, inf\)'),
+])
+def test_bad_arguments_name_the_parameter_and_range(bad, match):
+  args = dict(SETTING, wire_bits=6, mechanism_names=['pbm'])
+  args.update(bad)
+  with pytest.raises(ValueError, match=match):
+    wm.answer(**args)
