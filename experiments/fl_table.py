@@ -388,24 +388,7 @@ def train(cell, seed, calibration) -> float:
     args.append(f'--server_lr={t["server_lr"]}')
   if t.get('server_lr_schedule', 'constant') != 'constant':
     args.append(f'--server_lr_schedule={t["server_lr_schedule"]}')
-  t0 = time.time()
-  child = subprocess.Popen(args)
-  try:
-    code = child.wait()
-  except KeyboardInterrupt:   # the child got the Ctrl-C too: it checkpoints
-    try:
-      child.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-      child.terminate()
-      child.wait(timeout=60)
-    raise
-  except BaseException:   # stopped: SIGTERM lets the run end its TFF workers
-    child.terminate()
-    child.wait(timeout=60)
-    raise
-  if code:
-    raise subprocess.CalledProcessError(code, args)
-  return time.time() - t0
+  return isolated.run_command(args)
 
 
 def collect(all_cells, calibrations):

@@ -17,10 +17,12 @@ and --runs / --max_runs split the work. The whole process is niced.
   python -m experiments.fl_validation --plan          # cells, runs, commands
   python -m experiments.fl_validation --runs=gaussian_eps3_m2_s100
   python -m experiments.fl_validation --report_only   # once all have finished
+  python -m experiments.fl_validation --choose_cells  # the mechanism cells
 """
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -40,6 +42,12 @@ flags.DEFINE_integer('max_runs', 0, 'Stop after training this many runs (0: '
 flags.DEFINE_bool('plan', False, 'Dry run: print the cells, the runs with '
                   'their state and the fl_emnist command of each run left; '
                   'train and calibrate nothing.')
+flags.DEFINE_bool('choose_cells', False, 'Scan every mechanism\'s ×G over '
+                  'the wire budgets at the training\'s setting (resumable: '
+                  'cell_scan.json) and write cells.json by the plan\'s rule '
+                  '(refused once cells.json exists).')
+flags.DEFINE_list('cell_mechanisms', list(fv.CELL_MECHANISMS), 'With '
+                  '--choose_cells: the mechanisms scanned (the plan: all).')
 flags.DEFINE_bool('report_only', False, 'Write report.md from the finished '
                   'runs (refused until every planned run has finished, '
                   'unless --partial).')
@@ -135,24 +143,7 @@ def train(cell, seed, z) -> float:
       setting(), fv.TRAINING[cell.epsilon],
       fv.scaled_noise_multiplier(z, cell.multiplier), seed,
       run_dir(cell, seed), FLAGS.data_dir)
-  t0 = time.time()
-  child = subprocess.Popen(args)
-  try:
-    code = child.wait()
-  except KeyboardInterrupt:   # the child got the Ctrl-C too: it checkpoints
-    try:
-      child.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-      child.terminate()
-      child.wait(timeout=60)
-    raise
-  except BaseException:   # stopped: SIGTERM lets the run end its TFF workers
-    child.terminate()
-    child.wait(timeout=60)
-    raise
-  if code:
-    raise subprocess.CalledProcessError(code, args)
-  return time.time() - t0
+  return isolated.run_command(args)
 
 
 def show_plan(cells, todo, every, calibrations) -> None:
@@ -176,6 +167,66 @@ def show_plan(cells, todo, every, calibrations) -> None:
                    fv.scaled_noise_multiplier(z, c.multiplier), s,
                    run_dir(c, s), FLAGS.data_dir)))
     print(f'[{state}] {fv.run_name(c, s)}: {command}')
+
+
+def choose_cells(calibrations, cal_path) -> str:
+  """The mechanism cells by the plan's rule (`fv.scan_budgets`,
+  `fv.choose_cells`): each answer the proved end of
+  `which_mechanism.compute_end` at the training's setting (d = fv.CELL_DIM
+  after rotation, c∞ = 3·clip/√d, the schedule of the dose runs), in this
+  process, each level count calibrated once per mechanism and ε over the
+  budgets; written to cells.json once."""
+  # pylint: disable=g-import-not-at-top
+  from tff_quant.program import frontier, which_mechanism as wm
+  cells_path = os.path.join(FLAGS.output_dir, 'cells.json')
+  if os.path.exists(cells_path):
+    raise ValueError(f'{cells_path} exists: the plan fixes the cells once, '
+                     'before the first mechanism run (an amendment changes '
+                     'them, docs/fl_validation.md).')
+  s = setting()
+  n, total, rounds = s['clients_per_round'], s['total_clients'], s['rounds']
+  delta = 1 / total
+  epsilons = [float(e) for e in FLAGS.epsilons]
+  zs = {e: calibration(e, calibrations, cal_path) for e in epsilons}
+  refs = {e: frontier.gaussian_reference(e, delta, rounds, n, total,
+                                         fv.CELL_DIM, wm.DEFAULT_RTOL)
+          for e in epsilons}
+
+  reuse = {}   # per (mechanism, ε): each level count calibrated once
+
+  def answer(mech, eps, bits):
+    end = wm.compute_end(
+        mech, wm.Setting(eps, delta, fv.CELL_DIM, n, total, rounds, bits),
+        (fv.CELL_MULTIPLE,), wm.DEFAULT_RTOL, 'proved',
+        refs[eps].debiased_error, reuse=reuse.setdefault((mech, eps), {}))
+    return fv.BudgetAnswer(end.error / refs[eps].debiased_error,
+                           end.level_bits, end.wire_bits, end.params,
+                           wm.kind_of(mech) == wm.PEER, end.reason)
+
+  scan_path = os.path.join(FLAGS.output_dir, 'cell_scan.json')
+  store = {}
+  if os.path.exists(scan_path):
+    with open(scan_path) as f:
+      store = json.load(f)
+  answers = fv.scan_budgets(
+      answer, store, lambda st: results_io.write_json(scan_path, st),
+      mechanisms=FLAGS.cell_mechanisms, epsilons=epsilons,
+      progress=lambda line: print(line, flush=True))
+  # ×G compares with the Gaussian at noise multiplier z_ref = n·√E_G (ℓ2
+  # clip 1); the dose runs' is z_ε: a cell sits at m = ×G·(z_ref/z_ε)².
+  scale = {e: (n * math.sqrt(refs[e].debiased_error) / zs[e])**2
+           for e in epsilons}
+  cells, amendments = fv.choose_cells(answers, scale)
+  table = fv.cells_json(cells, amendments, dict(
+      s, delta=delta, dim=fv.CELL_DIM,
+      coordinate_clip_multiple=fv.CELL_MULTIPLE,
+      gaussian_reference_noise_multiplier={
+          f'{e:g}': n * math.sqrt(refs[e].debiased_error) for e in epsilons},
+      dose_noise_multiplier={f'{e:g}': zs[e] for e in epsilons}))
+  results_io.write_json(cells_path, table)
+  return (f'{len(cells)} cells written to {cells_path}' +
+          ('; amendments called for: ' + '; '.join(amendments)
+           if amendments else ''))
 
 
 def write_report(every) -> str:
@@ -213,6 +264,10 @@ def main(argv):
       return
     if FLAGS.report_only:
       print(write_report(every))
+      return
+    if FLAGS.choose_cells:
+      os.nice(FLAGS.nice)
+      print(choose_cells(calibrations, cal_path))
       return
     os.nice(FLAGS.nice)
     with results_io.exclusive(FLAGS.output_dir, 'FL validation set-up'):

@@ -157,7 +157,7 @@ def test_pruned_grid_points_cannot_beat_the_answer():
   """A grid point is skipped after one ε evaluation when even the least private
   value that would beat the incumbent's MSE misses the target: calibrating it
   alone confirms it ends up worse (or out of reach)."""
-  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=40,
+  schedule = dict(delta=1 / 3400, rounds=300, clients_per_round=10,
                   total_clients=3400, dim=1000, l2_clip=1.0,
                   coordinate_clip=3 / 1000**0.5)
   report = calibration.calibration_report('rqm', 10.0, **schedule, bits=3,

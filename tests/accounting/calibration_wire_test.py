@@ -72,6 +72,18 @@ def test_a_budget_no_level_count_fits_is_refused_naming_the_bits():
     calibration_wire.calibrate_for_wire_bits('pbm', 2, **SETTING)
 
 
+def test_an_unknown_optimistic_end_is_raised_not_passed_over():
+  """bound='attained' where a level count's attained search does not apply:
+  the scan's optimistic answer is unknown, so it raises AttainedUnavailable
+  naming the level count instead of recording a refusal and going on."""
+  tiny = accounting.calibration.Limits(
+      accountant=accounting.secure_sum.Limits(attained_operations=1.0))
+  with pytest.raises(accounting.calibration.AttainedUnavailable,
+                     match='1 level bits: .*Limits.attained_operations'):
+    calibration_wire.calibrate_for_wire_bits('pbm', 6, **SETTING,
+                                             bound='attained', limits=tiny)
+
+
 @pytest.mark.parametrize('bad,match', [
     (dict(wire_bits=0), r'`wire_bits`.*\[1, 31\]'),
     (dict(wire_bits=6, bits=3), '`bits` is chosen by the wire-budget scan'),
@@ -82,3 +94,22 @@ def test_a_budget_no_level_count_fits_is_refused_naming_the_bits():
 def test_bad_arguments_name_the_parameter(bad, match):
   with pytest.raises(ValueError, match=match):
     calibration_wire.calibrate_for_wire_bits('pbm', **bad, **SETTING)
+
+
+def test_a_scan_over_budgets_calibrates_each_level_count_once(pbm_at_6_bits):
+  """With `reuse`, a second budget reads the level counts the first one
+  calibrated (the same Calibration objects, refusals included) and gives
+  the answer a fresh scan gives."""
+  reuse = {}
+  low = calibration_wire.calibrate_for_wire_bits('pbm', 5, **SETTING,
+                                                 reuse=reuse)
+  kept = dict(reuse)
+  assert sorted(kept) == [c.level_bits for c in low.candidates]
+  high = calibration_wire.calibrate_for_wire_bits('pbm', 6, **SETTING,
+                                                  reuse=reuse)
+  for c in high.candidates:
+    if c.level_bits in kept and c.calibration is not None:
+      assert c.calibration is kept[c.level_bits]
+  fresh = pbm_at_6_bits
+  assert high.level_bits == fresh.level_bits
+  assert high.utility.error == fresh.utility.error

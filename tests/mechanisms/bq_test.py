@@ -119,3 +119,15 @@ def edge_mechanisms(c):
   (contract_test.py): s = 1024 (1.2e-4 of the draws at ±float32(c)), s = 1
   (the issue's: u = ±2), and the paper's noise."""
   return [bq.BQ(c, 1024, 0), bq.BQ(c, 1, 0), bq.BQ(c, 2, 251)]
+
+
+def test_the_sum_reductions_error_bound_is_its_own_not_the_one_clients():
+  """η is computed once per mechanism; the reduction (n·m trials) must not
+  inherit the one-client value computed before it was made."""
+  mech = bq.BQ(clip=1.0, s=3, m=600)
+  one_client = mech.log_pmf_error            # computed and kept first
+  reduced = mech.sum_reduction(50).mechanism
+  fresh = bq.BQ(clip=1.0, s=3, m=600)
+  fresh.m = 600 * 50
+  assert reduced.log_pmf_error == fresh.log_pmf_error
+  assert reduced.log_pmf_error != one_client

@@ -110,6 +110,26 @@ def test_epsilon_infinity_is_at_least_the_fine_grid_sup(name, c, params):
     assert exact >= brute - 1e-9 * max(1.0, brute), (exact, brute)
 
 
+@pytest.mark.parametrize('name, c, params', CASES + [
+    ('pbm', 1.0, dict(num_levels=8, theta=0.5)),
+    ('pbm', 1.0, dict(num_levels=4, theta=0.5 - 1e-16))])
+def test_positive_everywhere_only_where_no_level_is_impossible(name, c,
+                                                               params):
+  """Where a mechanism says every level is possible at every input, no law
+  at its critical inputs, their midpoints or a fine grid has a -inf entry
+  (and `impossible_mass` is 0, as the law-by-law computation finds)."""
+  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
+  mech = mechanisms.get(name).for_coordinate_bound(c, **params)
+  if not mech.positive_everywhere():
+    return
+  xs = np.unique(mech.critical_inputs())
+  xs = np.concatenate([xs, 0.5 * (xs[1:] + xs[:-1]),
+                       np.linspace(-c, c, 41)])
+  for x in xs:
+    assert np.all(np.isfinite(mech.log_pmf(x))), (x, mech)
+  assert divergence.impossible_mass(mech)[0] == 0.0
+
+
 @pytest.mark.parametrize('name, c, params', CASES)
 def test_seeding_and_sanitizing(name, c, params):
   mech = mechanisms.build(name, c, **params)

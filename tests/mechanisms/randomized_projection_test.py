@@ -152,22 +152,10 @@ def _exact_paper_log_pmf(mech, x):
 
 
 def _exact_log_pmf(mech, x):
-  """`_exact_paper_log_pmf`, mixed over the input lattice at the float
-  weight the code computes (`base.lattice_log_pmf`, as the sampler's
-  `base.lattice_round`)."""
-  import mpmath   # pylint: disable=g-import-not-at-top
-  x = mech.clip_input(x)
-  if not mech.lattice:
-    return _exact_paper_log_pmf(mech, x)
-  h = 2.0 * mech.input_bound / (mech.lattice - 1)
-  t = (x + mech.input_bound) / h
-  i = min(max(int(np.floor(t)), 0), mech.lattice - 2)
-  w = min(max(t - i, 0.0), 1.0)
-  at = lambda k: _exact_paper_log_pmf(mech, -mech.input_bound + k * mech.lattice_step)
-  with mpmath.workdps(40):
-    w = mpmath.mpf(w)
-    return [mpmath.log((1 - w) * mpmath.exp(a) + w * mpmath.exp(b))
-            for a, b in zip(at(i), at(i + 1))]
+  """`_exact_paper_log_pmf`, mixed over the input lattice as the code does
+  (`exact_lattice_log_pmf`)."""
+  return checks.exact_lattice_log_pmf(
+      mech, x, lambda v: _exact_paper_log_pmf(mech, v), 40)
 
 
 C_SERVED = 0.03314563036811941   # 3/√8192, the served cells' c∞
@@ -189,17 +177,11 @@ def test_log_pmf_within_its_proved_error(params):
   ±c, 0, the lattice points and off-lattice inputs; the bound is within
   10^3 of the largest error measured (a sanity check on its tightness)."""
   mech = rp.RandomizedProjection(**params)
-  eta = mech.log_pmf_error
   c = mech.input_bound
   rng = np.random.default_rng(0)
   xs = np.concatenate([[-c, c, 0.0, 0.37 * c], rng.uniform(-c, c, 3)])
-  worst = 0.0
-  for x in xs:
-    got = mech.log_pmf(x)
-    for g, e in zip(got, _exact_log_pmf(mech, x)):
-      assert abs(g - float(e)) <= eta, (x, g - float(e), eta)
-      worst = max(worst, abs(g - float(e)))
-  assert worst == 0 or eta <= 1e3 * max(worst, 1e-15)
+  checks.assert_log_pmf_within_error(
+      mech, lambda x: _exact_log_pmf(mech, x), xs)
 
 
 @pytest.mark.parametrize('params', [

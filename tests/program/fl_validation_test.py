@@ -338,3 +338,88 @@ def test_allowed_misses_is_the_binomial_quantile():
                                                                  0.05)
   with pytest.raises(ValueError, match='cells'):
     fv.allowed_misses(0)
+
+
+# --- The mechanism cells' rule (docs/fl_validation.md, "Mechanism cells").
+
+def _answers(ratios):
+  return {w: fv.BudgetAnswer(r, level_bits=1 if math.isfinite(r) else None)
+          for w, r in ratios.items()}
+
+
+@pytest.mark.parametrize('ratios, want', [
+    ({2: math.inf, 3: 5.0, 4: 2.5, 5: 1.3, 6: 1.05, 7: 1.01}, (6, 4)),
+    ({2: math.inf, 3: 1.05}, (3, None)),        # ≤ 3 first where ≤ 1.1: one
+    ({2: math.inf, 3: math.inf}, (None, None)),
+    ({2: 2.9, 3: 1.5}, (None, 2)),               # never ≤ 1.1
+    ({4: 1.2, 2: 3.0, 3: 1.09}, (3, 2)),         # order of the keys is free
+])
+def test_wire_thresholds_are_the_fewest_bits_meeting_each_bound(ratios, want):
+  assert fv.wire_thresholds(ratios) == want
+
+
+def test_the_scan_may_stop_once_a_budget_reaches_the_high_bound():
+  assert not fv.scan_is_enough({2: math.inf, 3: 2.0})
+  assert fv.scan_is_enough({2: math.inf, 3: 2.0, 4: fv.HI_RATIO})
+
+
+def test_cells_follow_the_rule_and_sit_on_the_dose_axis():
+  """ε = 3: w_hi and w_lo; ε = 10: w_lo only; the dose is ×G times the
+  ε's scale; mechanisms in the plan's order; no amendment when the counts
+  and the spread of ×G are there."""
+  answers = {}
+  for m in fv.CELL_MECHANISMS:
+    answers[(m, 10.0)] = _answers({2: 2.5, 3: 1.05})
+    answers[(m, 3.0)] = _answers({2: math.inf, 3: 2.2, 4: 1.08})
+  cells, amend = fv.choose_cells(answers, {3.0: 1.5, 10.0: 0.5})
+  assert amend == []
+  assert len(cells) == 3 * len(fv.CELL_MECHANISMS)
+  first = [c for c in cells if c.mechanism == fv.CELL_MECHANISMS[0]]
+  assert [(c.epsilon, c.role, c.wire_bits) for c in first] == [
+      (3.0, 'w_hi', 4), (3.0, 'w_lo', 3), (10.0, 'w_lo', 2)]
+  assert [c.dose for c in first] == pytest.approx([1.08 * 1.5, 2.2 * 1.5,
+                                                   2.5 * 0.5])
+  assert first[0].name == 'pbm_eps3_w4'
+  table = fv.cells_json(cells, amend, dict(dim=fv.CELL_DIM))
+  assert table['cells'][0]['predicted_ratio'] == 1.08
+  assert json.loads(json.dumps(table)) == table
+
+
+def test_too_few_cells_or_no_spread_call_for_an_amendment():
+  answers = {('pbm', 3.0): _answers({2: 1.05}),       # w_hi only
+             ('pbm', 10.0): _answers({2: 1.5, 3: 1.0})}
+  cells, amend = fv.choose_cells(answers, {3.0: 1.0, 10.0: 1.0})
+  assert [c.name for c in cells] == ['pbm_eps3_w2', 'pbm_eps10_w2']
+  assert any('ε = 3: 1 cells' in a for a in amend)
+  assert any('ε = 10: 1 cells' in a for a in amend)
+  assert any('×G >= 2' in a for a in amend)
+
+
+def test_more_cells_than_the_plan_allows_are_refused():
+  answers = {(f'm{i}', 3.0): _answers({2: 2.0, 3: 1.0}) for i in range(16)}
+  with pytest.raises(ValueError, match='more than 30'):
+    fv.choose_cells(answers, {3.0: 1.0})
+  with pytest.raises(ValueError, match='dose_scale'):
+    fv.choose_cells({('pbm', 3.0): _answers({2: 1.0})}, {10.0: 1.0})
+
+
+def test_the_scan_goes_upward_until_the_high_bound_and_resumes():
+  """Budgets are asked upward and the scan stops at the first ×G <= 1.1;
+  a second start with the saved store asks nothing again."""
+  ratios = {2: math.inf, 3: 2.5, 4: 1.05, 5: 1.01}
+  asked, saved = [], []
+
+  def answer(mech, eps, w):
+    asked.append((mech, eps, w))
+    return fv.BudgetAnswer(ratios[w], level_bits=1)
+
+  store = {}
+  got = fv.scan_budgets(answer, store, lambda s: saved.append(dict(s)),
+                        mechanisms=('pbm',), epsilons=(3.0,), budgets=(5, 4, 3, 2),
+                        progress=lambda line: None)
+  assert asked == [('pbm', 3.0, 2), ('pbm', 3.0, 3), ('pbm', 3.0, 4)]
+  assert sorted(got[('pbm', 3.0)]) == [2, 3, 4] and len(saved) == 3
+  again = fv.scan_budgets(answer, json.loads(json.dumps(saved[-1])),
+                          lambda s: None, mechanisms=('pbm',), epsilons=(3.0,),
+                          budgets=(2, 3, 4, 5), progress=lambda line: None)
+  assert len(asked) == 3 and again == got

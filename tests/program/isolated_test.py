@@ -4,6 +4,9 @@ the spawned child imports nothing of the tests)."""
 import math
 import operator
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -46,3 +49,40 @@ def test_the_targets_exception_is_raised_in_the_caller():
 def test_bad_limits_are_refused_naming_the_parameter(kwargs, name):
   with pytest.raises(ValueError, match=name):
     isolated.call_in_child(operator.add, (1, 2), **kwargs)
+
+
+def test_run_command_returns_its_seconds_and_raises_on_a_failure():
+  seconds = isolated.run_command([sys.executable, '-c', 'pass'])
+  assert seconds > 0
+  with pytest.raises(subprocess.CalledProcessError) as err:
+    isolated.run_command([sys.executable, '-c', 'raise SystemExit(3)'])
+  assert err.value.returncode == 3
+
+
+def test_run_command_terminates_its_child_when_the_caller_is_stopped(
+    tmp_path):
+  """An exception in the caller (here a SIGALRM handler's) ends the child:
+  it does not outlive the call."""
+  pid_file = tmp_path / 'pid'
+  script = (f'import os, time; open({str(pid_file)!r}, "w").write('
+            'str(os.getpid())); time.sleep(60)')
+
+  def stop(signum, frame):
+    raise TimeoutError('caller stopped')
+
+  old = signal.signal(signal.SIGALRM, stop)
+  signal.alarm(2)
+  try:
+    with pytest.raises(TimeoutError):
+      isolated.run_command([sys.executable, '-c', script], grace_s=10)
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+  pid = int(pid_file.read_text())
+  with pytest.raises(ProcessLookupError):
+    os.kill(pid, 0)
+
+
+def test_run_command_refuses_a_bad_grace():
+  with pytest.raises(ValueError, match='grace_s'):
+    isolated.run_command([sys.executable, '-c', 'pass'], grace_s=0)

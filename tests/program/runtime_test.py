@@ -22,6 +22,33 @@ def test_secure_sum_runs_and_workers_are_stopped(tff_context):
   assert out.measurements['quantization']['num_clients'] == 2
 
 
+def test_workers_started_by_a_process_that_ignores_sigint_can_be_stopped(
+    tff_context):
+  """A background job ignores SIGINT and its children inherit that; TFF
+  stops its workers with SIGINT and waits. The context gives SIGINT its
+  default back, so a worker started after it does not ignore SIGINT (read
+  from the kernel: /proc/<pid>/status, SigIgn, bit 2 - 1)."""
+  del tff_context
+  import signal  # pylint: disable=g-import-not-at-top
+  old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    runtime.stop_workers()
+    runtime.use_secure_sum_simulation()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    process = aggregators.pbm_factory(1.0).create(
+        tff.TensorType(np.float32, [3]))
+    process.next(process.initialize(), [np.zeros(3, np.float32)] * 2)
+    pids = runtime.worker_pids()
+    assert pids
+    for pid in pids:
+      with open(f'/proc/{pid}/status') as f:
+        ignored = next(int(line.split()[1], 16) for line in f
+                       if line.startswith('SigIgn:'))
+      assert not ignored & (1 << (signal.SIGINT - 1)), pid
+  finally:
+    signal.signal(signal.SIGINT, old)
+
+
 def test_parse_workers_validates_addresses():
   assert runtime.parse_workers('a:1, 127.0.0.1:8000') == ['a:1', '127.0.0.1:8000']
   for bad in ['a', ':80', 'host:0', 'host:x', 'host:70000', '']:

@@ -58,6 +58,13 @@ def _check_schedule(q, rounds, delta):
   validation.check_probability('delta', delta)
 
 
+def _check_distributed(q, rounds, delta, local_std, num_clients):
+  """The schedule and a distributed mechanism's noise, checked (named)."""
+  _check_schedule(q, rounds, delta)
+  validation.check_positive('local_std', local_std)
+  validation.check_integer('num_clients', num_clients, 1)
+
+
 def poisson_subsampled_rdp(rdp: Callable[[int], float], q: float,
                            alpha: int) -> float:
   """Zhu & Wang (ICML 2019) Thm 5: RDP at integer α of a mechanism with
@@ -153,9 +160,7 @@ def papers_epsilon_ddgauss(l2_sensitivity: float, l1_sensitivity: float,
   Raises:
     TypeError, ValueError: an argument out of range (named).
   """
-  _check_schedule(q, rounds, delta)
-  validation.check_positive('local_std', local_std)
-  validation.check_integer('num_clients', num_clients, 1)
+  _check_distributed(q, rounds, delta, local_std, num_clients)
   validation.check_integer('dim', dim, 1)
   central = math.sqrt(num_clients) * local_std
   l2, l1 = l2_sensitivity / central, l1_sensitivity / central
@@ -202,9 +207,7 @@ def papers_epsilon_skellam(l2_sensitivity: float, l1_sensitivity: float,
   Raises:
     TypeError, ValueError: an argument out of range (named).
   """
-  _check_schedule(q, rounds, delta)
-  validation.check_positive('local_std', local_std)
-  validation.check_integer('num_clients', num_clients, 1)
+  _check_distributed(q, rounds, delta, local_std, num_clients)
   variance = num_clients * local_std**2
   return _epsilon(lambda a: skellam_round_rdp(a, l2_sensitivity,
                                               l1_sensitivity, variance),

@@ -273,6 +273,8 @@ def impossible_mass(mech) -> Tuple[float, float, float]:
   IMPOSSIBLE_MASS_MAX_INPUTS evenly spaced ones (range ends kept) so that a
   mechanism with 2^16 levels costs O(65 L), not O(L²) memory: the value is
   exact for the pair it names, and a lower bound on the sup when thinned.
+  Where the mechanism knows every level is possible at every input
+  (`Mechanism.positive_everywhere`), 0 without computing a law.
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism`.
@@ -282,6 +284,8 @@ def impossible_mass(mech) -> Tuple[float, float, float]:
     under x'; x, x' are the pair of inputs (floats in the input range) that
     attains the largest δ₀ among those evaluated.
   """
+  if mech.positive_everywhere():   # no level impossible: no law needed
+    return 0.0, -mech.input_bound, mech.input_bound
   inputs = np.unique(mech.critical_inputs())
   if len(inputs) > IMPOSSIBLE_MASS_MAX_INPUTS:
     pick = np.linspace(0, len(inputs) - 1, IMPOSSIBLE_MASS_MAX_INPUTS)

@@ -125,6 +125,10 @@ def _extremes_divergences(mech, orders, num_clients, reduce_above_points,
     return local or dict.fromkeys(orders, divergence.epsilon_infinity(mech))
   try:
     res = divergence.renyi_divergence_of_sum(mech, orders, num_clients)
+    if mech.has_exact_divergences:
+      # A translation-invariant sum (`sum_divergences`: ddgauss) carries its
+      # laws' proved error itself (`noise_sum_log_error`).
+      return {r.alpha: r.value for r in res}
     return {r.alpha: r.value + numerics.rdp_allowance(mech, num_clients,
                                                       r.alpha) for r in res}
   except divergence.UnresolvedSumError:

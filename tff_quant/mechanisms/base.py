@@ -701,6 +701,13 @@ class Mechanism(abc.ABC):
       return 0.0
     return min(max(x, -self.input_bound), self.input_bound)
 
+  def positive_everywhere(self) -> bool:
+    """Whether every level has positive probability at every input (as
+    `log_pmf` computes it: no -inf entry), known without computing a law.
+    Then no output of one input is impossible under another
+    (`accounting.impossible_mass` is 0). Default False: not known."""
+    return False
+
   def extreme_log_pmfs(self) -> np.ndarray:
     """[K, L] log-pmfs whose per-level max/min are the sup/inf over all inputs.
 

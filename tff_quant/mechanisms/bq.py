@@ -16,6 +16,7 @@ Departures from the paper (derived from the sampler, checked by Monte Carlo):
 """
 
 import copy
+import functools
 import math
 
 import numpy as np
@@ -106,28 +107,24 @@ class BQ(base.Mechanism):
     entries with one side of the mixture impossible)."""
     return -1, self.m + 1
 
-  @property
+  @functools.cached_property
   def log_pmf_error(self) -> float:
     """The noise law's proved error over the counts `log_pmf` reads
     (`exact_laws.log_binomial`), plus the two-point mixture's rounding
     (`exact_laws.two_point_mixture_error`) at inputs off the grid."""
-    cached = self.__dict__.get('_log_pmf_error')
-    if cached is None:
-      law, err = self._noise_law()
-      first, last = self._noise_range()
-      # An entry reads counts i - (u + s), u + s in [0, 2s]: one side of the
-      # mixture is impossible only where those leave [0, m].
-      one_sided = first < 0 or last > self.m
-      first, last = max(first, 0), min(last, self.m)
-      used = slice(first, last + 1)
-      # The two sides are the law at adjacent counts: |b - a| <= the largest
-      # step of the log-law over the counts read.
-      gap = float(np.max(np.abs(np.diff(law[used])), initial=0.0))
-      cached = float(np.max(err[used])) + exact_laws.two_point_mixture_error(
-          float(np.max(np.abs(law[used]))),
-          gap * 1.001 + 2 * float(np.max(err[used])), one_sided)
-      self.__dict__['_log_pmf_error'] = cached
-    return cached
+    law, err = self._noise_law()
+    first, last = self._noise_range()
+    # An entry reads counts i - (u + s), u + s in [0, 2s]: one side of the
+    # mixture is impossible only where those leave [0, m].
+    one_sided = first < 0 or last > self.m
+    first, last = max(first, 0), min(last, self.m)
+    used = slice(first, last + 1)
+    # The two sides are the law at adjacent counts: |b - a| <= the largest
+    # step of the log-law over the counts read.
+    gap = float(np.max(np.abs(np.diff(law[used])), initial=0.0))
+    return float(np.max(err[used])) + exact_laws.two_point_mixture_error(
+        float(np.max(np.abs(law[used]))),
+        gap * 1.001 + 2 * float(np.max(err[used])), one_sided)
 
   def _sum_reduction(self, num_clients):
     """One client whose noise is every client's: Binomial(n·m, 1/2).
@@ -140,9 +137,10 @@ class BQ(base.Mechanism):
     if num_clients == 1:
       return None
     one = copy.copy(self)
-    # Without the caches (compiled encoder, end laws, blankets): they are m's.
+    # Without the caches (compiled encoder, end laws, blankets, η): m's.
     one.__dict__ = {k: v for k, v in self.__dict__.items()
-                    if not k.startswith('_')}
+                    if not k.startswith('_') and not isinstance(
+                        getattr(type(self), k, None), functools.cached_property)}
     one.m = self.m * num_clients   # may exceed the tunable's range: never sampled
     return base.SumReduction(
         one, 1, 1, f'the {num_clients} clients\' Binomial({self.m}, 1/2) noise on '
@@ -275,7 +273,7 @@ class _WindowedSum(BQ):
     # Level i = u + s + N with u + s in [0, 2s]: the window reads these counts.
     return self.lo - 2 * self.s, self.hi
 
-  @property
+  @functools.cached_property
   def log_pmf_error(self) -> float:
     """BQ's bound over the window's counts; the conditioned (normalised)
     law also carries its normaliser's: the window's mass is within the same
@@ -284,7 +282,7 @@ class _WindowedSum(BQ):
     shift added back u·(Λ + 1)); the subtraction u·(|value| + |log mass|) <=
     u·(2Λ + 2), Λ the largest |log| of the noise law over the window's
     counts (each entry's value is within log 2 of it)."""
-    base_err = BQ.log_pmf_error.fget(self)
+    base_err = BQ.log_pmf_error.func(self)
     if not self.normalized:
       return base_err
     u = exact_laws.U

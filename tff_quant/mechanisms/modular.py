@@ -226,6 +226,68 @@ class ModularNoiseMechanism(base.Mechanism):
   def noise_log_pmf(self, z: np.ndarray) -> np.ndarray:
     """log P(Z = z) of one client's noise at integers z, exact (relative precision)."""
 
+  def noise_log_pmf_error(self, z: np.ndarray) -> Optional[np.ndarray]:
+    """[z.size] proved bounds on |noise_log_pmf(z) - log P(Z = z)| at
+    integers |z| <= WINDOW_MODULI·M, or None (the default): not proved
+    (then `log_pmf_error` is None too)."""
+    del z
+    return None
+
+  def noise_log_tail(self, t: int) -> float:
+    """log of an upper bound on P(|Z| > t) for one client's noise (integer
+    t >= 0); subclasses that prove `noise_log_pmf_error` give it (the
+    wrapped law's window leaves that mass out)."""
+    raise NotImplementedError
+
+  def wrapped_noise_error(self) -> Optional[float]:
+    """η_w: a proved bound on |log w - log P(Z ≡ k mod M)| at every residue
+    k, w the computed wrapped law one client's noise adds (`_wrapped_noise`),
+    or None where the noise's log-pmf carries no proved bound.
+
+    The window's entries within `noise_log_pmf_error`, wrapped by
+    `wrap_with_error`; the aliases beyond the window (mass <=
+    `noise_log_tail`(half)) raise a residue by at most that mass over its
+    exact value (>= e^(min w - error)), in log by log1p of it. Cached.
+
+    Returns:
+      The bound, or None.
+    """
+    errors = self._wrapped_noise_errors()
+    return None if errors is None else float(np.max(errors))
+
+  def _wrapped_noise_errors(self) -> Optional[np.ndarray]:
+    """[M] the per-residue bounds whose largest is `wrapped_noise_error`
+    (None where the noise's log-pmf carries none); cached."""
+    if '_wrapped_errors' not in self.__dict__:
+      half = int(math.ceil(WINDOW_MODULI * self.m))
+      z = np.arange(-half, half + 1)
+      errors = self.noise_log_pmf_error(z)
+      if errors is None:
+        self.__dict__['_wrapped_errors'] = None
+      else:
+        w, err = wrap_with_error(self.noise_log_pmf(z), errors, -half, self.m)
+        floor = float(np.min(w - err))
+        aliases = math.exp(min(self.noise_log_tail(half) - floor, 0.0))
+        self.__dict__['_wrapped_errors'] = err + 1.01 * math.log1p(aliases)
+    return self.__dict__['_wrapped_errors']
+
+  @property
+  def log_pmf_error(self) -> Optional[float]:
+    """η of `log_pmf(x)` (`base.Mechanism.log_pmf_error`): the wrapped
+    noise's η_w (`wrapped_noise_error`), plus the two-point mixture over the
+    rounding (`exact_laws.two_point_mixture_error`: log1p(-f) + w[k - j]
+    and log f + w[k - j - 1], |terms| <= max|w|, gap <= max|w_k - w_(k-1)|;
+    f = 0 or 1 leaves one side, w itself, exactly). The law is the one at
+    the rounding fraction f as computed (`_rounding`: the sampler's). None
+    where η_w is."""
+    eta = self.wrapped_noise_error()
+    if eta is None:
+      return None
+    w = self._wrapped_noise()
+    return eta + exact_laws.two_point_mixture_error(
+        float(np.max(np.abs(w))), float(np.max(np.abs(w - np.roll(w, 1)))),
+        one_sided=False)
+
   def noise_sum_log_pmf(self, num_clients: int) -> np.ndarray:
     """W_n: log P(Σ of n clients' noise ≡ k mod M), k = 0..M-1.
 
@@ -236,11 +298,14 @@ class ModularNoiseMechanism(base.Mechanism):
 
   def noise_sum_log_error(self, num_clients: int) -> np.ndarray:
     """[M] bounds on |`noise_sum_log_pmf(n)` - log W_n| (absolute, in log),
-    for W_n the exact law built from one client's wrapped law as computed
-    (whose own error is the mechanism's `log_pmf_error`): the tilted
+    W_n the exact law of the n clients' noise sum mod M: the tilted
     convolution's proved error (`laws.sum_log_pmf_with_error`), the
     wrapping's (`wrap_with_error`) and FLOOR_RELATIVE where the far tails
-    were only bounded (`_wrapped_above`). Zeros at n = 1.
+    were only bounded (`_wrapped_above`), against the sum of the wrapped law
+    as computed; plus the one-client law's own error carried through the n
+    factors (`sum_input_error`); at n = 1, the wrapped law's own per-residue
+    bounds. Where those are None (not proved), against the sum of the
+    computed law only (zeros at n = 1).
 
     Args:
       num_clients: n >= 1.
@@ -248,7 +313,14 @@ class ModularNoiseMechanism(base.Mechanism):
     Returns:
       The bounds, float64, >= 0.
     """
-    return self._noise_sum(num_clients)[1]
+    error = self._noise_sum(num_clients)[1]
+    own = self._wrapped_noise_errors()
+    if own is None:
+      return error
+    if num_clients == 1:
+      return np.asarray(own, np.float64)
+    return error + sum_input_error(self._wrapped_noise(), own, num_clients,
+                                   self.noise_sum_log_pmf(num_clients))
 
   def _noise_sum(self, num_clients: int):
     """(W_n, its proved error), cached per n."""
@@ -509,8 +581,9 @@ class ModularNoiseMechanism(base.Mechanism):
   def sum_divergences(self, orders, num_clients, distances):
     """Exact, by translation invariance on Z_M (module docstring), raised
     by W_n's proved error (`noise_sum_log_error`) and the evaluation's own
-    rounding (`_shift_divergences`, `laws.renyi_divergence`); one client's
-    law is taken as computed (`log_pmf_error`)."""
+    rounding (`_shift_divergences`, `laws.renyi_divergence`); with one
+    client's law's η_w included where it is proved (ddgauss), else that law
+    is taken as computed."""
     w = self.noise_sum_log_pmf(num_clients)
     delta = self.noise_sum_log_error(num_clients)
     u = np.asarray(distances, np.float64) / self.gamma
@@ -585,6 +658,55 @@ class ModularNoiseMechanism(base.Mechanism):
     return self.gamma * tf.cast(s, tf.float32)
 
 
+def sum_input_error(log_w: np.ndarray, errors: np.ndarray, num_clients: int,
+                    log_sum: np.ndarray) -> np.ndarray:
+  """Bounds on |log W̃_n - log W_n|, W̃_n the n-fold circular convolution of
+  a law w̃ whose entries are within `errors` of exact (log), W_n that of the
+  exact w, at each residue of the computed sum `log_sum` (log W̃_n up to
+  its own proved error, far below 1).
+
+  With e_r <= A + B·|log w̃_r| at every residue (any B >= 0 and A = max_r
+  (e_r - B·|log w̃_r|); B is picked among quantiles of the slopes from the
+  mode for the least nA + (n-1)B·log M) and every w̃_r <= 1, each term Π_i w(r_i) of W_n(k) is
+  within e^(±nA) (Π w̃(r_i))^(1∓B) of that of W̃_n(k); over its N <=
+  M^(n-1) terms, Σ t^(1-B) <= N^B (Σ t)^(1-B) and Σ t^(1+B) >= N^-B (Σ
+  t)^(1+B) (Jensen; power means), so |log W_n(k) - log W̃_n(k)| <= nA +
+  (n-1)B·log M + B·|log W̃_n(k)|, with |log W̃_n(k)| <= |log_sum| + 1. A law
+  with an entry above 1 takes B = 0 (n·max e_r). Raised by 1e-9 relative.
+
+  Args:
+    log_w: [M] the one-client law w̃ (log).
+    errors: [M] bounds >= 0 on its entries' log error (0 at -inf entries).
+    num_clients: n >= 1.
+    log_sum: [M] the n-fold sum's law as computed (log).
+
+  Returns:
+    [M] the bounds, float64.
+  """
+  log_w = np.asarray(log_w, np.float64)
+  finite = np.isfinite(log_w)
+  mag = np.where(finite, np.abs(log_w), 0.0)
+  errors = np.where(finite, np.asarray(errors, np.float64), 0.0)
+  n, log_m = num_clients, math.log(log_w.size)
+  slopes = [0.0]
+  if np.all(log_w[finite] <= 0):   # candidates: the slopes from the mode
+    at = int(np.argmin(np.where(finite, mag, np.inf)))
+    rise = mag - mag[at]
+    ok = finite & (rise > 0)
+    from_mode = np.maximum((errors[ok] - errors[at]) / rise[ok], 0.0)
+    if from_mode.size:
+      slopes += np.quantile(from_mode, np.linspace(0, 1, 33)).tolist()
+  best = None
+  for b in slopes:
+    a = max(0.0, float(np.max(errors - b * mag)))
+    cost = n * a + (n - 1) * b * log_m
+    if best is None or cost < best[0]:
+      best = (cost, a, b)
+  _, a, b = best
+  value = np.where(np.isfinite(log_sum), np.abs(log_sum), 0.0) + 1.0
+  return (n * a + (n - 1) * b * log_m + b * value) * (1 + 1e-9)
+
+
 def wrap(log_p: np.ndarray, first_value: int, modulus: int) -> np.ndarray:
   """log P(V ≡ k mod M), k = 0..M-1, from log P(V = first_value + i), i = 0, 1, ..."""
   return _fold(log_p, first_value, modulus, -np.inf)[0]
@@ -611,9 +733,11 @@ def wrap_with_error(log_p: np.ndarray, log_error: np.ndarray, first_value: int,
   downwards by at most -log Σ s_i e^(-δ_i), which is smaller by Jensen's
   inequality), computed as logsumexp(x + δ) - logsumexp(x); each of the two
   logsumexps (scipy's: max, shift, exp, sum, log, add back) rounds by at
-  most u·max|x_i - top| + lib + R·u + lib·log R + u·|result| (u = 2^-53,
-  lib = ELEMENTARY_ULPS relative: docs/privacy.md, "Numerics"), and the
-  difference by u of its value.
+  most u·Σ_i s_i·|x_i - top| + lib + R·u + lib·log R + u·|result| (u =
+  2^-53, lib = ELEMENTARY_ULPS relative: docs/privacy.md, "Numerics"): a
+  shifted term's rounding u·|x_i - top| counts by its share s_i <=
+  e^-|x_i - top| (the sum is >= 1), so by at most u·min(max|x_i - top|,
+  R/e); and the difference by u of its value.
 
   Args:
     log_p: log P(V = first_value + i), i = 0, 1, ... (-inf allowed).
@@ -629,7 +753,9 @@ def wrap_with_error(log_p: np.ndarray, log_error: np.ndarray, first_value: int,
   with np.errstate(divide='ignore', invalid='ignore'):
     raised = special.logsumexp(rows + errors, axis=0)
     top = np.max(rows, axis=0)
-    spread = np.max(np.where(np.isfinite(rows), np.abs(rows - top), 0.0), axis=0)
+    spread = np.minimum(
+        np.max(np.where(np.isfinite(rows), np.abs(rows - top), 0.0), axis=0),
+        rows.shape[0] / math.e)
     gap = np.where(np.isfinite(wrapped), raised - wrapped, 0.0)
   count = rows.shape[0]
   rounding = 1.01 * (laws.U * (spread + np.max(errors, axis=0) + count +

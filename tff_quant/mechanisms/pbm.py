@@ -91,6 +91,12 @@ class PBM(base.Mechanism):
     return exact_laws.log_binomial_error_bound(
         self.m - 1, max(0.5 - self.theta, 0.0), min(0.5 + self.theta, 1.0))
 
+  def positive_everywhere(self) -> bool:
+    """θ < 1/2: p(x) >= fl(1/2 - θ) > 0 and <= fl(1/2 + θ) < 1 at every
+    input (each operation of `success_prob` is monotone), and
+    `exact_laws.log_binomial` is finite everywhere for p in (0, 1)."""
+    return 0.0 < 0.5 - self.theta and 0.5 + self.theta < 1.0
+
   def critical_inputs(self):
     # P_x(k) is unimodal in p = 1/2 + θx/c with mode p = k/(m-1): min at +-c,
     # max at the mode when it lies inside the range.

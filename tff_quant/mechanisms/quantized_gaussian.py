@@ -38,6 +38,7 @@ Carlo (tests/mechanisms/quantized_gaussian_test.py):
 """
 
 import decimal
+import functools
 import math
 
 import numpy as np
@@ -284,10 +285,11 @@ class QuantizedGaussian(base.InputLattice, base.SymmetricLevels,
     out[-1] = np.logaddexp(out[-1], high)
     return out
 
-  @property
+  @functools.cached_property
   def log_pmf_error(self) -> float:
     """η: a proved bound on |computed - exact| of `log_pmf` at every input,
-    under `exact_laws`' arithmetic model and its ndtr assumption. Cached.
+    under `exact_laws`' arithmetic model and its ndtr assumption; computed
+    once.
 
     The exact law: levels -Cq + r·2Cq/(k-1), the input x as the code
     receives it (with the lattice, its float lattice points and weight,
@@ -348,13 +350,6 @@ class QuantizedGaussian(base.InputLattice, base.SymmetricLevels,
     Raises:
       ValueError: σ outside the covered range (MAX_REACH_Z, MIN_CELL_Z).
     """
-    cached = self.__dict__.get('_log_pmf_error')
-    if cached is None:
-      cached = self._log_pmf_error_uncached()
-      self.__dict__['_log_pmf_error'] = cached
-    return cached
-
-  def _log_pmf_error_uncached(self) -> float:
     u = exact_laws.U
     lib = 2 * exact_laws.ELEMENTARY_ULPS * u
     reach = (self.clip + self.bound) / self.sigma * (1 + 4 * u)

@@ -34,6 +34,7 @@ Carlo (tests/mechanisms/randomized_projection_test.py):
   mixture; `base.lattice_gaussian_local_divergences`).
 """
 
+import functools
 import math
 
 import numpy as np
@@ -199,10 +200,11 @@ class RandomizedProjection(base.InputLattice, base.SymmetricLevels,
     other = (1.0 - self.q) / (self.num_levels - 1)
     return np.log(other + a * (self.q - other))
 
-  @property
+  @functools.cached_property
   def log_pmf_error(self) -> float:
     """η: a proved bound on |computed - exact| of `log_pmf` at every input,
-    under `exact_laws`' model and its ndtr assumption (NDTR_U_*). Cached.
+    under `exact_laws`' model and its ndtr assumption (NDTR_U_*); computed
+    once.
 
     P_i = r + A_i(q - r) >= r, so A's absolute error ΔA moves log P_i by
     at most (q - r)|ΔA|/P_i <= min(|ΔA|/A, (q - r)|ΔA|/r). Each edge value
@@ -227,13 +229,6 @@ class RandomizedProjection(base.InputLattice, base.SymmetricLevels,
       ValueError: σ so small or large against the levels that the
         derivation's inputs leave float64 (MAX_REACH_Z, MIN_CELL_Z).
     """
-    cached = self.__dict__.get('_log_pmf_error')
-    if cached is None:
-      cached = self._log_pmf_error_uncached()
-      self.__dict__['_log_pmf_error'] = cached
-    return cached
-
-  def _log_pmf_error_uncached(self) -> float:
     u = exact_laws.U
     lib = 2 * exact_laws.ELEMENTARY_ULPS * u
     big_l, q = self.num_levels, self.q

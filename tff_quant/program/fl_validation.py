@@ -29,7 +29,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import stats
@@ -265,6 +265,215 @@ def fl_emnist_args(setting: Mapping, training: Mapping, noise_multiplier: float,
   if data_dir:
     args.append(f'--data_dir={data_dir}')
   return args
+
+
+#: The mechanism cells' candidates (docs/fl_validation.md, "Mechanism
+#: cells: the rule"): registry mechanisms behind the secure sum and TFF's.
+CELL_MECHANISMS = ('pbm', 'rqm', 'quantized_gaussian', 'qmgeo',
+                   'randomized_projection', 'bq', 'ddgauss', 'skellam',
+                   'tff_dgauss', 'tff_skellam')
+#: Wire budgets scanned, bits per coordinate.
+CELL_WIRE_BITS = tuple(range(2, 17))
+#: w_hi: the fewest wire bits with ×G <= HI_RATIO; w_lo: with ×G <= LO_RATIO
+#: (the top dose, so no cell is extrapolated).
+HI_RATIO, LO_RATIO = 1.10, 3.0
+MAX_CELLS = 30
+#: Fewer cells than these at an ε, or none with ×G >= AMEND_RATIO, is an
+#: amendment made before the mechanism runs (the plan's rule).
+MIN_CELLS = {3.0: 10, 10.0: 4}
+AMEND_RATIO = 2.0
+#: The training's coordinate bound: c∞ = k·clip/√d with this k.
+CELL_MULTIPLE = 3.0
+#: The model's coordinates after the rotation's padding (small_cnn: 5,994).
+CELL_DIM = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetAnswer:
+  """One mechanism at one ε and wire budget, as `which_mechanism` answers.
+
+  Attributes:
+    ratio: the proved ×G (inf where nothing fits the budget).
+    level_bits: ⌈log2 L⌉ of the calibrated mechanism (None: none).
+    wire_bits_needed: the fewest wire bits the cohort needs (<= the budget).
+    params: its calibrated parameters (JSON text).
+    lower_bound: True for TFF's peers, whose figure is the noise part only.
+    reason: why nothing fits, or what shaped the answer ('' if nothing).
+  """
+  ratio: float
+  level_bits: Optional[int] = None
+  wire_bits_needed: Optional[int] = None
+  params: str = ''
+  lower_bound: bool = False
+  reason: str = ''
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismCell:
+  """A mechanism cell chosen by the rule.
+
+  Attributes:
+    mechanism, epsilon, wire_bits: the cell (wire bits = the budget).
+    role: 'w_hi' (fewest bits with ×G <= HI_RATIO) or 'w_lo' (fewest with
+      ×G <= LO_RATIO).
+    answer: the `BudgetAnswer` at that budget.
+    dose: its position on the dose axis, m = ×G·(z_ref/z_ε)², z_ref the
+      Gaussian noise multiplier ×G compares with and z_ε the dose runs'.
+  """
+  mechanism: str
+  epsilon: float
+  wire_bits: int
+  role: str
+  answer: BudgetAnswer
+  dose: float
+
+  @property
+  def name(self) -> str:
+    """<mechanism>_eps<ε>_w<bits>: the cell's folder prefix."""
+    return f'{self.mechanism}_eps{self.epsilon:g}_w{self.wire_bits}'
+
+
+def wire_thresholds(ratios: Mapping[int, float]
+                    ) -> Tuple[Optional[int], Optional[int]]:
+  """(w_hi, w_lo) of one mechanism at one ε (the plan's rule).
+
+  Args:
+    ratios: {wire bits: proved ×G} over the budgets scanned (inf: nothing
+      fits).
+
+  Returns:
+    w_hi, the fewest bits with ×G <= HI_RATIO, and w_lo, the fewest with
+    ×G <= LO_RATIO where that is below w_hi (else None); None where there
+    is none.
+  """
+  def fewest(limit):
+    fit = [w for w, r in ratios.items() if r <= limit]
+    return min(fit) if fit else None
+  hi, lo = fewest(HI_RATIO), fewest(LO_RATIO)
+  if lo is not None and hi is not None and lo >= hi:
+    lo = None
+  return hi, lo
+
+
+def scan_is_enough(ratios: Mapping[int, float]) -> bool:
+  """Whether budgets above those scanned can change `wire_thresholds`: no
+  once some scanned budget reaches ×G <= HI_RATIO (both thresholds are the
+  fewest bits meeting their bound). Scanning upward, stop there."""
+  return any(r <= HI_RATIO for r in ratios.values())
+
+
+def choose_cells(answers: Mapping[Tuple[str, float], Mapping[int,
+                                                               BudgetAnswer]],
+                 dose_scale: Mapping[float, float]
+                 ) -> Tuple[List[MechanismCell], List[str]]:
+  """The mechanism cells by the pre-registered rule, and what needs an
+  amendment.
+
+  At ε = 3: (M, w_hi) and (M, w_lo) for every M that has them; at ε = 10:
+  (M, w_lo). At most MAX_CELLS (an error beyond: the rule gives no order to
+  cut by).
+
+  Args:
+    answers: {(mechanism, ε): {wire bits: BudgetAnswer}} over the scanned
+      budgets.
+    dose_scale: {ε: (z_ref/z_ε)²}, the factor from ×G to the dose axis.
+
+  Returns:
+    (cells in the order of CELL_MECHANISMS then ε, the amendments the rule
+    calls for: fewer than MIN_CELLS at an ε, or none with ×G >= AMEND_RATIO;
+    empty when none).
+
+  Raises:
+    ValueError: more than MAX_CELLS cells, or an ε without a dose scale.
+  """
+  order = {m: i for i, m in enumerate(CELL_MECHANISMS)}
+  cells = []
+  for (mech, eps), by_bits in sorted(
+      answers.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
+                                       kv[0][1])):
+    if eps not in dose_scale:
+      raise ValueError(f'`dose_scale` has no ε = {eps:g}.')
+    hi, lo = wire_thresholds({w: a.ratio for w, a in by_bits.items()})
+    roles = ([('w_hi', hi), ('w_lo', lo)] if eps == EPSILONS[0]
+             else [('w_lo', lo)])
+    for role, w in roles:
+      if w is not None:
+        a = by_bits[w]
+        cells.append(MechanismCell(mech, eps, w, role, a,
+                                   a.ratio * dose_scale[eps]))
+  if len(cells) > MAX_CELLS:
+    raise ValueError(f'The rule gives {len(cells)} cells, more than '
+                     f'{MAX_CELLS}: an amendment must say which to keep.')
+  amend = []
+  for eps, least in MIN_CELLS.items():
+    k = sum(c.epsilon == eps for c in cells)
+    if k < least:
+      amend.append(f'ε = {eps:g}: {k} cells, fewer than {least}')
+  if not any(c.answer.ratio >= AMEND_RATIO for c in cells):
+    amend.append(f'no cell with ×G >= {AMEND_RATIO:g}')
+  return cells, amend
+
+
+def scan_budgets(answer: Callable[[str, float, int], BudgetAnswer],
+                 store: Dict[str, Dict],
+                 save: Callable[[Dict[str, Dict]], None],
+                 mechanisms: Sequence[str] = CELL_MECHANISMS,
+                 epsilons: Sequence[float] = EPSILONS,
+                 budgets: Sequence[int] = CELL_WIRE_BITS,
+                 progress: Callable[[str], None] = print
+                 ) -> Dict[Tuple[str, float], Dict[int, BudgetAnswer]]:
+  """Each mechanism's ×G at each ε over the wire budgets, upward, until a
+  budget reaches ×G <= HI_RATIO (`scan_is_enough`): resumable, each answer
+  saved as it comes.
+
+  Args:
+    answer: (mechanism, ε, wire bits) -> its `BudgetAnswer` (the
+      which-mechanism calibration at the training's setting).
+    store: {'<mechanism>|<ε>|<bits>': BudgetAnswer fields} already computed
+      (a checkpoint); updated in place.
+    save: called with `store` after each new answer.
+    mechanisms, epsilons, budgets: what is scanned.
+    progress: where one line per answer goes.
+
+  Returns:
+    {(mechanism, ε): {wire bits: BudgetAnswer}}, each scan as far as the
+    rule needs it.
+  """
+  out = {}
+  for mech in mechanisms:
+    for eps in epsilons:
+      found = {}
+      for w in sorted(budgets):
+        key = f'{mech}|{eps:g}|{w}'
+        if key not in store:
+          a = answer(mech, eps, w)
+          store[key] = dataclasses.asdict(a)
+          save(store)
+          progress(f'[scan] {mech} ε = {eps:g}, {w} wire bits: ×G '
+                   f'{a.ratio:.4g}')
+        found[w] = BudgetAnswer(**store[key])
+        if scan_is_enough({k: v.ratio for k, v in found.items()}):
+          break
+      out[(mech, eps)] = found
+  return out
+
+
+def cells_json(cells: Sequence[MechanismCell], amendments: Sequence[str],
+               setting: Mapping) -> Dict:
+  """What results/fl_validation/cells.json holds: the setting the scan
+  used, each cell (name, mechanism, ε, wire bits, role, level bits, wire
+  bits needed, parameters, ×G, dose) and the amendments called for."""
+  return dict(
+      setting=dict(setting), rule=dict(hi_ratio=HI_RATIO, lo_ratio=LO_RATIO,
+                                       wire_bits=list(CELL_WIRE_BITS)),
+      cells=[dict(name=c.name, mechanism=c.mechanism, epsilon=c.epsilon,
+                  wire_bits=c.wire_bits, role=c.role,
+                  level_bits=c.answer.level_bits,
+                  wire_bits_needed=c.answer.wire_bits_needed,
+                  params=c.answer.params, predicted_ratio=c.answer.ratio,
+                  ratio_is_lower_bound=c.answer.lower_bound, dose=c.dose)
+             for c in cells],
+      amendments=list(amendments))
 
 
 def dose_fields(cell: DoseCell, noise_multiplier_calibrated: float) -> Dict:

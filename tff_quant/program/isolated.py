@@ -13,6 +13,7 @@ import multiprocessing
 import pickle
 import queue as queue_lib
 import signal
+import subprocess
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -116,3 +117,47 @@ def call_in_child(target: Callable[..., Any], args: Sequence[Any] = (),
     raise value
   return ChildOutcome(RETURNED, seconds, value=value,
                       exitcode=child.exitcode)
+
+
+def run_command(args: Sequence[str], grace_s: float = 60.0) -> float:
+  """Runs `args` (a training binary) in a child process and waits for it.
+
+  A Ctrl-C reaches the child too (same process group): it checkpoints and
+  ends by itself, and is terminated only if it has not within `grace_s`. Any
+  other stop of the caller (SIGTERM, an exception) terminates the child
+  (SIGTERM: the binary ends its TFF workers), so no child outlives its
+  caller.
+
+  Args:
+    args: the command line (`subprocess.Popen` argv).
+    grace_s: seconds the child has to end after a Ctrl-C or a terminate
+      (> 0).
+
+  Returns:
+    The child's wall seconds.
+
+  Raises:
+    ValueError: `grace_s` not positive.
+    subprocess.CalledProcessError: the child exited with a non-zero code.
+    KeyboardInterrupt: re-raised after the child has ended.
+  """
+  if not grace_s > 0:
+    raise ValueError(f'`grace_s` must be > 0, got {grace_s!r}.')
+  start = time.perf_counter()
+  child = subprocess.Popen(list(args))
+  try:
+    code = child.wait()
+  except KeyboardInterrupt:   # the child got the Ctrl-C too: it checkpoints
+    try:
+      child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+      child.terminate()
+      child.wait(timeout=grace_s)
+    raise
+  except BaseException:   # stopped: SIGTERM lets the run end its TFF workers
+    child.terminate()
+    child.wait(timeout=grace_s)
+    raise
+  if code:
+    raise subprocess.CalledProcessError(code, list(args))
+  return time.perf_counter() - start

@@ -58,6 +58,7 @@ def use_secure_sum_simulation(isolate_network: bool = True) -> bool:
   """
   global _REGISTERED
   private = network.isolate_local_run() if isolate_network else False
+  _let_workers_be_interrupted()
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   tff.backends.test.set_sync_test_cpp_execution_context()
   _remember_current_context()
@@ -65,6 +66,27 @@ def use_secure_sum_simulation(isolate_network: bool = True) -> bool:
     exit_on_sigterm()
     _REGISTERED = True
   return private
+
+
+def _let_workers_be_interrupted() -> bool:
+  """Gives SIGINT back its Python default where this process ignores it.
+
+  TFF stops a worker with SIGINT and waits for it (its `ServiceManager`:
+  `__del__`, and a restart in `get_stub`). A worker inherits an ignored
+  SIGINT from the process that starts it, as a shell's background job (`cmd
+  &`) or a pytest-xdist worker started from one has it; that wait then
+  never ends. Python's default handler is not inherited across exec, so
+  the workers this process starts from now on can be stopped. Main thread
+  only (signal handlers can be set only there).
+
+  Returns:
+    Whether the handler was changed.
+  """
+  if (threading.current_thread() is threading.main_thread() and
+      signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return True
+  return False
 
 
 def _remember_current_context():

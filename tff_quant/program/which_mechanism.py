@@ -66,10 +66,6 @@ BOUNDED, MODULAR, PEER = 'bounded', 'modular', 'peer'
 DEFAULT_MULTIPLES = (2.0, 3.0, 4.0)   # the frontier's default k
 DEFAULT_MAX_SECONDS = 600.0
 DEFAULT_RTOL = 1e-2                    # the frontier's calibration width
-# The first words of `calibration.oracle.AttainedUnavailable`'s message:
-# `calibrate_for_wire_bits` records a level count's refusal as text, so an
-# attained search that did not apply is recognised by it.
-_ATTAINED_UNAVAILABLE = "bound='attained': no attained ε"
 # The bits a refusal names: `calibrate_for_wire_bits`' (the fewest wire bits
 # any calibrated level count needed) and a modular sum's
 # (`calibration.refusals.needs`, or the width `calibration_report` confirmed).
@@ -226,25 +222,19 @@ def default_mechanisms() -> List[str]:
   return list(mechanisms.registry()) + list(PEERS)
 
 
-def _wire_scan(setting: Setting):
+def _wire_scan(setting: Setting, reuse: Optional[dict] = None):
   """`frontier.best_over_multiples`' calibration for a bounded mechanism:
   the wire-budget scan at B (`calibrate_for_wire_bits`) with its error
   including wraps. A level count whose attained search did not apply makes
   the optimistic end unknown (AttainedUnavailable): the scan's answer
-  without it could sit above the optimistic end."""
+  without it could sit above the optimistic end. `reuse`: {c: the scan's
+  `reuse` dict} shared by calls at other budgets (same mechanism, target,
+  schedule and bound)."""
   def calibrate(name, bits, c, schedule, limits):
     del bits   # the scan chooses the level count
-    try:
-      found = calibration.calibrate_for_wire_bits(
-          name, setting.wire_bits, coordinate_clip=c, limits=limits,
-          **schedule)
-    except ValueError as err:
-      if _ATTAINED_UNAVAILABLE in str(err):
-        raise calibration.AttainedUnavailable(str(err)) from None
-      raise
-    for cand in found.candidates:
-      if _ATTAINED_UNAVAILABLE in cand.why:
-        raise calibration.AttainedUnavailable(cand.why)
+    found = calibration.calibrate_for_wire_bits(
+        name, setting.wire_bits, coordinate_clip=c, limits=limits,
+        reuse=None if reuse is None else reuse.setdefault(c, {}), **schedule)
     return found.utility.error, found
   return calibrate
 
@@ -277,7 +267,8 @@ def estimated_operations(name: str, setting: Setting,
 
 def compute_end(name: str, setting: Setting, ks: Sequence[float],
                 rtol: float, bound: str, gaussian_error: float,
-                max_bytes: Optional[int] = None) -> End:
+                max_bytes: Optional[int] = None,
+                reuse: Optional[dict] = None) -> End:
   """One end of one mechanism (what a child process computes).
 
   Args:
@@ -289,6 +280,10 @@ def compute_end(name: str, setting: Setting, ks: Sequence[float],
     gaussian_error: the Gaussian reference's debiased error (a peer's z_G).
     max_bytes: this process's address-space cap (`frontier.limit_memory`);
       None: uncapped.
+    reuse: None, or a dict the bounded mechanisms' level-count calibrations
+      are kept in and read from (`calibrate_for_wire_bits`' reuse, per k):
+      pass the same dict for one mechanism at several budgets of one
+      setting (the same ε, schedule, ks, rtol and bound).
 
   Returns:
     The `End`: inf + reason where nothing fits; unknown + reason where the
@@ -298,14 +293,16 @@ def compute_end(name: str, setting: Setting, ks: Sequence[float],
   if max_bytes:
     frontier.limit_memory(max_bytes)
   try:
-    end = _compute_end(name, setting, ks, rtol, bound, gaussian_error)
+    end = _compute_end(name, setting, ks, rtol, bound, gaussian_error,
+                       reuse)
   except MemoryError as err:
     end = End(reason=f'out of memory: over {max_bytes / 2**30:.3g} GiB: {err}',
               unknown=bound != 'proved')
   return dataclasses.replace(end, cpu_seconds=time.process_time() - start)
 
 
-def _compute_end(name, setting, ks, rtol, bound, gaussian_error) -> End:
+def _compute_end(name, setting, ks, rtol, bound, gaussian_error,
+                 reuse=None) -> End:
   kind = kind_of(name)
   n = setting.clients_per_round
   if kind == PEER:
@@ -324,7 +321,7 @@ def _compute_end(name, setting, ks, rtol, bound, gaussian_error) -> End:
                reason='noise part only: (z/z_G)², a lower bound on its '
                '× Gaussian')
   reasons = []
-  calibrate = (_wire_scan(setting) if kind == BOUNDED else
+  calibrate = (_wire_scan(setting, reuse) if kind == BOUNDED else
                frontier.plain_calibration)
   max_ops = frontier.DEFAULT_MAX_OPERATIONS if bound == 'proved' else None
   try:

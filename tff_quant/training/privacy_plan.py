@@ -337,17 +337,18 @@ def _calibrate(config: config_lib.TrainingConfig, dim: int, clip: float, log,
   bits = cls.for_coordinate_bound(
       1.0, **cls.complete_params(config.mechanism_params)).bits_per_coordinate
   t0 = time.time()
+  schedule = (config.target_delta, config.rounds, config.clients_per_round,
+              config.total_clients, dim)
+  common = dict(l2_clip=config.clip_norm, coordinate_clip=clip, progress=log,
+                min_clients_per_round=config.min_clients_per_round)
   if stored is not None:
     report = stored
     log('Calibration reused: this run\'s folder holds one for the same '
         'setting, made by the same accountant code.')
   elif config.wire_bits is not None:   # the level count chosen under b too
     found = accounting.calibration.calibrate_for_wire_bits(
-        config.mechanism, config.wire_bits, config.target_epsilon,
-        config.target_delta, config.rounds, config.clients_per_round,
-        config.total_clients, dim, l2_clip=config.clip_norm,
-        coordinate_clip=clip, progress=log, compare_gaussian=True,
-        min_clients_per_round=config.min_clients_per_round,
+        config.mechanism, config.wire_bits, config.target_epsilon, *schedule,
+        compare_gaussian=True, **common,
         **{k: v for k, v in fixed.items() if k not in _LEVEL_COUNTS})
     report = found.calibration
     log(f'Wire budget {config.wire_bits} bits: {found.level_bits} level bits '
@@ -357,10 +358,8 @@ def _calibrate(config: config_lib.TrainingConfig, dim: int, clip: float, log,
             for c in found.candidates) + ')')
   else:
     report = accounting.calibration_report(
-        config.mechanism, config.target_epsilon, config.target_delta,
-        config.rounds, config.clients_per_round, config.total_clients, dim,
-        l2_clip=config.clip_norm, coordinate_clip=clip, bits=bits, progress=log,
-        min_clients_per_round=config.min_clients_per_round, **fixed)
+        config.mechanism, config.target_epsilon, *schedule, bits=bits,
+        **common, **fixed)
   interval = (f'ε ∈ [{report.epsilon_attained:.4g}, {report.epsilon:.4g}] '
               '[attained, proved]' if report.epsilon_attained is not None
               else f'ε = {report.epsilon:.4g}')

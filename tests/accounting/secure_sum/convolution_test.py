@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from tff_quant import mechanisms
 from tff_quant.accounting import divergence
@@ -147,6 +148,7 @@ def test_pair_log_sums_without_a_law_error_in_blocks_equals_at_once():
 _CAPPED = r'''
 import resource, sys
 import numpy as np
+import pytest
 sys.path.insert(0, sys.argv[1])
 from tests.accounting.secure_sum.convolution_test import _many_pairs
 from tff_quant.accounting.secure_sum import convolution
@@ -170,3 +172,44 @@ def test_pair_log_sums_stays_within_a_memory_cap():
                        capture_output=True, text=True, timeout=600)
   assert res.returncode == 0, res.stderr[-2000:]
   assert res.stdout.split() == ['OK', '(1,', '60000)', 'True']
+
+
+def test_window_max_is_the_largest_law_entry_each_output_reads():
+  rng = np.random.default_rng(0)
+  for n in (1, 5, 17):
+    for width in (1, 2, 7, 33):
+      values = rng.uniform(size=n)
+      want = [max(values[z - k] for k in range(width) if 0 <= z - k < n)
+              for z in range(n + width - 1)]
+      np.testing.assert_array_equal(convolution.window_max(values, width), want)
+
+
+@pytest.mark.parametrize('limits', [
+    secure_sum.Limits(), secure_sum.Limits(fft_levels=1000),
+    secure_sum.Limits(product_convolve=0)])
+def test_rows_with_the_others_sum_are_within_their_proved_error(limits):
+  """`with_sum(..., with_error=True)` (RQM 128 levels, rows the ±c laws,
+  40 + 30 others at the ends): the law once and matrix products (at and
+  below `fft_levels`) or one tilted sum per row; every finite entry within
+  its `ColumnError` of the 80-bit direct convolution, and that bound under
+  1e-8 within e^5 of each row's top. (Cut at a tail, the end-to-end check
+  is any_others_test's, against the uncut law.)"""
+  mech = mechanisms.RQM(1.0, 4.0, 128, 0.3)
+  plus, minus = divergence.end_log_pmfs(mech)
+  rows, parts = np.stack([plus, minus]), [(plus, 40), (minus, 30)]
+  conv, err, lost = convolution.with_sum(rows, parts, limits=limits,
+                                         with_error=True)
+  assert lost == -np.inf
+  ld = np.longdouble
+  others = np.ones(1, ld)
+  for lp, count in parts:
+    for _ in range(count):
+      others = np.convolve(others, np.exp(np.asarray(lp, ld)))
+  bound = err.entry.at(conv) + err.column[None, :]
+  for i, row in enumerate(rows):
+    exact = np.convolve(np.exp(np.asarray(row, ld)), others)
+    live = np.isfinite(conv[i]) & (exact > np.finfo(ld).tiny)
+    miss = np.abs(conv[i][live] - np.log(exact[live]).astype(np.float64))
+    assert np.all(miss <= bound[i][live]), np.max(miss - bound[i][live])
+  near = conv >= np.max(conv, axis=1, keepdims=True) - 5
+  assert np.max(bound[near]) < 1e-8

@@ -110,15 +110,19 @@ def _longdouble_log_power_sums(targets, at_plus, at_minus, num_clients,
   return best
 
 
-def _check_proved_above_80_bit(mech, n, orders):
+def _check_proved_above_80_bit(mech, n, orders,
+                               limits=secure_sum.DEFAULT_LIMITS):
   """`extreme_mixes` of `mech` at t = 2c (4 single groups next to each
   anchor) is at or above the 80-bit direct convolution's value at every
   order and pair, and above it by no more than the proved allowance
   carried: (2α-1)·(the others' law's largest per-entry bound after mixing)
-  + the power sums' uniform rounding bound (`matrix_sums`)."""
+  + the power sums' uniform rounding bound (`matrix_sums`). With `limits`
+  under which `proved_mixes_apply` fails, the others' laws come from the
+  tilted FFT and the bound after mixing is its `ColumnError`'s."""
   c = mech.input_bound
   targets = secure_sum.target_pairs(mech, np.array([2 * c]))
-  got = secure_sum.extreme_mixes(mech, targets, n, orders, exact=4)
+  got = secure_sum.extreme_mixes(mech, targets, n, orders, exact=4,
+                                 limits=limits)
   first = (n - 1) // 2 if targets.symmetric else 0
   groups = others_lib.split_groups(first, n - 1, (n - 1) // 2, 4)
   at_plus, at_minus = divergence.end_log_pmfs(mech)
@@ -129,10 +133,16 @@ def _check_proved_above_80_bit(mech, n, orders):
   assert np.all(margin >= -1e-15), margin.min()
   powers = (secure_sum.extreme_others._powers(at_plus, math.inf),
             secure_sum.extreme_others._powers(at_minus, math.inf))
+  proved = secure_sum.extreme_others.proved_mixes_apply(mech, n, limits)
   err = 0.0
   for k0, k1 in groups:
-    conv, law_err, _ = secure_sum.extreme_others._proved_sum(
-        targets.basis, powers, (k0, n - 1 - k1))
+    if proved:
+      conv, law_err, _ = secure_sum.extreme_others._proved_sum(
+          targets.basis, powers, (k0, n - 1 - k1))
+    else:
+      conv, law_err, _ = convolution.with_sum(
+          targets.basis, [(at_plus, k0), (at_minus, n - 1 - k1)],
+          limits=limits, with_error=True)
     err = max(err, float(np.max(convolution.mixed_error(
         targets.upper_weights, conv, law_err)[1])))
   conv_len = n * (mech.num_levels - 1) + 1
@@ -157,6 +167,24 @@ def test_qmgeo_served_4_bit_mixes_are_proved_above_80_bit_convolution():
   n = 100
   assert secure_sum.extreme_others.proved_mixes_apply(mech, n)
   _check_proved_above_80_bit(mech, n, np.array([2.0, 8.0]))
+
+
+def test_qmgeo_served_4_bit_mixes_by_the_fft_carry_its_proved_error():
+  """Issue 61, item 3, on the FFT's side: the same cell with the ±c mixes'
+  laws forced onto the tilted FFT (`Limits(proved_mixes=0)`, as for every
+  cell above `Limits.proved_mixes`). Its proved per-entry error (~9e-10 at
+  the laws' modes here) is carried, so every pair's log power sum is at or
+  above the 80-bit direct convolution's, within the carried allowance; the
+  FFT's actual error alone had put the value only 2e-10 to 8.5e-10 above
+  the exact one (issue 61), and the margin is now at least 1e-9 at α = 2."""
+  c = 2.0 / math.sqrt(61706)
+  mech = mechanisms.get('qmgeo').for_coordinate_bound(
+      c, num_levels=16, p=0.9814228019672326, full_support=True,
+      range_ratio=256.0)
+  n, limits = 100, secure_sum.Limits(proved_mixes=0)
+  assert not secure_sum.extreme_others.proved_mixes_apply(mech, n, limits)
+  margin = _check_proved_above_80_bit(mech, n, np.array([2.0, 8.0]), limits)
+  assert np.all(margin[0] >= 1e-9), margin
 
 
 @pytest.mark.parametrize('theta', [2.314669993915911e-05, 0.02731427771826951])

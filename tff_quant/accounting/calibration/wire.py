@@ -28,8 +28,9 @@ the exact sum S it bounds (post-processing).
 import dataclasses
 import math
 import time
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
+from tff_quant.accounting.calibration import oracle
 from tff_quant.accounting.calibration import report as report_lib
 from tff_quant.common import validation
 from tff_quant.mechanisms import utility
@@ -93,6 +94,7 @@ def calibrate_for_wire_bits(mechanism: str, wire_bits: int, epsilon: float,
                             modclip_prob: float = utility.MODCLIP_PROB,
                             signal_bound: Optional[float] = None,
                             max_level_bits: Optional[int] = None,
+                            reuse: Optional[Dict[int, object]] = None,
                             **kwargs) -> WireCalibration:
   """The mechanism calibrated to (ε, δ) with its levels chosen for b wire bits.
 
@@ -109,6 +111,11 @@ def calibrate_for_wire_bits(mechanism: str, wire_bits: int, epsilon: float,
       (default each mechanism's input bound c∞: every input).
     max_level_bits: the most level bits tried (default b: a client's level
       index no wider than the field).
+    reuse: None, or a dict {level bits: its `Calibration`, or its refusal's
+      first line} that this call reads and fills: a level count's
+      calibration does not depend on b, so scans of one mechanism, target
+      and schedule over several budgets (each call with the same other
+      arguments) calibrate each level count once.
     **kwargs: passed to `calibration_report` (l2_clip, coordinate_clip,
       use_pld, rtol, tune, fixed parameters, ...); `bits` is set here, and
       `compare_gaussian` defaults to False.
@@ -121,6 +128,8 @@ def calibrate_for_wire_bits(mechanism: str, wire_bits: int, epsilon: float,
       `num_levels` in kwargs (the scan sets the level count), or no level
       count that meets the target fits b (the message lists each level
       count tried and why, with the fewest wire bits any of them needed).
+    oracle.AttainedUnavailable: with bound='attained', a level count whose
+      attained ε cannot be computed (the optimistic answer is then unknown).
   """
   b = validation.check_integer('wire_bits', wire_bits, 1, wire.MAX_WIRE_BITS)
   validation.check_probability('modclip_prob', modclip_prob)
@@ -135,14 +144,24 @@ def calibrate_for_wire_bits(mechanism: str, wire_bits: int, epsilon: float,
   tried, best = [], None
   for level_bits in range(1, top + 1):
     start = time.process_time()
-    try:
-      cal = report_lib.calibration_report(
-          mechanism, epsilon, delta, rounds, n, total_clients, dim,
-          bits=level_bits, **kwargs)
-    except ValueError as err:   # out of reach, refused, over its cost
+    cal = None if reuse is None else reuse.get(level_bits)
+    if cal is None:
+      try:
+        cal = report_lib.calibration_report(
+            mechanism, epsilon, delta, rounds, n, total_clients, dim,
+            bits=level_bits, **kwargs)
+      except oracle.AttainedUnavailable as err:
+        # The optimistic end of this level count is unknown, so the scan's
+        # optimistic answer is too: not a refusal to pass over.
+        raise oracle.AttainedUnavailable(
+            f'{level_bits} level bits: {str(err).splitlines()[0]}') from err
+      except ValueError as err:   # out of reach, refused, over its cost
+        cal = str(err).splitlines()[0][:300]
+      if reuse is not None:
+        reuse[level_bits] = cal
+    if isinstance(cal, str):
       tried.append(LevelCandidate(level_bits, None, None, math.inf,
-                                  time.process_time() - start,
-                                  str(err).splitlines()[0][:300]))
+                                  time.process_time() - start, cal))
       continue
     mech = cal.mechanism
     levels = mech.num_levels

@@ -19,7 +19,11 @@ its mirror image have the same sums: one of each is evaluated
 (`mirror_classes`). Up to `Limits.matrix_levels` levels, R^{*m}, the target
 rows' sums with it and the pairs' power sums are matrix products
 (`matrix_sums`), each with a proved bound on its rounding that the power
-sums add: what is read is at or above the exact value of the laws.
+sums add; above, R^{*m} is the tilted FFT sum and its proved per-entry error
+(`laws.sum_log_pmf_with_error`) is carried the same way
+(`convolution.with_sum(..., with_error=True)`): either way what is read is at
+or above the exact value of the laws. Only `price`, which picks a
+construction and states no figure, reads the FFT sum without its error.
 """
 
 import dataclasses
@@ -145,18 +149,19 @@ def blankets(mech, targets: TargetPairs, num_others: int
 def _evaluator(targets: TargetPairs, log_r: np.ndarray, orders: np.ndarray,
                tail: float, limits: limits_lib.Limits):
   """m -> [orders, pairs] log E_m: the pairs' power sums with m copies of R
-  added (by `matrix_sums` up to `limits.matrix_levels` levels, its error
-  included). R^{*m} is built cut `tail` below its top (`matrix_sums.Powers`)
-  and the mass the cuts drop is added back (`convolution.add_lost`)."""
+  added, their error included: by `matrix_sums` up to `limits.matrix_levels`
+  levels (R^{*m} cut `tail` below its top, `matrix_sums.Powers`), above by
+  the tilted FFT sum with its proved error (`convolution.with_sum(...,
+  with_error=True)`, cut there too). The mass the cuts drop is added back
+  (`convolution.add_lost`)."""
   big = targets.basis.shape[1] > limits.matrix_levels
-  log_e0 = convolution.pair_log_sums(targets, targets.basis, orders,
-                                     None if big else 0.0)
+  log_e0 = convolution.pair_log_sums(targets, targets.basis, orders, 0.0)
   if big:
     def evaluate(m):
-      conv, lost = convolution.with_sum(targets.basis, [(log_r, m)], tail,
-                                        limits)
+      conv, err, lost = convolution.with_sum(targets.basis, [(log_r, m)], tail,
+                                             limits, with_error=True)
       return convolution.add_lost(
-          convolution.pair_log_sums(targets, conv, orders), lost, log_e0)
+          convolution.pair_log_sums(targets, conv, orders, err), lost, log_e0)
     return evaluate
   powers = matrix_sums.Powers(log_r, tail)
 
@@ -274,7 +279,8 @@ def price(blanket, half: TargetPairs, num_others: int, orders: np.ndarray,
   in practice), the counts of R copies from PRICE_STDS below their mean on
   taken at that count and those below at none (their probability times the
   pair's value alone). A price only
-  picks the construction, so the others' law comes from the tilted FFT sum
+  picks the construction (every construction's bound is proved), so the
+  others' law comes from the tilted FFT sum without its error
   (`convolution.with_sum`), not `matrix_sums` (whose R^{*m} costs more to
   build for hundreds of others: docs/performance.md).
 

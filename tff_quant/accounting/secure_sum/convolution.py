@@ -4,7 +4,10 @@ Every row is a log-pmf (or log envelope); mixing rows (`mix_rows`),
 convolving them with the law of the others' sum (`with_sum`) and taking the
 pairs' power sums log Σ P^α Q^(1-α) (`pair_log_sums`) keep a bound on their
 rounding entry by entry (`matrix_sums`, `mix_rows`), so what is read is at or
-above the exact value of the laws.
+above the exact value of the laws. Where the others' law comes from the
+tilted FFT (`with_sum(..., with_error=True)`), its proved per-entry error
+(`laws.sum_log_pmf_with_error`) is carried too, as a bound common to every
+row at each output index (`ColumnError`).
 
 Cut tails: the sum of many clients' outputs has far tails below any E a pair
 can have; the others' law is cut `cut_tail` below its top and the mass the
@@ -14,8 +17,9 @@ f(a, b) = a^α b^(1-α) (α > 1), is subadditive in the others' measure O
 |T|·E_0 (convexity over T's translations).
 """
 
+import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import numpy as np
 from scipy import special
@@ -24,6 +28,7 @@ from tff_quant.accounting import divergence
 from tff_quant.accounting import matrix_sums
 from tff_quant.accounting.secure_sum import limits as limits_lib
 from tff_quant.accounting.secure_sum import targets as targets_lib
+from tff_quant.common import laws
 
 _MIX_FLOOR = -600.0   # mixed values below e^this (of the column's top) are
                      # recomputed in the log domain (`mix_rows`)
@@ -127,9 +132,54 @@ def log_convolve_rows(rows: np.ndarray, log_r: np.ndarray) -> np.ndarray:
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class ColumnError:
+  """A proved bound on the log error of [K, L] convolved rows: entry [i, z]
+  is within entry.at(value) + column[z] of exact.
+
+  `entry` is the convolution's own rounding (`matrix_sums.convolve`, const +
+  slope·|value|); `column` carries the others' law's error: every term
+  row_i(k)·law(z - k) of entry z has its law factor within e^±column[z]
+  (the largest error over the law entries z - k the rows reach), so the
+  same bound holds for every row, and for every mix of rows (`mixed_error`).
+
+  Attributes:
+    entry: a `matrix_sums.EntryError` of the rows.
+    column: [L] bounds >= 0, one per output index.
+  """
+  entry: matrix_sums.EntryError
+  column: np.ndarray
+
+
+RowsError = Union[float, matrix_sums.EntryError, ColumnError]
+
+
+def window_max(values: np.ndarray, width: int) -> np.ndarray:
+  """[values.size + width - 1] out[z] = max of values[z - k], 0 <= k < width
+  (indices outside `values` left out): the largest law error a convolution
+  with rows of `width` entries reads at output z.
+
+  Args:
+    values: [N] float64 values, N >= 1.
+    width: the row width, >= 1.
+
+  Returns:
+    The window maxima (sparse-table doubling: O(N log width)).
+  """
+  values = np.asarray(values, np.float64)
+  pad = np.zeros(width - 1)
+  # out[z] = max padded[z : z + width] = max values[z - width + 1 : z + 1].
+  out, span = np.concatenate([pad, values, pad]), 1
+  while span < width:   # out[i] = max padded[i : i + span], clipped at the end
+    step = min(span, width - span)
+    out = np.concatenate([np.maximum(out[:-step], out[step:]), out[-step:]])
+    span += step
+  return out[:values.size + width - 1]
+
+
 def with_sum(rows: np.ndarray, parts, tail: float = math.inf,
-             limits: limits_lib.Limits = limits_lib.DEFAULT_LIMITS
-             ) -> Tuple[np.ndarray, float]:
+             limits: limits_lib.Limits = limits_lib.DEFAULT_LIMITS,
+             with_error: bool = False):
   """Each row convolved with the law of the sum of `parts`.
 
   With a finite `tail`, the law's indices provably below e^-tail/length stay
@@ -137,27 +187,53 @@ def with_sum(rows: np.ndarray, parts, tail: float = math.inf,
   clients' sum take most of its tilts and of the power sums' indices); the
   caller adds the mass back (`add_lost`).
 
+  With `with_error`, the result carries a proved bound on its log error: the
+  others' law by `laws.sum_log_pmf_with_error` (its proved per-entry error;
+  docs/privacy.md, "Numerics" 3), entries whose bound is not finite left out
+  with their rigorous upper bound added to the mass left out; the rows by
+  `matrix_sums.convolve` (its proved rounding) at any width, or, over
+  `limits.product_convolve`, one tilted FFT sum per row with its own proved
+  error. Without it, as before: the log domain below `limits.fft_levels`
+  levels and nothing bounded.
+
   Args:
-    rows: [T, L] a target's log-pmfs or envelopes.
+    rows: [T, L] a target's log-pmfs or envelopes (taken as exact).
     parts: (log-pmf, count) pairs whose sum is the others' law (±c mixes, or
       R^{*m}).
     tail: how far below its top the law may be cut (`cut_tail`).
     limits: the `Limits` (`fft_levels`, `product_convolve`).
+    with_error: also return the bound on the result's log error.
 
   Returns:
     (the convolved rows, log of a bound on the mass of the law left out:
-    -inf if none).
+    -inf if none); with `with_error`, (the rows, a `ColumnError` (0.0 where
+    there are no others), the mass left out).
+
+  Raises:
+    laws.UnresolvedSumError: with `with_error`, a per-row sum whose proved
+      bound is not finite at some entry (never seen: an entry is resolved
+      within e^12 of a tilt's peak, far above the FFT's error).
   """
   parts = [(lp, k) for lp, k in parts if k > 0]
   if not parts:
-    return rows, -np.inf
+    return (rows, 0.0, -np.inf) if with_error else (rows, -np.inf)
   length = divergence.sum_length(parts)
   fft = rows.shape[1] >= limits.fft_levels
   cut = math.isfinite(tail) and fft
-  if fft and not cut and rows.size * length > limits.product_convolve:
+  if (fft or with_error) and not cut and (rows.size * length >
+                                          limits.product_convolve):
+    if with_error:
+      return _per_row_with_error(rows, parts)
     return np.stack([divergence.sum_log_pmf([(row, 1)] + parts)
                      for row in rows]), -np.inf
   lost = -np.inf
+  if with_error:
+    law, law_error, lost = _law_with_error(parts, tail if cut else math.inf,
+                                           length)
+    if cut and rows.size * law.size > limits.product_convolve:
+      return with_sum(rows, parts, limits=limits, with_error=True)
+    conv, rounding = matrix_sums.convolve(rows, 0.0, law, 0.0)
+    return conv, ColumnError(rounding, window_max(law_error, rows.shape[1])), lost
   if cut:
     law, lost = _cut_law(parts, tail, length)
     if rows.size * law.size > limits.product_convolve:
@@ -169,6 +245,47 @@ def with_sum(rows: np.ndarray, parts, tail: float = math.inf,
   # The others' law once, then every row by matrix products: the ±c mixes
   # of RQM at 256 levels, 663 others, 2 rows: 2 tilted sums -> 1.
   return matrix_sums.convolve(rows, 0.0, law, 0.0)[0], lost
+
+
+def _per_row_with_error(rows: np.ndarray, parts):
+  """`with_sum(..., with_error=True)` by one tilted FFT sum per row (the row
+  as one more part, taken as exact): (rows, a `ColumnError` whose column is
+  the largest proved error over the rows at each index, -inf)."""
+  out, column = [], None
+  for row in rows:
+    law, _, error = laws.sum_log_pmf_with_error([(row, 1)] + list(parts))
+    finite = np.isfinite(law)
+    if not np.all(np.isfinite(error[finite])):
+      raise laws.UnresolvedSumError(
+          'with_sum: a per-row sum has entries without a finite proved error.')
+    out.append(law)
+    error = np.where(finite, error, 0.0)
+    column = error if column is None else np.maximum(column, error)
+  conv = np.stack(out)
+  return conv, ColumnError(matrix_sums.EntryError(0.0, 0.0, conv), column), -np.inf
+
+
+def _law_with_error(parts, tail: float, length: int):
+  """(the law of the sum of `parts`, [its size] proved bounds on its log
+  error, log of a bound on the mass left out).
+
+  The law by `laws.sum_log_pmf_with_error` with the indices provably below
+  e^-tail/length unresolved (inf: none). Unresolved entries and entries
+  whose proved bound is not finite are left out (set to -inf) and their
+  rigorous upper bounds (`log_upper`, its own rounding included) summed
+  into the mass left out, with a 1e-9 margin for that sum's rounding; then
+  the law's -inf ends are trimmed (a translation changes no divergence)."""
+  floor = -tail - math.log(length) if math.isfinite(tail) else -np.inf
+  law, upper, error = laws.sum_log_pmf_with_error(parts, floor)
+  with np.errstate(invalid='ignore'):
+    bad = np.isnan(law) | (np.isfinite(law) & ~np.isfinite(error))
+  if not np.any(bad):
+    return law, np.where(np.isfinite(law), error, 0.0), -np.inf
+  lost = float(special.logsumexp(upper[bad])) + 1e-9
+  law = np.where(bad, -np.inf, law)
+  error = np.where(np.isfinite(law), error, 0.0)
+  kept = np.nonzero(np.isfinite(law))[0]
+  return law[kept[0]:kept[-1] + 1], error[kept[0]:kept[-1] + 1], lost
 
 
 def _cut_law(parts, tail: float, length: int) -> Tuple[np.ndarray, float]:
@@ -229,7 +346,7 @@ def add_lost(value: np.ndarray, lost: float, log_e0: np.ndarray
 
 
 def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
-                  orders: np.ndarray, err: Optional[float] = None
+                  orders: np.ndarray, err: Optional[RowsError] = None
                   ) -> np.ndarray:
   """log Σ P^α Q^(1-α) of each target pair, from its basis rows convolved.
 
@@ -241,8 +358,9 @@ def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
     conv: the basis rows convolved with an others' law.
     orders: [orders] finite Rényi orders > 1.
     err: a bound on conv's log error: the sums by `matrix_sums` (a number,
-      or its `EntryError`, entry by entry), its rounding included (None:
-      unknown, the sums' rounding only).
+      or its `EntryError`, entry by entry), or by the tilted FFT (a
+      `ColumnError`, `with_sum(..., with_error=True)`), its rounding
+      included (None: unknown, the sums' rounding only).
 
   Returns:
     [orders, pairs] the log power sums.
@@ -273,7 +391,7 @@ def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
                                    (err_up, err_lo))
 
 
-def mixed_error(weights: np.ndarray, conv: np.ndarray, err: float):
+def mixed_error(weights: np.ndarray, conv: np.ndarray, err: RowsError):
   """(the mixed rows, [R, L] a bound on each entry's absolute log error).
 
   conv's rows within A + B·|conv| (`matrix_sums.EntryError`; a number: A,
@@ -281,16 +399,21 @@ def mixed_error(weights: np.ndarray, conv: np.ndarray, err: float):
   W^B·S^(1-B) and S·(S/W)^B (Jensen, weights w_j, W = Σ_j w_j), so the
   mixed value S is within A + B·(|log S| + max(0, log W)), plus 2B times
   the largest positive log of a basis row (c_j > 1); then `mix_rows`'
-  rounding.
+  rounding. A `ColumnError`'s column v[z] bounds a factor e^±v[z] of every
+  term at z, which factors out of the (non-negative) mix: added as it is.
 
   Args:
     weights: [R, K] non-negative mixing weights.
     conv: [K, L] the basis rows convolved with an others' law.
-    err: the bound on conv's log error.
+    err: the bound on conv's log error (a number, an `EntryError` or a
+      `ColumnError`).
 
   Returns:
     ([R, L] mixed rows, [R, L] their error bounds).
   """
+  column = 0.0
+  if isinstance(err, ColumnError):
+    err, column = err.entry, np.asarray(err.column, np.float64)[None, :]
   bound = matrix_sums.EntryError.of(err, conv)
   mixed, rounding = mix_rows(weights, conv, with_error=True)
   slope = bound.slope
@@ -299,7 +422,7 @@ def mixed_error(weights: np.ndarray, conv: np.ndarray, err: float):
   with np.errstate(divide='ignore'):
     log_w = np.maximum(np.log(np.sum(weights, axis=1)), 0.0)[:, None]
   carried = bound.at(mixed) + slope * (log_w + 2 * c_plus)
-  return mixed, carried + (1 + slope) * rounding
+  return mixed, carried + (1 + slope) * rounding + column
 
 
 def log_ratio_max(log_p: np.ndarray, log_q: np.ndarray, pairs: np.ndarray

@@ -16,9 +16,9 @@ others (`blankets.two_vertices`), so they bound the sum for any others too
 
 Numerics (docs/privacy.md, "Numerics"): where `proved_mixes_apply`, the
 others' law of each group is built by `matrix_sums` (or in closed form for
-a two-entry law, `_TwoPointPowers`) and its proved error is carried into
-the power sums; above that cost, by the tilted FFT, whose error is not
-proved.
+a two-entry law, `_TwoPointPowers`); above that cost, by the tilted FFT
+(`convolution.with_sum(..., with_error=True)`). Either way its proved error
+is carried into the power sums.
 """
 
 from concurrent import futures
@@ -79,7 +79,8 @@ def proved_mixes_apply(mech, num_clients: int,
                        limits: limits_lib.Limits = limits_lib.DEFAULT_LIMITS
                        ) -> bool:
   """Whether `extreme_mixes` builds the others' laws by `matrix_sums`
-  (proved rounding, carried) rather than the tilted FFT (not proved).
+  rather than the tilted FFT (both with their proved error carried; the
+  matrix products are tighter, the FFT cheaper at many levels and clients).
 
   Up to `limits.matrix_levels` levels and L²(n-1)² multiply-adds (each end's
   copies added one at a time, `matrix_sums.Powers`) within
@@ -219,12 +220,12 @@ def extreme_mixes(mech, targets: targets_lib.TargetPairs, num_clients: int,
   worst = np.full((orders.size, len(targets.pairs)), 0.0)
   first = (num_clients - 1) // 2 if targets.symmetric else 0
   at_plus, at_minus = divergence.end_log_pmfs(mech)
-  log_e0 = convolution.pair_log_sums(targets, targets.basis, orders)
+  log_e0 = convolution.pair_log_sums(targets, targets.basis, orders, 0.0)
   proved = proved_mixes_apply(mech, num_clients, limits)
   if proved:
     # The others' laws by matrix products with proved rounding bounds
-    # (`matrix_sums`), carried into the power sums: not the tilted FFT,
-    # whose error is not bounded by proof (docs/privacy.md, "Numerics").
+    # (`matrix_sums`), carried into the power sums; else by the tilted FFT
+    # with its proved per-entry error, carried the same way.
     powers = (_powers(at_plus, tail), _powers(at_minus, tail))
 
   def group(bounds):
@@ -234,11 +235,11 @@ def extreme_mixes(mech, targets: targets_lib.TargetPairs, num_clients: int,
                                     (k0, num_clients - 1 - k1))
       return convolution.add_lost(
           convolution.pair_log_sums(targets, conv, orders, err), lost, log_e0)
-    conv, lost = convolution.with_sum(
+    conv, err, lost = convolution.with_sum(
         targets.basis, [(at_plus, k0), (at_minus, num_clients - 1 - k1)],
-        tail, limits)
+        tail, limits, with_error=True)
     return convolution.add_lost(
-        convolution.pair_log_sums(targets, conv, orders), lost, log_e0)
+        convolution.pair_log_sums(targets, conv, orders, err), lost, log_e0)
 
   groups = split_groups(first, num_clients - 1, (num_clients - 1) // 2, exact)
   with futures.ThreadPoolExecutor(others_lib.workers(len(groups))) as pool:

@@ -27,7 +27,9 @@ class Limits:
       above it they must be a lattice (`targets.breakpoints`).
     fft_levels: from this many levels on, a target row is convolved with the
       others by the tilted FFT sum (`divergence.sum_log_pmf`) rather than L
-      shifted log-domain adds (`convolution.with_sum`).
+      shifted log-domain adds (`convolution.with_sum`; where the error is
+      carried, `with_sum(..., with_error=True)`, the rows are convolved by
+      `matrix_sums.convolve` at every width).
     product_convolve: up to this many multiply-adds (rows x levels x the
       others' law), `convolution.with_sum` convolves the rows with the
       others' law by `matrix_sums.convolve` (BLAS) instead of one tilted FFT
@@ -40,7 +42,8 @@ class Limits:
     proved_mixes: up to this many multiply-adds (L²(n-1)², L levels, n
       clients), the ±c mixes build the others' laws by `matrix_sums`, with
       their proved error carried (`extreme_others.proved_mixes_apply`);
-      above, by the tilted FFT (not proved; docs/privacy.md, "Numerics"):
+      above, by the tilted FFT, its proved per-entry error carried too
+      (about 100x larger; docs/privacy.md, "Numerics" 3):
       QMGeo at 16 levels, n = 100 (2.5e6) is proved in ~1 s, at 256 levels
       (6.4e8) it would take ~45 s per evaluation against ~8 s.
     attained_operations: multiply-adds the attained end's laws of the
