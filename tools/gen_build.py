@@ -38,8 +38,9 @@ writes.
 """
 
 import ast
+import functools
 import os
-from typing import List, Optional, Set
+from typing import List, Optional, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Top-level folders of first-party Python (a dotted import of one is ours).
@@ -110,7 +111,19 @@ def _child_programs(tree: ast.AST) -> List[ast.AST]:
 def imported_files(path: str, source: Optional[str] = None) -> List[str]:
   """Project files `path` imports (a `from pkg import name` names a submodule
   file when there is one, else the package's __init__); for a test, also
-  those the programs it runs in a child process import."""
+  those the programs it runs in a child process import. A file on disk is
+  read and parsed once per process (`_imported_files_on_disk`)."""
+  if source is None:
+    return list(_imported_files_on_disk(path))
+  return _imported_files(path, source)
+
+
+@functools.lru_cache(maxsize=None)
+def _imported_files_on_disk(path: str) -> Tuple[str, ...]:
+  return tuple(_imported_files(path, None))
+
+
+def _imported_files(path: str, source: Optional[str]) -> List[str]:
   found = set()
   tree = _tree(path, source)
   trees = [tree] + (_child_programs(tree) if is_test(path) else [])

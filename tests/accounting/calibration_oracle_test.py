@@ -55,3 +55,25 @@ def test_end_mixes_that_leave_epsilon_are_computed_once_then_skipped():
                                          attained=False, pair_bounds=bounds,
                                          **schedule)
   assert len(calls) == 2 and whole.epsilon == pytest.approx(second, rel=1e-12)
+
+
+def test_the_profile_route_decides_and_the_rdp_routes_screen_stands_aside():
+  """At ε ≈ 1 in the frontier's sampling the profile route proves far less
+  than the RDP route: the oracle answers with it (the accountant's least
+  ε), and no cheap bound rejects a candidate the profile route accepts (the
+  target lies between the two routes' ε). With use_profile=False the RDP
+  route decides (and it is the default: the profile route is opt-in)."""
+  schedule = dict(rounds=300, clients_per_round=100, total_clients=3400,
+                  delta=1 / 3400, dim=4, use_pld=False, l2_clip=None,
+                  others='any', use_profile=True)
+  mech = mechanisms.PBM(clip=1.0, num_levels=16, theta=0.03)
+  whole = composition.training_guarantee(mech, orders=oracle.FAST_ORDERS,
+                                         attained=False, **schedule)
+  assert whole.route == 'profile'
+  target = (whole.epsilon + whole.epsilon_rdp) / 2
+  est = oracle.Epsilon(schedule, target).epsilon(mech)
+  assert not est.lower_bound and est.epsilon == whole.epsilon < target
+  rdp_only = oracle.Epsilon({k: v for k, v in schedule.items()
+                            if k != 'use_profile'}, target)
+  est = rdp_only.epsilon(mech)
+  assert est.epsilon > target

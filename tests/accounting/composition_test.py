@@ -10,6 +10,7 @@ from tff_quant import mechanisms
 from tff_quant.accounting import composition as C
 from tff_quant.accounting import rdp_route
 from tff_quant.accounting import secure_sum
+from tests.accounting import population
 
 
 def test_gaussian_equivalent_matches_dp_accounting():
@@ -40,8 +41,9 @@ def test_guarantee_grows_with_rounds_and_dim():
   e2 = C.training_guarantee(mech, 100, 40, 3400, 1e-5, use_pld=False).epsilon
   e3 = C.training_guarantee(mech, 10, 40, 3400, 1e-5, dim=10, use_pld=False).epsilon
   assert e1 < e2 and e1 < e3
-  g = C.training_guarantee(mech, 10, 40, 3400, 1e-5, others='extremes')
-  assert g.epsilon == min(g.epsilon_rdp, g.epsilon_pld)
+  g = C.training_guarantee(mech, 10, 40, 3400, 1e-5, others='extremes',
+                           use_profile=True)
+  assert g.epsilon == min(g.epsilon_rdp, g.epsilon_pld, g.epsilon_profile)
   assert 'ASSUMED: others at ±c' in g.assumptions
   proved = C.training_guarantee(mech, 10, 40, 3400, 1e-5)
   assert proved.epsilon_pld is None and 'others=' in proved.pld_note
@@ -215,39 +217,6 @@ def test_conditioned_route_is_sound_against_the_exact_epsilon_and_the_pld():
 # --- Brute force: the subsampled route against every cohort of a tiny
 # population (fixed-size sampling without replacement, replace-one).
 
-def _round_law(mech, inputs, cohort_size):
-  """The exact law of one round's level sum: a uniform n-subset of `inputs`
-  (every cohort enumerated), each member's output summed."""
-  pmfs = [mech.pmf(x) for x in inputs]
-  cohorts = list(itertools.combinations(range(len(inputs)), cohort_size))
-  law = np.zeros(cohort_size * (mech.num_levels - 1) + 1)
-  for cohort in cohorts:
-    s = np.ones(1)
-    for i in cohort:
-      s = np.convolve(s, pmfs[i])
-    law += s
-  return law / len(cohorts)
-
-
-def _true_epsilon(p, q, rounds, delta):
-  """The least ε with δ(ε) = Σ (P - e^ε Q)_+ <= delta in both directions, P
-  and Q the exact laws of `rounds` independent rounds (bisection to 1e-9)."""
-  big_p, big_q = p, q
-  for _ in range(rounds - 1):
-    big_p, big_q = np.outer(big_p, p).ravel(), np.outer(big_q, q).ravel()
-
-  def one_way(a, b):
-    lo, hi = 0.0, 60.0
-    if np.maximum(a - b, 0).sum() <= delta:
-      return 0.0
-    while hi - lo > 1e-9:
-      mid = (lo + hi) / 2
-      lo, hi = ((lo, mid) if np.maximum(a - math.exp(mid) * b, 0).sum() <= delta
-                else (mid, hi))
-    return hi
-  return max(one_way(big_p, big_q), one_way(big_q, big_p))
-
-
 @pytest.mark.parametrize('cohort_size, rounds', [(2, 2), (3, 2), (2, 3)])
 def test_subsampled_route_holds_against_every_cohort_of_a_tiny_population(
     cohort_size, rounds):
@@ -263,7 +232,68 @@ def test_subsampled_route_holds_against_every_cohort_of_a_tiny_population(
   for others in [(1.0, -1.0, 1.0, -1.0, 1.0), (0.3, -0.77, 0.05, 1.0, -1.0),
                  (0.61, 0.61, -0.2, -0.93, 0.0)]:
     for x, x2 in [(1.0, -1.0), (0.4, -0.25), (1.0, 0.0)]:
-      p = _round_law(mech, (x,) + others, cohort_size)
-      q = _round_law(mech, (x2,) + others, cohort_size)
-      worst = max(worst, _true_epsilon(p, q, rounds, delta))
+      p = population.round_law(mech, (x,) + others, cohort_size)
+      q = population.round_law(mech, (x2,) + others, cohort_size)
+      worst = max(worst, population.true_epsilon(p, q, rounds, delta))
   assert 0 < worst <= proved
+
+
+# --- The profile route inside the guarantee (its soundness:
+# profile_route_test).
+
+def test_the_least_route_is_reported_and_every_route_is_kept():
+  mech = mechanisms.PBM(clip=1.0, num_levels=16, theta=0.03)
+  g = C.training_guarantee(mech, 300, 100, 3400, 1 / 3400, dim=4,
+                           use_profile=True)
+  assert g.route == 'profile' and g.epsilon == g.epsilon_profile
+  assert g.epsilon < g.epsilon_rdp and g.profile_note == ''
+  assert 'profile ε=' in g.summary() and 'BBG18 Thm 2' in g.assumptions
+  # The attained end is the same route's, from the attained RDP curve.
+  assert g.epsilon_attained <= g.epsilon
+  assert g.attained_inputs.startswith('the profile route from the RDP')
+  off = C.training_guarantee(mech, 300, 100, 3400, 1 / 3400, dim=4,
+                             attained=False)   # the default: opt-in
+  assert off.epsilon_profile is None and 'use_profile=False' in off.profile_note
+  assert off.epsilon == off.epsilon_rdp == g.epsilon_rdp
+
+
+def test_profile_route_falls_back_with_the_reason_for_a_conditioned_sum():
+  g = C.training_guarantee(_BQ, 3, 2, 20, 1e-5, dim=2, attained=False,
+                           use_profile=True)
+  assert g.epsilon_profile is None
+  assert 'conditioned on a window' in g.profile_note
+  assert g.profile_note in g.summary()
+
+
+def test_profile_route_from_a_given_rdp_curve():
+  """A mechanism outside the registry (its per-round RDP given): the
+  profile route applies; a conditioned sum's RDP falls back."""
+  rdp = {a: a / 8 for a in range(2, 257)}
+  rdp[math.inf] = math.inf
+  acc = C.RoundAccountant.from_round_rdp(rdp, 100, 3400, 1 / 3400, 1, 'given')
+  g = acc.guarantee(300, use_profile=True)
+  assert g.route == 'profile' and g.epsilon_profile < g.epsilon_rdp
+  cond = _BQ.conditioned_sum(2, 1e-9)
+  acc = C.RoundAccountant.from_round_rdp(rdp, 2, 20, 1e-5, 1, 'given',
+                                         conditioned=cond)
+  assert 'conditioned' in acc.guarantee(3, use_profile=True).profile_note
+
+
+def test_profile_route_with_dropouts_is_the_sum_of_n_min_sampled_at_n():
+  """n_min < n: the round's profile is that of the n_min-client sum (data
+  processing), sampled at γ = n/N: between the full cohort's ε and the
+  n_min cohort's sampled at n_min/N. For the Gaussian, its closed form
+  at the n_min clients' noise."""
+  mech = mechanisms.PBM(clip=1.0, num_levels=16, theta=0.03)
+  args = (100, 3400, 1 / 3400)
+  full = C.RoundAccountant(mech, *args, dim=4).epsilon_profile(300)[0]
+  drop = C.RoundAccountant(mech, *args, dim=4, min_clients_per_round=50
+                           ).epsilon_profile(300)[0]
+  small = C.RoundAccountant(mech, 50, 3400, 1 / 3400, dim=4
+                            ).epsilon_profile(300)[0]
+  assert full < drop and small < drop
+  gauss = mechanisms.Gaussian(1.0, 0.4)
+  g_drop = C.RoundAccountant(gauss, *args, min_clients_per_round=50)
+  g_50 = C.RoundAccountant(gauss, 50, 3400, 1 / 3400)
+  assert g_drop._gaussian_mu() == g_50._gaussian_mu()   # pylint: disable=protected-access
+  assert g_drop.epsilon_profile(300)[0] > g_50.epsilon_profile(300)[0]

@@ -8,13 +8,17 @@ module per step:
    any inputs of the n-1 others (`accounting.others`, proved).
 2. `rdp_route`: that RDP after client sampling (WBK19), and RDP → (ε, δ).
 3. `pld_route`: the PLD route's ε, from the exact loss pmf of the worst pair.
-4. Here: composition over rounds (`RoundAccountant`, `training_guarantee`),
-   the tighter route reported (`Guarantee`). Every guarantee also carries the ε
+4. `profile_route`: the profile route's ε, from the round's privacy profile
+   (its RDP curve converted, or the Gaussian's closed form) amplified by
+   sampling and composed as a PLD.
+5. Here: composition over rounds (`RoundAccountant`, `training_guarantee`),
+   the tightest route reported (`Guarantee`). Every guarantee also carries the ε
    that named inputs attain on the same route (`Guarantee.epsilon_attained`):
    ε ∈ [attained, proved].
 
-Two routes, both valid for sampling `clients_per_round` of `total_clients`
-uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
+Three routes. The first two are valid for sampling `clients_per_round` of
+`total_clients` uniformly (fixed size, without replacement) or by Poisson
+sampling at that rate, the third for fixed-size sampling (what runs):
 * RDP: WBK19 (Wang, Balle, Kasiviswanathan, AISTATS 2019, Thm 9;
   docs/references.md) subsampled RDP for sampling without replacement under
   replace-one, composed over rounds, converted with
@@ -24,6 +28,14 @@ uniformly (fixed size, without replacement) or by Poisson sampling at that rate:
   (the target not sampled; pessimistic: as if the server could tell), then
   dp-accounting's PLD (public API) composed over rounds. Skipped, with the
   reason in `Guarantee.pld_note`, when its grid would exceed pld_max_points.
+* Profile: the round's proved RDP curve converted to a privacy profile
+  (CKS20 Prop. 12; the central Gaussian's in closed form, Balle & Wang 2018
+  Thm 8), amplified by fixed-size sampling (a coupling and Balle, Barthe,
+  Gaboardi 2018, Thm 2), dominated by a connect-the-dots pair (Doroshenko
+  et al. 2022) and composed by dp-accounting's PLD (Zhu, Dong, Wang 2022,
+  Thm 10): `profile_route`. It removes WBK19 Thm 9's excess at small ε.
+  Not used, with the reason in `Guarantee.profile_note`, for a conditioned
+  sum (BQ).
 """
 
 import dataclasses
@@ -31,26 +43,32 @@ import functools
 import math
 from typing import Dict, Optional, Sequence
 
+import numpy as np
+
 from tff_quant.accounting import attained as attained_lib
 from tff_quant.accounting import per_round
 from tff_quant.accounting import pld_route
+from tff_quant.accounting import profile_route
 from tff_quant.accounting import rdp_route
 from tff_quant.accounting import secure_sum
 from tff_quant.common import validation
+from tff_quant.mechanisms import gaussian
 
 
 @dataclasses.dataclass
 class Guarantee:
-  """(ε, δ) for a run, by both routes; `epsilon` is the tighter one.
+  """(ε, δ) for a run, by every route computed; `epsilon` is the least.
 
   Args:
-    epsilon, delta: the headline guarantee (the tighter route).
-    route: 'RDP' or 'PLD', the route that gave `epsilon`.
+    epsilon, delta: the headline guarantee (the tightest route).
+    route: 'RDP', 'PLD' or 'profile', the route that gave `epsilon`.
     epsilon_rdp, rdp_order: the RDP route's ε and the order attaining it.
     epsilon_pld: the PLD route's ε (None when not computed).
     rounds, clients_per_round, total_clients, dim: the schedule accounted.
     per_round_rdp: {order: ε} of one round before subsampling.
     assumptions: the neighbouring relation and worst cases used, in words.
+    epsilon_profile: the profile route's ε (None when not computed, why in
+      `profile_note`).
   """
   epsilon: float
   delta: float
@@ -74,6 +92,11 @@ class Guarantee:
   #: The fewest clients whose outputs a round's sum holds (dropouts; None:
   #: every sampled client's, `clients_per_round`).
   min_clients_per_round: Optional[int] = None
+  epsilon_profile: Optional[float] = None
+  profile_note: str = ''   # why the profile route was not computed, if not
+  #: The Rényi order the profile route leans on most
+  #: (`profile_route.binding_order`; nan where not computed).
+  profile_order: float = math.nan
 
   @property
   def slack(self) -> Optional[float]:
@@ -91,12 +114,16 @@ class Guarantee:
             '[attained by named inputs, proved]')
 
   def summary(self) -> str:
-    """One line: (ε, δ), rounds, the interval, both routes' ε and the PLD note."""
+    """One line: (ε, δ), rounds, the interval, every route's ε and the
+    notes of those not computed."""
     pld = 'n/a' if self.epsilon_pld is None else f'{self.epsilon_pld:.4g}'
+    prof = ('n/a' if self.epsilon_profile is None
+            else f'{self.epsilon_profile:.4g}')
+    notes = '; '.join(n for n in (self.pld_note, self.profile_note) if n)
     return (f'(ε={self.epsilon:.4g}, δ={self.delta:.3g}) after {self.rounds} rounds; '
             f'{self.interval()} [{self.route}; RDP ε={self.epsilon_rdp:.4g} at '
-            f'α={self.rdp_order:g}, PLD ε={pld}]' +
-            (f' ({self.pld_note})' if self.pld_note else ''))
+            f'α={self.rdp_order:g}, PLD ε={pld}, profile ε={prof}]' +
+            (f' ({notes})' if notes else ''))
 
 
 # Introduces, in a guarantee's text, how the ℓ2 route bounded the divergences
@@ -133,7 +160,7 @@ class RoundAccountant:
   """Per-round RDP computed once; (ε, δ) after any number of rounds, cheaply.
 
   `epsilon(rounds)` is the RDP route (fast, used for per-round logs);
-  `guarantee(rounds)` adds the PLD route and picks the tighter one.
+  `guarantee(rounds)` adds the PLD and profile routes and picks the least.
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism` (its exact pmf is what is accounted).
@@ -274,16 +301,22 @@ class RoundAccountant:
             limits=self.limits) or False
     return self._attained or None
 
-  def epsilon_attained(self, rounds: int):
+  def epsilon_attained(self, rounds: int, use_profile: bool = False,
+                       interval: float = profile_route.DEFAULT_INTERVAL):
     """The lower end of ε ∈ [attained, proved] (`attained` module
-    docstring): the RDP route from the attained per-round RDP.
+    docstring): the RDP route from the attained per-round RDP, and the
+    profile route from it (where it applies), the smaller, as the proved ε
+    is the smaller of the routes from the proved curve.
 
     Args:
       rounds: T >= 1, rounds composed.
+      use_profile: also the profile route (as `guarantee`'s; opt-in).
+      interval: the profile route's PLD loss grid spacing.
 
     Returns:
-      (ε, order): ε at self.delta after T rounds and the Rényi order it came
-      from; (None, nan) where no configuration search applies.
+      (ε, order): ε at self.delta after T rounds and the Rényi order the
+      RDP route's came from; (None, nan) where no configuration search
+      applies.
 
     Raises:
       TypeError: `rounds` not an integer.
@@ -292,7 +325,12 @@ class RoundAccountant:
     validation.check_integer('rounds', rounds, 1)
     if self.attained is None:
       return None, math.nan
-    return self._epsilon(self._subsampled(self.attained), rounds)
+    eps, order = self._epsilon(self._subsampled(self.attained), rounds)
+    if use_profile and not self._profile_reason(self.attained):
+      eps = min(eps, profile_route.profile_epsilon(
+          self._round_profile(self.attained), self.gamma, rounds,
+          self.delta, interval))
+    return eps, order
 
   @classmethod
   def from_round_rdp(cls, rdp: Dict[float, float], clients_per_round: int,
@@ -372,12 +410,77 @@ class RoundAccountant:
     eps, order = rdp_route.epsilon_from_rdp(self.orders, sub, rounds, delta)
     return eps + steps * self.conditioned.log_ratio, order
 
+  def _profile_reason(self, rdp) -> str:
+    """'' where the profile route applies to the round RDP curve `rdp`,
+    else why not (in words)."""
+    if self.conditioned is not None:
+      return ('profile route not used: the RDP routes account the sum '
+              'conditioned on a window (docs/privacy.md, "Conditioning on a '
+              'window"), whose profile is not the released sum\'s')
+    if not any(math.isfinite(v) for v in rdp.values()):
+      return ('profile route not used: every per-round Rényi divergence is '
+              'infinite')
+    return ''
+
+  def _gaussian_mu(self) -> Optional[float]:
+    """For the central Gaussian, its replace-one ℓ2 sensitivity over the
+    summed noise's standard deviation (what `sum_divergences` is at: the
+    round RDP is α·μ²/2); None for any other mechanism."""
+    if not isinstance(self.mech, gaussian.Gaussian):
+      return None
+    sensitivity = (2 * self.l2_clip if self.l2_route
+                   else 2 * self.mech.input_bound * math.sqrt(self.dim))
+    return sensitivity / (math.sqrt(self.summed) * self.mech.sigma)
+
+  def _round_profile(self, rdp):
+    """The un-sampled round's δ_M from the RDP curve `rdp` (CKS20 Prop.
+    12), and for the central Gaussian its closed form where smaller."""
+    mu = self._gaussian_mu()
+    if mu is None:
+      return lambda eps: profile_route.rdp_profile(rdp, eps)
+    return lambda eps: np.minimum(profile_route.gaussian_profile(mu, eps),
+                                  profile_route.rdp_profile(rdp, eps))
+
+  def epsilon_profile(self, rounds: int,
+                      interval: float = profile_route.DEFAULT_INTERVAL):
+    """The proved ε after `rounds` rounds by the profile route
+    (`profile_route`; docs/privacy.md, "Subsampling (WBK19) and composition").
+
+    The round's profile is bounded from its proved RDP (a sup over every
+    ordered target pair and any others, so both orders are covered), or in
+    closed form for the central Gaussian. With dropouts the round is the sum
+    of n_min clients sampled at γ = n/N (docs/privacy.md, "Dropouts": the
+    same argument with hockey-stick divergences).
+
+    Args:
+      rounds: T >= 1, rounds composed.
+      interval: the PLD loss grid's spacing, > 0.
+
+    Returns:
+      (ε, '') or (None, why the route does not apply).
+
+    Raises:
+      TypeError: `rounds` not an integer.
+      ValueError: `rounds` < 1 or `interval` <= 0.
+    """
+    validation.check_integer('rounds', rounds, 1)
+    if self.conditioned is not None:   # before the curve is computed
+      return None, self._profile_reason({})
+    why = self._profile_reason(self.rdp)
+    if why:
+      return None, why
+    return profile_route.profile_epsilon(
+        self._round_profile(self.rdp), self.gamma, rounds, self.delta,
+        interval), ''
+
   def guarantee(self, rounds: int, use_pld: bool = True,
                 pld_interval: float = 1e-3,
                 pld_max_points: int = pld_route.DEFAULT_PLD_MAX_POINTS,
-                attained: bool = True) -> Guarantee:
-    """(ε, δ) after `rounds` rounds: the tighter of the RDP route and the
-    PLD route.
+                attained: bool = True, use_profile: bool = False,
+                profile_interval: float = profile_route.DEFAULT_INTERVAL
+                ) -> Guarantee:
+    """(ε, δ) after `rounds` rounds: the least of the RDP route, the PLD
+    route and the profile route (each an upper bound).
 
     Args:
       rounds: T >= 1, rounds composed.
@@ -386,6 +489,10 @@ class RoundAccountant:
       pld_max_points: the largest PLD grid allocated (else `pld_note` says
         why the route was skipped).
       attained: also compute the lower end of ε ∈ [attained, proved].
+      use_profile: try the profile route (`epsilon_profile`; opt-in: its
+        rounds compose through dp-accounting's FFT, whose error is not
+        carried; docs/privacy.md).
+      profile_interval: the profile route's PLD loss grid spacing.
 
     Returns:
       A `Guarantee`.
@@ -396,22 +503,31 @@ class RoundAccountant:
         `secure_sum.Limits`: `secure_sum.CostError`).
     """
     eps_rdp, order = self.epsilon_rdp(rounds)
+    if use_profile:
+      eps_prof, prof_note = self.epsilon_profile(rounds, profile_interval)
+    else:
+      eps_prof, prof_note = None, 'profile route not requested (use_profile=False)'
+    prof_order = (math.nan if eps_prof is None else profile_route.binding_order(
+        self.rdp, self.gamma, self.delta, rounds))
     if self.mech is None:
-      return Guarantee(eps_rdp, self.delta, 'RDP', eps_rdp, order, None, rounds,
+      eps, route = ((eps_prof, 'profile')
+                    if eps_prof is not None and eps_prof < eps_rdp
+                    else (eps_rdp, 'RDP'))
+      return Guarantee(eps, self.delta, route, eps_rdp, order, None, rounds,
                        self.n, self.population, self.dim, self.rdp,
                        self._assumptions, 'PLD route not available: the '
                        'per-round RDP was given in closed form',
                        attained_inputs='the per-round RDP was given in closed '
-                       'form')
+                       'form', epsilon_profile=eps_prof,
+                       profile_note=prof_note, profile_order=prof_order)
     eps_pld, note = pld_route.pld_epsilon(
         self.mech, self.summed, self.dim, rounds, self.gamma, self.delta,
         use_pld=use_pld, l2_route=self.l2_route, others=self.others,
         limits=self.limits, pld_interval=pld_interval,
         pld_max_points=pld_max_points)
-    if eps_pld is not None and eps_pld < eps_rdp:
-      eps, route = eps_pld, 'PLD'
-    else:
-      eps, route = eps_rdp, 'RDP'
+    eps, route = min(((e, r) for e, r in ((eps_rdp, 'RDP'), (eps_pld, 'PLD'),
+                                          (eps_prof, 'profile'))
+                      if e is not None), key=lambda er: er[0])
     low, inputs = None, 'not requested (attained=False)'
     if attained and route == 'PLD':
       # The PLD route composes named pairs' exact loss distributions.
@@ -420,7 +536,10 @@ class RoundAccountant:
       inputs = ('no configuration search applies (closed form or a '
                 'secure-sum law over Limits.attained_operations)')
     elif attained:
-      low, at = self.epsilon_attained(rounds)
+      low, at = self.epsilon_attained(rounds, use_profile and eps_prof is not
+                                      None, profile_interval)
+      from_profile = low is not None and low < self.epsilon_attained(
+          rounds, False)[0]
       if not self.attained.configurations:
         inputs = 'exact per-round divergences (closed form)'
       elif math.isnan(at):   # every order infinite
@@ -429,10 +548,14 @@ class RoundAccountant:
         inputs = self.attained.describe(at)
       if self.conditioned is not None:   # the others were folded into the law
         inputs = inputs.replace('others none', self.conditioned.attained_others)
+      if from_profile and self.attained.configurations:
+        inputs = ('the profile route from the RDP attained at every order; '
+                  f'the RDP route\'s order: {inputs}')
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp,
                      self._assumptions_text(), note, low, inputs,
-                     self.summed if self.summed < self.n else None)
+                     self.summed if self.summed < self.n else None,
+                     eps_prof, prof_note, prof_order)
 
   def _assumptions_text(self) -> str:
     """The neighbouring relation, sampling, route and worst cases, in words."""
@@ -479,7 +602,9 @@ class RoundAccountant:
     text = (
         f'replace-one neighbouring (participant count public); {self.n} of '
         f'{self.population} clients per round (γ={self.gamma:.4g}){dropouts}, '
-        'fixed-size without replacement (RDP: WBK19 Thm 9) or Poisson (PLD: '
+        'fixed-size without replacement (RDP: WBK19 Thm 9; profile: the round\'s '
+        'profile amplified by a coupling and BBG18 Thm 2, composed as a PLD) '
+        'or Poisson (PLD: '
         f'target participation revealed, pessimistic); {coords}; {others}; '
         'D∞ = sup over all inputs.')
     method = getattr(self.rdp, 'method', '')
@@ -498,7 +623,9 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
                        others: str = 'any', attained: bool = True,
                        limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
                        pair_bounds: Optional[secure_sum.PairBounds] = None,
-                       min_clients_per_round: Optional[int] = None
+                       min_clients_per_round: Optional[int] = None,
+                       use_profile: bool = False,
+                       profile_interval: float = profile_route.DEFAULT_INTERVAL
                        ) -> Guarantee:
   """(ε, δ) after `rounds` rounds of `clients_per_round` sampled from `total_clients`.
 
@@ -522,6 +649,18 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
       (`secure_sum.PairBounds`).
     min_clients_per_round: None, or the fewest sampled clients a round's sum
       may hold (dropouts; `RoundAccountant`).
+    use_profile: also compute the profile route (`RoundAccountant.
+      epsilon_profile`; where it does not apply `Guarantee.profile_note`
+      says why; opt-in: its rounds compose through dp-accounting's FFT,
+      whose error is not carried; docs/privacy.md).
+    profile_interval: the profile route's PLD loss grid spacing.
+
+  Returns:
+    A `Guarantee`: the least ε of the routes computed.
+
+  Raises:
+    TypeError, ValueError: an argument of the wrong type or out of range
+      (named), or the accountant's own errors (`RoundAccountant.guarantee`).
   """
   validation.check_integer('rounds', rounds, 1)
   accountant = RoundAccountant(mech, clients_per_round, total_clients, delta,
@@ -530,4 +669,5 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
                                min_clients_per_round=min_clients_per_round)
   return accountant.guarantee(
       rounds, use_pld, pld_interval,
-      pld_max_points or pld_route.DEFAULT_PLD_MAX_POINTS, attained)
+      pld_max_points or pld_route.DEFAULT_PLD_MAX_POINTS, attained,
+      use_profile, profile_interval)

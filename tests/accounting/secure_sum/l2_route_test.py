@@ -126,3 +126,29 @@ def test_the_even_grid_gives_way_where_its_search_is_over_the_limit():
   over = secure_sum.divergence_curve(mech, orders, n, t_grid=wide,
                                      limits=limits)
   assert secure_sum.is_loose_method(over.method)
+
+
+def test_an_orders_bound_does_not_depend_on_the_orders_asked_with_it():
+  """A limit that affords the wide grid for two rungs but not for six: the
+  low orders' bounds asked with many orders are those asked alone (the wide
+  grid is still searched where it is affordable), and never above them."""
+  dim, n = 400, 9
+  c = 3 / math.sqrt(dim)
+  mech = mechanisms.QMGeo(c, 32, 0.3, full_support=True, level_range=4 * c)
+  t_star = 2 / math.sqrt(dim)
+  wide = secure_sum.l2_grid(mech, t_star, 24, n)
+  narrow = secure_sum.l2_grid(mech, t_star, 24, n, wide=False)
+  ops = lambda g, k: secure_sum.search_operations(
+      mech, n, k, secure_sum.off_lattice(mech, g), secure_sum.DEFAULT_CELLS)
+  # Affords the wide grid at 2 rungs, and the narrow one at 6.
+  limit = max(ops(wide, 2), ops(narrow, 6)) * 1.01
+  assert ops(wide, 6) > limit
+  limits = secure_sum.Limits(max_operations=limit)
+  few = secure_sum.vector_rdp(mech, [2.0, 3.0], n, dim, 2.0, limits=limits)
+  many = secure_sum.vector_rdp(mech, [2.0, 3.0, 4.0, 5.0, 6.0, 7.0], n, dim,
+                               2.0, limits=limits)
+  narrow_only = secure_sum.divergence_curve(mech, [2.0, 3.0], n,
+                                            t_grid=narrow, limits=limits)
+  for a in (2.0, 3.0):
+    assert many[a] == pytest.approx(few[a], rel=1e-12)
+    assert many[a] <= dim * narrow_only.majorant(a, min(4 / dim, 4 * c**2))

@@ -1,10 +1,13 @@
 """The one place that decides a calibration candidate's ε.
 
 `Epsilon` implements `interface.Oracle` over the accountant
-(`composition.training_guarantee`, RDP route: Rényi orders composed and
-converted, Mironov 2017; subsampled by WBK19, Thm 9) and its cheap lower
-bound (`lower_bound.epsilon_at_least`); with bound='attained', over the
-per-round divergences named inputs attain (`RoundAccountant.epsilon_attained`).
+(`composition.training_guarantee`: the least of the RDP route, Rényi orders
+subsampled by WBK19 Thm 9, composed and converted, Mironov 2017, and the
+profile route, the round's profile from the same orders amplified by
+sampling and composed as a PLD, `profile_route`) and its cheap lower bound
+(`lower_bound.epsilon_at_least`, used only with use_profile=False: it bounds
+the RDP route); with bound='attained', over the per-round divergences named
+inputs attain (`RoundAccountant.epsilon_attained`, both routes).
 """
 
 import dataclasses
@@ -75,13 +78,20 @@ class Epsilon:
   allowed, the minimum may lie above the cap: that candidate is evaluated
   again over every order (without this, a jump from a low-noise candidate
   overstated the next one's ε, 0.79 instead of 0.42 for the Gaussian).
+  Where the profile route gives the ε, α* is its binding order
+  (`profile_route.binding_order`: the order whose RDP → profile term is
+  least where the sampled profile reaches δ/T); measured on the Gaussian's
+  curve in the frontier's sampling at z = 2, 3, 6, 12, the cap it sets
+  loses nothing against every FAST_ORDERS order.
 
   With a `target`, a candidate whose accountant costs >= 10x the bound
   (`lower_bound.worthwhile`) is first bounded below from one input
   configuration: when that already exceeds the target, the bound answers
   (`EpsilonEstimate.lower_bound`), so a search sees the same side of the
   target either way (what it saves: docs/performance.md). Not with the PLD
-  route (the bound is the RDP route's) nor bound='attained'.
+  or profile routes (the bound is the RDP route's, and those routes may give
+  less: the profile route is on unless the schedule says use_profile=False)
+  nor bound='attained'.
 
   On the ℓ2 route the accountant bounds each target pair by the smaller of
   the mixture bound and the ±c mixes (`secure_sum.PairBounds`). At the
@@ -117,7 +127,7 @@ class Epsilon:
     self.pair_bounds = pair_bounds or secure_sum.PairBounds()
     self.bound = bound
     self.target = (None if schedule.get('use_pld') or bound == 'attained'
-                   else target)
+                   or schedule.get('use_profile', False) else target)
     # bound='attained' only (the report names the inputs from it).
     self.attained_ends: Dict[str, AttainedEnd] = {}   # repr(mechanism) ->
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
@@ -130,7 +140,7 @@ class Epsilon:
     # ε of a sum over fewer (min_clients_per_round): that sum's bound covers
     # n's by data processing (docs/privacy.md, "Dropouts").
     self._bound_schedule = {k: v for k, v in self.schedule.items()
-                            if k not in ('use_pld', 'others',
+                            if k not in ('use_pld', 'others', 'use_profile',
                                          'min_clients_per_round')}
 
   def epsilon(self, mech, screen: bool = True) -> interface.EpsilonEstimate:
@@ -206,14 +216,14 @@ class Epsilon:
       return self._attained(mech)
     try:
       g = self._guarantee(mech)
-      if self.orders != FAST_ORDERS and not g.rdp_order < max(self.orders):
+      if self.orders != FAST_ORDERS and not _order(g) < max(self.orders):
         self.orders = FAST_ORDERS
         g = self._guarantee(mech)
     except (modular.UnresolvableError, divergence.UnresolvedSumError) as err:
       self.unresolved = str(err)
       return math.inf
     self.seen[repr(mech)] = Evaluated(g.assumptions, tuple(self.orders))
-    self._cap(g.rdp_order)
+    self._cap(_order(g))
     return g.epsilon
 
   def _guarantee(self, mech):
@@ -276,7 +286,8 @@ class Epsilon:
           s['dim'], self.orders, s['l2_clip'], s['others'],
           limits=self.limits,
           min_clients_per_round=s.get('min_clients_per_round'))
-      return (acc,) + acc.epsilon_attained(s['rounds'])
+      return (acc,) + acc.epsilon_attained(s['rounds'],
+                                           s.get('use_profile', False))
 
     try:
       acc, eps, order = run()
@@ -304,3 +315,10 @@ class Epsilon:
         f'> Limits.attained_operations='
         f'{self.limits.attained_operations:.2g}), so the '
         'optimistic end is unknown here.')
+
+
+def _order(g) -> float:
+  """The Rényi order the reported route of guarantee `g` leans on: the RDP
+  route's best order, or the profile route's binding order
+  (`profile_route.binding_order`)."""
+  return g.profile_order if g.route == 'profile' else g.rdp_order

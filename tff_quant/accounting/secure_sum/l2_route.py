@@ -81,14 +81,28 @@ def vector_rdp(mech, orders: Sequence[float], clients_per_round: int, dim: int,
   rungs = (sorted(set(float(a) for a in orders)) if mech.central
            else grids.order_ladder(orders))
   grid = grids.l2_grid(mech, math.sqrt(u), t_points, clients_per_round, limits)
-  if not _affordable(mech, grid, rungs, clients_per_round, cells, others,
-                     limits):
-    grid = grids.l2_grid(mech, math.sqrt(u), t_points, clients_per_round,
+  curve_at = lambda g, rs: curve_lib.divergence_curve(
+      mech, rs, clients_per_round, t_grid=g, cells=cells, others=others,
+      limits=limits, pair_bounds=pair_bounds)
+  if _affordable(mech, grid, rungs, clients_per_round, cells, others, limits):
+    curve = curve_at(grid, rungs)
+    per_rung = {a: dim * curve.majorant(a, u) for a in rungs}
+    return RoundRdp(between_rungs(per_rung, orders), curve.method)
+  # The wide grid over every rung is over the cost: the narrow grid at every
+  # rung, and the wide one at the lowest rungs it affords (where ε is
+  # usually set), each rung at the smaller majorant (both bound it), so a
+  # rung's bound does not depend on how many others were asked with it.
+  narrow = grids.l2_grid(mech, math.sqrt(u), t_points, clients_per_round,
                          limits, wide=False)
-  curve = curve_lib.divergence_curve(mech, rungs, clients_per_round,
-                                     t_grid=grid, cells=cells, others=others,
-                                     limits=limits, pair_bounds=pair_bounds)
+  curve = curve_at(narrow, rungs)
   per_rung = {a: dim * curve.majorant(a, u) for a in rungs}
+  low = next((rungs[:k] for k in range(len(rungs) - 1, 0, -1)
+              if _affordable(mech, grid, rungs[:k], clients_per_round, cells,
+                             others, limits)), [])
+  if low:
+    wide = curve_at(grid, low)
+    for a in low:
+      per_rung[a] = min(per_rung[a], dim * wide.majorant(a, u))
   return RoundRdp(between_rungs(per_rung, orders), curve.method)
 
 
