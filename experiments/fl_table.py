@@ -21,7 +21,6 @@ aggregators run packed like ours (`aggregators.packed_peers`). Federated Fashion
 """
 
 import json
-import math
 import os
 import subprocess
 import sys
