@@ -77,6 +77,39 @@ def test_exact_prefix_sums_within_bound():
       assert abs(Fraction(float(s[i])) - run) <= Fraction(float(err[i]))
 
 
+def test_exact_prefix_sums_take_large_terms_when_few_and_refuse_overflow():
+  """Terms beyond 32 are exact while max|t|·N < 2^32 (Skellam's far log
+  ratios); past that the int64 sums could overflow: refused, named."""
+  from fractions import Fraction
+  terms = np.array([-700.123456789, -65.5, 1e6 / 3, -2.0**-40, 12.25])
+  s, err = exact_laws.exact_prefix_sums(terms)
+  run = Fraction(0)
+  for i, t in enumerate(terms):
+    run += Fraction(float(t))
+    assert abs(Fraction(float(s[i])) - run) <= Fraction(float(err[i]))
+  with pytest.raises(ValueError, match='max\\|t\\|·N below 2\\^32'):
+    exact_laws.exact_prefix_sums(np.full(8, 2.0**30))
+  with pytest.raises(ValueError, match='finite'):
+    exact_laws.exact_prefix_sums(np.array([1.0, np.nan]))
+
+
+def test_log_normaliser_bounds_the_whole_sum_with_missing_mass():
+  """log Σ e^(v_k) with each v_k off by up to its bound, and a share of the
+  whole outside the window: the exact log Z of the whole is within e."""
+  rng = np.random.default_rng(4)
+  exact = np.concatenate([[0.0], -rng.uniform(0, 30, 200)])
+  bound = np.full(exact.size, 1e-12)
+  bound[0] = 0.0
+  computed = exact + rng.uniform(-1, 1, exact.size) * bound
+  missing = 1e-6
+  with mpmath.workdps(40):
+    inside = mpmath.fsum(mpmath.exp(mpmath.mpf(float(x))) for x in exact)
+    whole = inside / (1 - mpmath.mpf(missing) / 2)   # half the allowed share
+    log_z, e = exact_laws.log_normaliser(computed, bound, missing=missing)
+    assert abs(float(mpmath.log(whole) - mpmath.mpf(log_z))) <= e
+    assert e < 1.1e-6   # the missing share dominates; rounding adds ~1e-12
+
+
 def test_two_point_mixture_error_covers_a_tiny_weight():
   a, b = -3.0, -2.0
   f = 2.0**-1070

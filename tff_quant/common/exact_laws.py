@@ -51,16 +51,17 @@ def _grid_bits(trials: int) -> int:
 def exact_prefix_sums(terms: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
   """(s, err): s[i] ≈ Σ_{l<=i} terms[l], |s[i] - Σ_{l<=i} terms[l]| <= err[i].
 
-  Each term is split into h = round(t·2^30)/2^30 (exact: |t| < 2^22) and
-  the remainder r = t - h (exact: |r| <= 2^-31 and r is a multiple of
-  ulp(t) <= 2^-48); h·2^30 and r·2^K (rounded to an integer, error <= 1/2 each) are
-  summed as int64, exactly. A prefix is then two int64 → float64 conversions
+  Each term is split into h = round(t·2^30)/2^30 and the remainder r = t - h
+  (exact: h is within a factor 2 of t or 0, Sterbenz); h·2^30 (an integer,
+  |h·2^30| <= |t|·2^30 + 1/2) and r·2^K (|r| <= 2^-31, rounded to an integer,
+  error <= 1/2 each) are summed as int64, exactly: max|t|·N < 2^32 keeps the
+  first below 2^62, K keeps the second below 2^61. A prefix is then two int64 → float64 conversions
   (relative error u each) and one addition (u): err = grid rounding so far
   + u·(|H| + |R|)·(1 + u) + u·|s|.
 
   Args:
-    terms: [N] finite float64 values, |t| < 32, N < 2^27 (the int64 sums
-      then stay below 2^62).
+    terms: [N] finite float64 values, N < 2^27, max|t|·N < 2^32 (the int64
+      sums then stay below 2^62).
 
   Returns:
     (s, err), two [N] float64 arrays.
@@ -71,10 +72,12 @@ def exact_prefix_sums(terms: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
   terms = np.asarray(terms, np.float64)
   if terms.size == 0:
     return np.zeros(0), np.zeros(0)
-  if not np.all(np.isfinite(terms)) or np.max(np.abs(terms)) >= 32:
-    raise ValueError('`terms` must be finite and below 32 in size.')
   if terms.size >= 2**27:
     raise ValueError(f'`terms` must hold fewer than 2^27 values, got {terms.size}.')
+  largest = float(np.max(np.abs(terms))) if np.all(np.isfinite(terms)) else math.inf
+  if not largest * terms.size < 2.0**32:
+    raise ValueError('`terms` must be finite with max|t|·N below 2^32 (the '
+                     f'int64 sums), got max|t| = {largest:g} over N = {terms.size}.')
   bits = _grid_bits(terms.size)
   high = np.round(np.ldexp(terms, _HIGH_BITS))            # exact integers
   rest = terms - np.ldexp(high, -_HIGH_BITS)              # exact
@@ -187,20 +190,42 @@ def _log_binomial(trials: int, p: float) -> Tuple[np.ndarray, np.ndarray]:
   v = s + dl
   # |dL̃ - dL| <= |d|e_L + u|dL̃|; the addition u|v|.
   e_v = (e_s + np.abs(d) * e_l + U * np.abs(dl) * (1 + U) + U * np.abs(v)) * (1 + 4 * U)
-  # Z = Σ e^(v_k) >= 1 (v_k0 = 0 exactly). Each e^(ṽ_k) is within e^(±e_v)
-  # of e^(v_k) and the exp adds _LIB; terms below e^-700 (exp's relative
-  # bound may fail in the subnormals) are each < e^-700 however computed.
-  with np.errstate(under='ignore'):
-    w = np.exp(v)
-  z = math.fsum(w)
-  spread = math.fsum(w * np.expm1(e_v + _LIB * 1.01)) * (1 + 1e-6)
-  low = max(z * (1 - U) - spread, 1.0)
-  rel = (spread + z * U + 2 * (trials + 1) * math.exp(-700)) / low
-  log_z = math.log(z)
-  e_z = -math.log1p(-rel) * (1 + 1e-6) + _LIB * abs(log_z) + U
+  log_z, e_z = log_normaliser(v, e_v)   # v_k0 = 0 exactly
   out = v - log_z
   err = (e_v + e_z + U * np.abs(out)) * (1 + 4 * U)
   return out, err
+
+
+def log_normaliser(v: np.ndarray, v_error: np.ndarray,
+                   missing: float = 0.0) -> Tuple[float, float]:
+  """(log Z̃, e): log Z = log Σ_k e^(v_k) with a proved bound |log Z̃ - log Z| <= e.
+
+  Each computed ṽ_k is within e_k of exact, and some ṽ_k is exactly 0 (so
+  Z >= 1). Each e^(ṽ_k) is within e^(±e_k) of e^(v_k) and exp adds its
+  lib; terms below e^-700 (exp's relative bound may fail in the subnormals)
+  are each < e^-700 however computed; math.fsum rounds the sum once (u) and
+  log adds lib·|log Z̃| + u. Where the exact Z also holds mass outside the
+  window, at most a fraction `missing` of the whole (a tail bound), the
+  window's sum is within (1 - missing) of it: -log1p(-missing) more.
+
+  Args:
+    v: [K] the computed exponents (finite or -inf; one exactly 0).
+    v_error: [K] bounds on |ṽ_k - v_k| (0 at -inf entries).
+    missing: a bound on the mass outside the window over the whole, in [0, 1).
+
+  Returns:
+    (log Z̃, e), floats.
+  """
+  with np.errstate(under='ignore'):
+    w = np.exp(v)
+    spread = math.fsum(w * np.expm1(np.asarray(v_error) + _LIB * 1.01)) * (1 + 1e-6)
+  z = math.fsum(w)
+  low = max(z * (1 - U) - spread, 1.0)
+  rel = (spread + z * U + 2 * len(w) * math.exp(-700)) / low
+  log_z = math.log(z)
+  e_z = (-math.log1p(-rel) * (1 + 1e-6) + _LIB * abs(log_z) + U -
+         math.log1p(-missing) * (1 + 1e-6))
+  return log_z, e_z
 
 
 #: |log f| for a float f in (0, 1): at most 1075·log 2 < 745.2; |log(1 - f)|
