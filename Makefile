@@ -13,12 +13,13 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 $(STAMP): requirements.txt requirements-tff.txt requirements-dev.txt setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	@# --no-compile: Python compiles what it imports, when it does (pip would
+	@# compile every file of TensorFlow first: about a minute).
+	$(PY) -m pip install -q --no-compile -r requirements.txt -r requirements-dev.txt
 	@# TFF 0.87 pins jax/jaxlib 0.4.14, which the index lacks: its deps are pinned
 	@# in requirements.txt (jax 0.4.13), so TFF itself goes in without them.
-	$(PY) -m pip install -q --no-deps -r requirements-tff.txt
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q --no-compile --no-deps -r requirements-tff.txt
+	$(PY) -m pip install -q --no-compile --no-deps -e .
 	@touch $(STAMP)
 
 setup: $(STAMP) data
