@@ -29,11 +29,7 @@ if (any(a.startswith(('--mechanism=tff_', '-mechanism=tff_')) for a in sys.argv)
             for a in sys.argv)):
   os.environ.setdefault('PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION', 'python')
 
-# TensorFlow first and without its CUDA start-up noise (no GPU here).
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order,g-import-not-at-top
-quiet.import_tensorflow()
-
-from absl import app
+from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging
 
@@ -43,8 +39,8 @@ from tff_quant import models
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.training import config as config_lib
-from tff_quant.training import federated_training as ft
 from tff_quant.program import cli
+from tff_quant.program import quiet
 from tff_quant.program import runtime
 
 _D = config_lib.TrainingConfig()
@@ -251,8 +247,14 @@ def main(argv):
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
     config = config_from_flags().validate()
-    ft.check_packing(config, FLAGS.clients_per_slot)
     dataset = resolve_dataset(FLAGS.dataset)
+    if dataset == 'emnist':
+      data_lib.existing_emnist_cache(FLAGS.emnist_cache_dir)
+    # TensorFlow starts here, without its CUDA start-up noise (no GPU): a bad
+    # flag or config was refused before it.
+    quiet.import_tensorflow()
+    from tff_quant.training import federated_training as ft  # pylint: disable=g-import-not-at-top
+    ft.check_packing(config, FLAGS.clients_per_slot)
     if dataset != 'emnist' and config.model == 'emnist_cnn':
       print(f'[fl_emnist] dataset={dataset}: real EMNIST not found at '
             f'{data_lib.emnist_cache_path(FLAGS.emnist_cache_dir)}; using {dataset}.')

@@ -34,8 +34,8 @@ from tff_quant.accounting import provenance
 from tff_quant.accounting import setting
 from tff_quant import models
 from tff_quant.common import validation
-from tff_quant.program import cli, fl_table, isolated, results_io, runtime
-from tff_quant.training import federated_training as ft
+from tff_quant.program import cli, fl_table, isolated, quiet, results_io, runtime
+from tff_quant.training import config as config_lib
 
 FLAGS = flags.FLAGS
 DEFAULT_MECHANISMS = ('rqm', 'pbm', 'qmgeo', 'quantized_gaussian',
@@ -127,7 +127,7 @@ def tuned_settings():
     out[key] = {k: float(choice[key][k]) for k in TUNED_KEYS}
     schedule = validation.check_one_of(
         'server_lr_schedule', choice[key].get('server_lr_schedule', 'constant'),
-        ft.SERVER_LR_SCHEDULES)
+        config_lib.SERVER_LR_SCHEDULES)
     if schedule != 'constant':   # absent when constant: earlier folders resume
       out[key]['server_lr_schedule'] = schedule
   return out
@@ -208,6 +208,7 @@ def cell_name(cell) -> str:
 
 def model_dim() -> int:
   """Coordinates the aggregator encodes: the model's, padded to 2^m (rotation)."""
+  quiet.import_tensorflow(federated=False)   # the model's TensorFlow, quietly
   return models.update_dim(models.get(FLAGS.model, INPUT_SHAPE, NUM_CLASSES),
                            rotate=True)
 

@@ -25,20 +25,39 @@ What each export is for:
 TFF's own DP aggregators as peers on the same accountant: the `peers` module;
 `packed_peers`: TFF's distributed DP sum with K clients per value (the packed
 path), each row through TFF's own per-client pipeline.
+
+Importing the package (or `peers`) does not start TensorFlow: the factories
+are imported when first read (PEP 562), so a binary refuses a bad flag first.
 """
 
-from tff_quant.aggregators.constructors import (UniformlyWeighted, bq_factory, clipped_mean_factory,
-                                                mechanism_factory, pbm_factory,
-                                                qmgeo_factory,
-                                                quantized_gaussian_factory,
-                                                rqm_factory, weighted)
-from tff_quant.aggregators.secure_only import (UnsecuredReleaseError,
-                                               check_secure_only,
-                                               unsecured_aggregations)
-from tff_quant.aggregators.quantization_factory import (Created,
-                                                        QuantizationFactory,
-                                                        find_measurements,
-                                                        mechanisms_used,
-                                                        recording,
-                                                        refuse_no_privacy,
-                                                        secure_sum_bits)
+_EXPORTS = {
+    'constructors': ('UniformlyWeighted', 'bq_factory', 'clipped_mean_factory',
+                     'mechanism_factory', 'pbm_factory', 'qmgeo_factory',
+                     'quantized_gaussian_factory', 'rqm_factory', 'weighted'),
+    'secure_only': ('UnsecuredReleaseError', 'check_secure_only',
+                    'unsecured_aggregations'),
+    'quantization_factory': ('Created', 'QuantizationFactory',
+                             'find_measurements', 'mechanisms_used',
+                             'recording', 'refuse_no_privacy',
+                             'secure_sum_bits'),
+}
+__all__ = [name for names in _EXPORTS.values() for name in names]
+
+
+def __getattr__(name):
+  """The TensorFlow-backed exports, imported when first read."""
+  # pylint: disable=g-import-not-at-top
+  if name in _EXPORTS['constructors']:
+    from tff_quant.aggregators import constructors
+    return getattr(constructors, name)
+  if name in _EXPORTS['secure_only']:
+    from tff_quant.aggregators import secure_only
+    return getattr(secure_only, name)
+  if name in _EXPORTS['quantization_factory']:
+    from tff_quant.aggregators import quantization_factory
+    return getattr(quantization_factory, name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))

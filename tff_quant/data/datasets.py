@@ -25,8 +25,9 @@ import tensorflow_federated as tff
 
 from tff_quant.common import validation
 from tff_quant.data import partition
+from tff_quant.data import sources
+from tff_quant.data.sources import DATASETS
 
-DATASETS = ('emnist', 'fashion_mnist', 'mnist')
 FASHION_DIRS = ('/usr/share/datasets/fashion-mnist',
                 os.path.expanduser('~/.keras/datasets/fashion-mnist'))
 _FASHION_FILES = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
@@ -146,20 +147,10 @@ def _client_data_from_arrays(x, y, num_clients, alpha, seed):
   return tff.simulation.datasets.TestClientData(slices), arrays
 
 
-def emnist_cache_path(cache_dir: Optional[str] = None) -> str:
-  cache_dir = cache_dir or os.path.join(os.path.expanduser('~'), '.tff')
-  return os.path.join(cache_dir, 'emnist_all.sqlite')
-
-
 def load_emnist(cache_dir: Optional[str] = None, only_digits: bool = False,
                 max_test_examples: Optional[int] = None) -> FederatedData:
   """Federated EMNIST by writer from TFF's cache; never downloads."""
-  path = emnist_cache_path(cache_dir)
-  if not os.path.exists(path):
-    raise FileNotFoundError(
-        f'EMNIST needs TFF\'s decompressed cache file at {path}. Copy '
-        'emnist_all.sqlite (from emnist_all.sqlite.lzma, unxz) there, or pass '
-        '--emnist_cache_dir; this machine cannot download it.')
+  path = sources.existing_emnist_cache(cache_dir)
   train, test = tff.simulation.datasets.emnist.load_data(only_digits=only_digits,
                                                          cache_dir=os.path.dirname(path))
   to_xy = lambda e: collections.OrderedDict(

@@ -1,4 +1,25 @@
-"""Keras models for the experiments, and their TFF learning wrapper."""
+"""Keras models for the experiments, and their TFF learning wrapper.
 
-from tff_quant.models.keras_models import MODELS, get, num_params, update_dim
-from tff_quant.models.learning import tff_model_fn
+`MODELS` (the names) is read without TensorFlow; `get`, `num_params`,
+`update_dim` and `tff_model_fn` import it on first use (PEP 562), so a binary
+refuses a bad flag before TensorFlow starts.
+"""
+
+from tff_quant.models.names import MODELS
+
+__all__ = ['MODELS', 'get', 'num_params', 'update_dim', 'tff_model_fn']
+
+
+def __getattr__(name):
+  """The TensorFlow-backed exports, imported when first read."""
+  if name in ('get', 'num_params', 'update_dim'):
+    from tff_quant.models import keras_models  # pylint: disable=g-import-not-at-top
+    return getattr(keras_models, name)
+  if name == 'tff_model_fn':
+    from tff_quant.models import learning  # pylint: disable=g-import-not-at-top
+    return learning.tff_model_fn
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))

@@ -3,8 +3,8 @@
 import tensorflow as tf
 
 from tff_quant.common import dims
+from tff_quant.models.names import MODELS
 
-MODELS = ('emnist_cnn', 'small_cnn', 'lenet5', 'alexnet_small', 'mlp', 'logreg')
 
 
 def emnist_cnn(input_shape=(28, 28, 1), num_classes=62):
