@@ -280,8 +280,7 @@ def _lattice_hull(mech, n, dim, l2_clip, alpha):
   f = np.array([divergence.renyi_divergence(w, np.roll(w, j), alpha)
                 for j in shifts])
   u = (shifts * mech.gamma)**2
-  hull = curve.upper_hull(u, f)
-  return dim * float(np.interp(4 * l2_clip**2 / dim, u[hull], f[hull]))
+  return dim * curve.concave_majorant_at(u, f, 4 * l2_clip**2 / dim)
 
 
 @pytest.mark.parametrize('steps, noise_fraction, gap', [

@@ -158,9 +158,8 @@ def vector_epsilon_infinity(mech, l2_sensitivity: float, dim: int,
   pts_u, pts_g = pts_u[order], pts_g[order]
   keep = np.append(pts_u[1:] != pts_u[:-1], True)
   pts_u, pts_g = pts_u[keep], pts_g[keep]
-  # The least concave majorant's vertices (u increasing).
-  hull = secure_sum.upper_hull(pts_u, pts_g)
-  return float(dim * np.interp(target, pts_u[hull], pts_g[hull]))
+  # The least concave majorant at the target (its rounding carried).
+  return dim * secure_sum.concave_majorant_at(pts_u, pts_g, target)
 
 
 def amplified_pure_epsilon(epsilon: float, sampling_rate: float) -> float:

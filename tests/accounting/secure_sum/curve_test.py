@@ -300,8 +300,33 @@ def test_exact_curves_take_chords_only_between_breakpoints(name, params):
     if math.isfinite(value) and value > 0:
       assert curve.majorant(a, t_star**2) >= value * (1 - 1e-9)
       assert curve.majorant(a, t_star**2) <= steps.majorant(a, t_star**2)
-      hull = secure_sum.upper_hull(sweep**2, exact[a])
-      true_at_least = np.interp(t_star**2, sweep[hull]**2, exact[a][hull])
+      true_at_least = secure_sum.concave_majorant_at(sweep**2, exact[a],
+                                                     t_star**2)
       assert curve.majorant(a, t_star**2) >= true_at_least * (1 - 1e-9)
       if step:   # breakpoints around t* on the grid: near exact there
         assert curve.majorant(a, t_star**2) <= true_at_least * 1.01
+
+
+def test_concave_majorant_is_at_or_above_the_exact_one_under_abscissa_rounding():
+  """Issue 61 (Numerics 5): the least concave majorant in exact rational
+  arithmetic (every straddling pair) is never above `concave_majorant_at`,
+  also when the abscissae it is given are off by up to 7u relative (as the
+  chords' t_0 + λΔt, squared, are); and it is not loose (within 1e-13)."""
+  from fractions import Fraction  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(5)
+  for _ in range(40):
+    x = np.concatenate([[0.0], np.sort(rng.uniform(0, 1, 12))])
+    y = np.maximum.accumulate(np.sort(rng.uniform(0, 3, 13)) * rng.uniform(0.5, 1))
+    xs = [Fraction(float(v)) for v in x]
+    ys = [Fraction(float(v)) for v in y]
+    for at in rng.uniform(0, 1, 5):
+      v = min(Fraction(float(at)), xs[-1])   # clipped to the last point
+      exact = max((ys[a] + (v - xs[a]) / (xs[b] - xs[a]) * (ys[b] - ys[a])
+                   if xs[b] > xs[a] else max(ys[a], ys[b]))
+                  for a in range(13) for b in range(13) if xs[a] <= v <= xs[b])
+      shaken = x * (1 + rng.uniform(-7, 7, 13) * 2.0**-53)
+      got = secure_sum.concave_majorant_at(shaken, y, float(at))
+      assert Fraction(got) >= exact
+      assert got <= float(exact) * (1 + 1e-13) + 1e-13
+  assert secure_sum.concave_majorant_at(np.arange(3.0), np.array([0, 1, np.inf]),
+                                        0.5) == math.inf

@@ -42,9 +42,9 @@ from tff_quant.accounting.secure_sum.cost import (affordable_clients,
                                                   search_operations)
 from tff_quant.accounting.secure_sum.curve import (OTHERS, DivergenceCurve,
                                                    PairBounds, check_others,
+                                                   concave_majorant_at,
                                                    divergence_curve,
-                                                   is_loose_method,
-                                                   upper_hull)
+                                                   is_loose_method)
 from tff_quant.accounting.secure_sum.extreme_others import (EVERY_MIX,
                                                             EXACT_SPLITS,
                                                             extreme_mixes,

@@ -45,6 +45,7 @@ from tff_quant.accounting.secure_sum import extreme_others
 from tff_quant.accounting.secure_sum import grids
 from tff_quant.accounting.secure_sum import limits as limits_lib
 from tff_quant.accounting.secure_sum import targets as targets_lib
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 
 OTHERS = ('any', 'extremes')   # what the accountant assumes of the others' inputs
@@ -160,6 +161,12 @@ class DivergenceCurve:
       with np.errstate(divide='ignore'):
         chord = np.logaddexp(np.log1p(-lam) + k * f0[s],
                              np.log(lam) + k * f[s]) / k
+      # Its rounding: the two-point mixture's (exact_laws), the products k·f
+      # (u of the larger), the division by k and its own value (u each).
+      top = k * max(abs(f0[s]), abs(f[s]))
+      chord = chord + ((exact_laws.two_point_mixture_error(top, one_sided=False)
+                        + exact_laws.U * top) / k + 2 * exact_laws.U * np.abs(chord)
+                       ) * (1 + 4 * exact_laws.U)
       chord[-1] = f[s]
       ts = t0[s] + np.concatenate([[0.0], lam[:-1]]) * (self.t[s] - t0[s])
       us.append(ts**2)
@@ -179,34 +186,47 @@ class DivergenceCurve:
       The majorant's value (inf where the bound is infinite somewhere).
     """
     us, ys = self.bound_points(order)
-    if not np.all(np.isfinite(ys)):
-      return math.inf
-    hull = upper_hull(us, ys)
-    u = min(max(u, 0.0), us[-1])
-    return float(np.interp(u, us[hull], ys[hull]))
+    return concave_majorant_at(us, ys, u)
 
 
-def upper_hull(x: np.ndarray, y: np.ndarray) -> List[int]:
-  """Indices of the upper concave hull of points sorted by x (monotone chain).
+def concave_majorant_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
+  """An upper bound on the least concave majorant of the points (x, y) at
+  `at` (clipped to [x_0, x_last]), with its own rounding carried.
+
+  The majorant at v is the largest (1-θ)y_a + θy_b over pairs x_a <= v <=
+  x_b with (1-θ)x_a + θx_b = v, computed over every such pair (no hull test
+  to misjudge). Rounding: y is first made non-decreasing (max-accumulated:
+  only raised), so the majorant is non-decreasing; abscissae computed within
+  a relative 7u of the positions they stand for (t_0 + λΔt, then squared)
+  are covered by reading at v(1 + 8u) (a pair straddling v in exact
+  positions straddles a point <= v(1 + 7u) in computed ones); θ =
+  (v - x_a)/(x_b - x_a) is within 5u relative (each difference exact by
+  Sterbenz or within 2u), so each value within 8u·max y; the result is raised
+  by 1 + 4u more for one product by the caller (d·ĝ on the ℓ2 route).
 
   Args:
-    x: increasing abscissae.
-    y: the ordinates.
+    x: [N] increasing abscissae (finite).
+    y: [N] ordinates (an infinite one makes the majorant infinite).
+    at: the abscissa.
 
   Returns:
-    The hull's indices, increasing.
+    The bound (inf where some y is).
   """
-  hull: List[int] = []
-  for i in range(len(x)):
-    while len(hull) >= 2:
-      o, a = hull[-2], hull[-1]
-      cross = (x[a] - x[o]) * (y[i] - y[o]) - (y[a] - y[o]) * (x[i] - x[o])
-      if cross >= 0:   # a lies on or below the chord o-i: not on the upper hull
-        hull.pop()
-      else:
-        break
-    hull.append(i)
-  return hull
+  if not np.all(np.isfinite(y)):
+    return math.inf
+  u = exact_laws.U
+  x = np.asarray(x, np.float64)
+  y = np.maximum.accumulate(np.asarray(y, np.float64))
+  v = min(max(at * (1 + 8 * u), x[0]), x[-1])
+  left, right = x <= v, x >= v
+  xa, ya = x[left][:, None], y[left][:, None]
+  xb, yb = x[right][None, :], y[right][None, :]
+  width = xb - xa
+  with np.errstate(divide='ignore', invalid='ignore'):
+    values = np.where(width > 0, ya + (v - xa) / width * (yb - ya),
+                      np.maximum(ya, yb))
+  best = float(np.max(values))
+  return (best + 8 * u * float(np.max(np.abs(y)))) * (1 + 4 * u)
 
 
 def _checked_grid(c: float, t_points: int, t_grid) -> np.ndarray:

@@ -18,6 +18,7 @@ from tff_quant.accounting.secure_sum import curve as curve_lib
 from tff_quant.accounting.secure_sum import grids
 from tff_quant.accounting.secure_sum import limits as limits_lib
 from tff_quant.accounting.secure_sum import targets as targets_lib
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 
 
@@ -153,7 +154,9 @@ def between_rungs(per_rung: Dict[float, float], orders: Sequence[float]
     lo, hi = below[-1], above
     mixed = ((hi - a) * (lo - 1) * per_rung[lo] +
              (a - lo) * (hi - 1) * per_rung[hi]) / (hi - lo)
-    out[a] = min(per_rung[hi], mixed / (a - 1))
+    # Nine roundings of non-negative terms (the differences of orders are
+    # exact or within u): raised by 12u.
+    out[a] = min(per_rung[hi], mixed / (a - 1) * (1 + 12 * exact_laws.U))
   return out
 
 
