@@ -32,8 +32,8 @@ sampling at that rate, the third for fixed-size sampling (what runs):
   (CKS20 Prop. 12; the central Gaussian's in closed form, Balle & Wang 2018
   Thm 8), amplified by fixed-size sampling (a coupling and Balle, Barthe,
   Gaboardi 2018, Thm 2), dominated by a connect-the-dots pair (Doroshenko
-  et al. 2022) and composed by dp-accounting's PLD (Zhu, Dong, Wang 2022,
-  Thm 10): `profile_route`. It removes WBK19 Thm 9's excess at small ε.
+  et al. 2022) and composed over rounds with its rounding carried (Zhu,
+  Dong, Wang 2022, Thm 10): `profile_route`. It removes WBK19 Thm 9's excess at small ε.
   Not used, with the reason in `Guarantee.profile_note`, for a conditioned
   sum (BQ).
 """
@@ -489,9 +489,8 @@ class RoundAccountant:
       pld_max_points: the largest PLD grid allocated (else `pld_note` says
         why the route was skipped).
       attained: also compute the lower end of ε ∈ [attained, proved].
-      use_profile: try the profile route (`epsilon_profile`; opt-in: its
-        rounds compose through dp-accounting's FFT, whose error is not
-        carried; docs/privacy.md).
+      use_profile: try the profile route (`epsilon_profile`; opt-in until
+        the stored results are recomputed with it; docs/privacy.md).
       profile_interval: the profile route's PLD loss grid spacing.
 
     Returns:
@@ -651,8 +650,8 @@ def training_guarantee(mech, rounds: int, clients_per_round: int,
       may hold (dropouts; `RoundAccountant`).
     use_profile: also compute the profile route (`RoundAccountant.
       epsilon_profile`; where it does not apply `Guarantee.profile_note`
-      says why; opt-in: its rounds compose through dp-accounting's FFT,
-      whose error is not carried; docs/privacy.md).
+      says why; opt-in until the stored results are recomputed with it;
+      docs/privacy.md).
     profile_interval: the profile route's PLD loss grid spacing.
 
   Returns:

@@ -19,15 +19,15 @@ orders, and any inputs of the others (docs/privacy.md, "Subsampling
    H_{e^ε}(A‖B) = 1 − e^ε + e^ε·H_{e^-ε}(B‖A).
 3. A pair of distributions whose profile lies above g (and its extension)
    everywhere
-   (`dominating_pld`: pessimistic connect-the-dots, Doroshenko et al. 2022,
+   (`dominating_pair`: pessimistic connect-the-dots, Doroshenko et al. 2022,
    on the lower convex hull of the grid values), which dominates every
    round (Zhu, Dong, Wang 2022, Def. 7), so its T-fold product dominates the
-   adaptive composition (ibid., Thm 10), composed by dp-accounting's PLD
-   (`profile_epsilon`).
+   adaptive composition (ibid., Thm 10), composed with every rounding
+   carried (`composed_epsilon`: the tilted FFT of `common.laws`, not
+   dp-accounting's).
 
-Every floating-point step before dp-accounting is rounded towards the
-pessimistic side with a proved bound; dp-accounting's FFT self-composition
-is not (docs/privacy.md, "Numerics", item 5).
+Every floating-point step is rounded towards the pessimistic side with a
+proved bound (docs/privacy.md, "Numerics", item 5).
 """
 
 import math
@@ -37,6 +37,7 @@ import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from tff_quant.common import exact_laws
+from tff_quant.common import laws
 from tff_quant.common import validation
 
 #: The PLD loss grid's spacing: the Gaussian's route at z = 2 in the
@@ -256,10 +257,10 @@ def _masses(k: np.ndarray, y: np.ndarray, interval: float):
   return p, err
 
 
-def dominating_pld(profile: Profile, gamma: float, delta: float, rounds: int,
-                   interval: float = DEFAULT_INTERVAL
-                   ) -> pld_lib.PrivacyLossDistribution:
-  """A PLD whose pair dominates every sampled round (docs/privacy.md).
+def dominating_pair(profile: Profile, gamma: float, delta: float, rounds: int,
+                    interval: float = DEFAULT_INTERVAL):
+  """A pair that dominates every sampled round (docs/privacy.md), as the
+  privacy-loss masses of its first law.
 
   The sampled round's profile G on the grid ε_k = k·interval, |k| <= K
   (g for ε >= 0, 1 − e^ε + e^ε·g(−ε) below), made non-increasing (a running
@@ -281,7 +282,8 @@ def dominating_pld(profile: Profile, gamma: float, delta: float, rounds: int,
     interval: the loss grid's spacing, > 0.
 
   Returns:
-    A symmetric `PrivacyLossDistribution` (pessimistic estimate).
+    (masses, infinity): {k: the mass at loss k·interval} and the mass at
+    +∞ (the pair is symmetric: one PLD serves both orders).
 
   Raises:
     ValueError: an argument out of range (named).
@@ -315,8 +317,23 @@ def dominating_pld(profile: Profile, gamma: float, delta: float, rounds: int,
       p = np.maximum(p, 0.0)   # 1 - y >= 0 in exact arithmetic
       break
   masses = dict(zip(k[keep].tolist(), (p + err).tolist()))
+  return masses, float(y[keep[-1]])
+
+
+def dominating_pld(profile: Profile, gamma: float, delta: float, rounds: int,
+                   interval: float = DEFAULT_INTERVAL
+                   ) -> pld_lib.PrivacyLossDistribution:
+  """`dominating_pair` as a dp-accounting `PrivacyLossDistribution`
+  (symmetric, pessimistic): for reading its profile with dp-accounting.
+
+  Args, Raises: as `dominating_pair`.
+
+  Returns:
+    The PLD.
+  """
+  masses, infinity = dominating_pair(profile, gamma, delta, rounds, interval)
   return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
-      masses, float(y[keep[-1]]), interval)
+      masses, infinity, interval)
 
 
 def profile_epsilon(profile: Profile, gamma: float, rounds: int, delta: float,
@@ -337,6 +354,136 @@ def profile_epsilon(profile: Profile, gamma: float, rounds: int, delta: float,
   Raises:
     ValueError: an argument out of range (named).
   """
-  pld = dominating_pld(profile, gamma, delta, rounds, interval)
-  composed = pld.self_compose(rounds) if rounds > 1 else pld
-  return float(composed.get_epsilon_for_delta(delta))
+  masses, infinity = dominating_pair(profile, gamma, delta, rounds, interval)
+  return composed_epsilon(masses, infinity, rounds, delta, interval)
+
+
+def composed_epsilon(masses: Mapping[int, float], infinity: float, rounds: int,
+                     delta: float, interval: float) -> float:
+  """The least ε with δ_T(ε) <= `delta` (`composed_delta`'s bound, which is
+  non-increasing in ε), by bisection to 1e-9 relative (the upper end).
+
+  Args:
+    masses, infinity, rounds, interval: as for `composed_delta`.
+    delta: the target δ in (0, 1).
+
+  Returns:
+    ε (inf where no ε meets `delta`).
+
+  Raises:
+    ValueError: an argument out of range (named).
+  """
+  validation.check_probability('delta', delta)
+  delta_at, top = composed_delta(masses, infinity, rounds, interval,
+                                 tail=1e-7 * delta)
+  lo, hi = 0.0, max(top, 1.0)
+  if delta_at(lo) <= delta:
+    return 0.0
+  if delta_at(hi) > delta:
+    return math.inf
+  while hi - lo > 1e-9 * hi:
+    mid = (lo + hi) / 2
+    lo, hi = (mid, hi) if delta_at(mid) > delta else (lo, mid)
+  return hi
+
+
+def composed_delta(masses: Mapping[int, float], infinity: float, rounds: int,
+                   interval: float, tail: float = 1e-12):
+  """An upper bound on δ_T(ε) after T-fold composition of a pair, every
+  rounding of the composition carried (not dp-accounting's).
+
+  The pair's first law has mass p_k at loss k·interval and `infinity` at
+  +∞; T rounds give δ_T(ε) = 1 − (1 − m_∞)^T + Σ_s (1 − e^(ε − s·interval))⁺
+  ·P_T(s), P_T the T-fold convolution of the finite masses (the T-fold
+  product of a dominating pair dominates the composition: Zhu, Dong, Wang
+  2022, Thm 10). Bounded above as follows.
+  * A window [a, b] of the sum's index s: Chernoff bounds with the masses'
+    log-MGF K(λ) = log Σ p_k e^(λk) (raised by 1e-9 + 1e-12|K| for its
+    rounding: a pairwise sum and a few elementary functions) put at most
+    τ = `tail` of mass above b and below a (`_sum_window`).
+  * One FFT of size N >= b − a + 1 (a power of 2): the circular T-fold
+    convolution, by binary powering (`laws.complex_power`). Circularly, the
+    mass outside [a, b] lands inside it: entries only rise (c >= 0), so
+    Σ c·P_T over the window is at most Σ c·(circular); the mass above b,
+    where c could be larger than where it lands, is added as τ.
+  * The FFT's error in 2-norm E (`laws.fft_error`: the transforms' and the
+    powers' roundings from the spectra's moduli): Σ c·(computed − exact) <=
+    ||c||_2·E.
+  * Each c = (1 − e^(ε − l))⁺ raised by its rounding (l = s·interval: u;
+    the difference 2.01u(|ε| + |l|); expm1's lib), the sum of products by
+    64u, the +∞ term by 8·lib.
+
+  Args:
+    masses: {integer k: mass >= 0}.
+    infinity: the mass at +∞, in [0, 1].
+    rounds: T >= 1.
+    interval: the loss grid's spacing, > 0.
+    tail: τ in (0, 1): the mass each Chernoff cut may leave out.
+
+  Returns:
+    (δ_T, top): δ_T(ε) the bound as a function of ε >= 0 (non-increasing),
+    and the largest |loss| in the window.
+
+  Raises:
+    ValueError: an argument out of range (named).
+  """
+  validation.check_integer('rounds', rounds, 1)
+  validation.check_number('infinity', infinity, 0, 1)
+  validation.check_positive('interval', interval)
+  validation.check_probability('tail', tail)
+  ks = np.array(sorted(k for k, v in masses.items() if v > 0), np.int64)
+  at_infinity = -math.expm1(rounds * math.log1p(-infinity)) * (1 + 8 * _LIB) + _TINY
+  if not ks.size or infinity == 1:
+    return (lambda eps: min(at_infinity, 1.0)), 0.0
+  k_lo = int(ks[0])
+  p = np.zeros(int(ks[-1]) - k_lo + 1)
+  p[ks - k_lo] = [masses[int(k)] for k in ks]
+  lo_s, hi_s = _sum_window(p, k_lo, rounds, tail)
+  n_fft = 1 << max(int(hi_s - lo_s).bit_length(), (p.size - 1).bit_length(), 1)
+  spectrum = laws.complex_power(np.fft.rfft(p, n_fft), rounds)
+  circular = np.fft.irfft(spectrum, n_fft)
+  error2 = laws.fft_error([(p, rounds)], [(0.0, 0, float(np.linalg.norm(p)),
+                                           math.fsum(p))], n_fft, circular)
+  s = np.arange(lo_s, lo_s + n_fft, dtype=np.int64)
+  values = circular[(s - rounds * k_lo) % n_fft]
+  losses = s.astype(np.float64) * interval
+  top = float(np.max(np.abs(losses)))
+
+  def delta_at(eps: float) -> float:
+    near = losses > eps - 4.03 * _U * (abs(eps) + top)
+    l = losses[near]
+    share = np.minimum(np.maximum(-np.expm1(eps - l), 0.0) * (1 + _LIB) +
+                       2.01 * _U * (abs(eps) + np.abs(l)), 1.0)
+    total = float(np.sum(share * values[near]))
+    spread = float(np.linalg.norm(share)) * (1 + share.size * _U) * error2
+    return (at_infinity + tail + (max(total, 0.0) + spread) * (1 + 64 * _U)
+            + _TINY)
+
+  return delta_at, top
+
+
+def _sum_window(p: np.ndarray, k_lo: int, rounds: int, tau: float):
+  """[a, b]: the T-fold sum's index range outside which its mass is at
+  most τ each side, by Chernoff: P(S >= b) <= e^(T·K(λ) − λb), P(S <= a) <=
+  e^(T·K(−λ) + λa), λ > 0 on a grid, K the masses' log-MGF (the index
+  k_lo + i for p[i]) raised by 1e-9 + 1e-12|K| for its rounding; at most
+  the sum's support."""
+  i = np.arange(p.size, dtype=np.float64)
+  with np.errstate(divide='ignore'):
+    log_p = np.log(p)
+  lo_all, hi_all = rounds * k_lo, rounds * (k_lo + p.size - 1)
+  best_hi, best_lo = hi_all, lo_all
+  log_tau = math.log(tau)
+  for lam in np.geomspace(1e-6, 50.0, 60):
+    for sign in (1.0, -1.0):
+      terms = log_p + sign * lam * i
+      m = float(np.max(terms))
+      k = m + math.log(float(np.sum(np.exp(terms - m))))
+      k = k + 1e-9 + 1e-12 * abs(k) + sign * lam * k_lo
+      # T·K(±λ) ∓ λ·edge <= log τ  <=>  edge >= (T·K − log τ)/λ (upper side)
+      edge = (rounds * k - log_tau) / lam
+      if sign > 0:
+        best_hi = min(best_hi, int(math.ceil(edge)))
+      else:
+        best_lo = max(best_lo, int(math.floor(-edge)))
+  return max(best_lo, lo_all), min(max(best_hi, best_lo), hi_all)

@@ -237,12 +237,20 @@ def sum_log_pmf_with_error(parts: Sequence[Tuple[np.ndarray, int]],
   return out, out_upper, out_error
 
 
-def _complex_power(z: np.ndarray, count: int) -> np.ndarray:
+def complex_power(z: np.ndarray, count: int) -> np.ndarray:
   """z**count by binary powering: count - 1 complex products at most, so the
   result is within (1 + √2·γ2)^(count-1) - 1 of z**count, relative (each
   product's factor multiplies into the powers it feeds; Higham 2002, Sec.
   3.6). numpy's `**` takes the C library's cpow from count 100 on, whose
-  error no stated model bounds."""
+  error no stated model bounds.
+
+  Args:
+    z: complex array.
+    count: the power, >= 1.
+
+  Returns:
+    z**count, elementwise.
+  """
   out, power = None, z
   while True:
     if count & 1:
@@ -253,7 +261,7 @@ def _complex_power(z: np.ndarray, count: int) -> np.ndarray:
     power = power * power
 
 
-def _fft_error(parts, errors, n_fft: int, vals: np.ndarray) -> float:
+def fft_error(parts, errors, n_fft: int, vals: np.ndarray) -> float:
   """A bound on max_k |vals[k] - circular convolution of the parts| (the
   computed irfft against the exact convolution of the computed parts ŵ_j).
 
@@ -266,6 +274,17 @@ def _fft_error(parts, errors, n_fft: int, vals: np.ndarray) -> float:
   Π_{i≠j} B_i, plus g_P (P - 1 products) of its modulus. irfft: ε_F of its
   output plus the spectrum's error over √N (F/√N is unitary); a 2-norm
   bounds every entry.
+
+  Args:
+    parts: [(ŵ, c)]: the non-negative vectors given to rfft (length N) and
+      the powers taken (`complex_power`).
+    errors: per part (ρ, tiny, ||ŵ||_2, Σŵ); only the last two are read.
+    n_fft: N.
+    vals: the irfft's output (its 2-norm enters its own rounding).
+
+  Returns:
+    A bound on the 2-norm of (vals - the exact circular convolution of the
+    parts' powers), hence on every entry's error.
   """
   u = exact_laws.U
   eps_f = FFT_ERROR_CONSTANT * math.log2(n_fft) * u
@@ -404,7 +423,7 @@ class _TiltedSum:
       rows = -(-w.size // n_fft)
       if w.size > n_fft:
         w = np.concatenate([w, np.zeros(-w.size % n_fft)]).reshape(-1, n_fft).sum(0)
-      spec *= _complex_power(np.fft.rfft(w, n_fft), c)
+      spec *= complex_power(np.fft.rfft(w, n_fft), c)
       folded.append((w, c))
       stats.append(_tilt_part_errors(w, t, s, lam * k, rows))
     full = np.fft.irfft(spec, n_fft)
@@ -419,7 +438,7 @@ class _TiltedSum:
     # product mass; e^1 covers `window`'s own rounding), and the parts'
     # entries carried as absolute (_LOG_TINY).
     product_mass = math.prod(st[3]**c for (_, c), st in zip(folded, stats))
-    absolute = _fft_error(folded, stats, n_fft, full)
+    absolute = fft_error(folded, stats, n_fft, full)
     if n_fft < self.length:
       absolute += 2 * math.exp(1 - _ALIAS) * product_mass
     absolute += 2 * math.exp(_LOG_TINY + 1) * product_mass * sum(
