@@ -466,8 +466,9 @@ def _sum_window(p: np.ndarray, k_lo: int, rounds: int, tau: float):
   """[a, b]: the T-fold sum's index range outside which its mass is at
   most τ each side, by Chernoff: P(S >= b) <= e^(T·K(λ) − λb), P(S <= a) <=
   e^(T·K(−λ) + λa), λ > 0 on a grid, K the masses' log-MGF (the index
-  k_lo + i for p[i]) raised by 1e-9 + 1e-12|K| for its rounding; at most
-  the sum's support."""
+  k_lo + i for p[i]) raised by 1e-9 + 1e-12|K| + 4uλ·len(p) for its
+  rounding (the products λi, the pairwise sum, exp and log); at most the
+  sum's support."""
   i = np.arange(p.size, dtype=np.float64)
   with np.errstate(divide='ignore'):
     log_p = np.log(p)
@@ -479,7 +480,7 @@ def _sum_window(p: np.ndarray, k_lo: int, rounds: int, tau: float):
       terms = log_p + sign * lam * i
       m = float(np.max(terms))
       k = m + math.log(float(np.sum(np.exp(terms - m))))
-      k = k + 1e-9 + 1e-12 * abs(k) + sign * lam * k_lo
+      k = k + 1e-9 + 1e-12 * abs(k) + 4 * _U * lam * p.size + sign * lam * k_lo
       # T·K(±λ) ∓ λ·edge <= log τ  <=>  edge >= (T·K − log τ)/λ (upper side)
       edge = (rounds * k - log_tau) / lam
       if sign > 0:
