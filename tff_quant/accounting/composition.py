@@ -26,7 +26,7 @@ sampling at that rate, the third for fixed-size sampling (what runs):
 * PLD: the exact loss pmf of the worst-mix pair, composed d times (loss_pmf,
   FFT, pessimistic rounding), mixed with a point mass at loss 0 of weight 1-γ
   (the target not sampled; pessimistic: as if the server could tell), then
-  dp-accounting's PLD (public API) composed over rounds. Skipped, with the
+  composed over rounds with its rounding carried. Skipped, with the
   reason in `Guarantee.pld_note`, when its grid would exceed pld_max_points.
 * Profile: the round's proved RDP curve converted to a privacy profile
   (CKS20 Prop. 12; the central Gaussian's in closed form, Balle & Wang 2018

@@ -4,8 +4,8 @@ Valid for sampling `clients_per_round` of `total_clients` uniformly (fixed
 size, without replacement) or by Poisson sampling at that rate. The exact
 loss pmf of the worst-mix pair, composed d times (loss_pmf, FFT, pessimistic
 rounding), mixed with a point mass at loss 0 of weight 1-γ (the target not
-sampled; pessimistic: as if the server could tell), then dp-accounting's PLD
-(public API) composed over rounds. It composes one named pair, so it runs
+sampled; pessimistic: as if the server could tell), then composed over
+rounds with its rounding carried (`profile_route.composed_epsilon`). It composes one named pair, so it runs
 only where that pair is the worst case (`pld_epsilon` says why not
 elsewhere), and is skipped, with the reason, when its grid would exceed
 pld_max_points.
@@ -13,11 +13,10 @@ pld_max_points.
 
 import math
 
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
 from tff_quant.accounting import divergence
 from tff_quant.accounting import loss_pmf
 from tff_quant.accounting import numerics
+from tff_quant.accounting import profile_route
 from tff_quant.accounting import secure_sum
 from tff_quant.common import validation
 
@@ -93,8 +92,8 @@ def _composed_epsilon(mech, clients_per_round, dim, rounds, gamma, delta,
   """(ε by the PLD route, '') or (None, why it was skipped).
 
   Per worst mix: the exact one-coordinate loss pmf, composed over `dim`
-  coordinates (loss_pmf, FFT), mixed with loss 0 w.p. 1-γ, handed to
-  dp-accounting (public API) and composed over `rounds`. Each composition's
+  coordinates (loss_pmf, FFT), mixed with loss 0 w.p. 1-γ, and composed
+  over `rounds` (`profile_route.composed_epsilon`, its rounding carried). Each composition's
   grid is bounded first; above `max_points` the route is skipped, not tried.
   """
   # The input laws' proved error (`numerics`): each pair's laws are within
@@ -116,9 +115,9 @@ def _composed_epsilon(mech, clients_per_round, dim, rounds, gamma, delta,
     per_round = one.compose(dim) if dim > 1 else one
     if gamma < 1:
       per_round = per_round.mix_with_zero(gamma)
-    pld = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
-        per_round.as_dict(), per_round.inf_mass, interval)
-    total = pld.self_compose(rounds) if rounds > 1 else pld
-    eps = max(eps, total.get_epsilon_for_delta(delta * math.exp(-kappa))
-              + 2 * kappa)
+    # The rounds compose with their rounding carried (the pair is taken
+    # symmetric, as dp-accounting's rounded-probability PLD takes it).
+    eps = max(eps, profile_route.composed_epsilon(
+        per_round.as_dict(), per_round.inf_mass, rounds,
+        delta * math.exp(-kappa), interval) + 2 * kappa)
   return eps, ''
