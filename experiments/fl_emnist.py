@@ -40,7 +40,6 @@ from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.training import config as config_lib
 from tff_quant.program import cli
-from tff_quant.program import quiet
 from tff_quant.program import runtime
 
 _D = config_lib.TrainingConfig()
@@ -211,10 +210,22 @@ def mechanism_params_from_flags(name: str):
   return params
 
 
-def config_from_flags() -> config_lib.TrainingConfig:
+def check_flags() -> None:
+  """Refuses a bad config or a missing EMNIST cache before TensorFlow starts
+  (`cli.run`'s check; main checks again, with TensorFlow).
+
+  Raises:
+    ValueError, FileNotFoundError: the input and what to change.
+  """
+  config_from_flags(announce=False).validate()
+  if resolve_dataset(FLAGS.dataset) == 'emnist':
+    data_lib.existing_emnist_cache(FLAGS.emnist_cache_dir)
+
+
+def config_from_flags(announce: bool = True) -> config_lib.TrainingConfig:
   """The run's config from the flags: the default target ε where a private
   mechanism has neither a target nor a parameter calibration would choose
-  (`config.with_default_target`; printed)."""
+  (`config.with_default_target`; printed where `announce`)."""
   names = [f.name for f in dataclasses.fields(config_lib.TrainingConfig)
            if f.name != 'mechanism_params']
   values = {n: FLAGS[n].value for n in names}
@@ -225,7 +236,7 @@ def config_from_flags() -> config_lib.TrainingConfig:
       mechanism_params=mechanism_params_from_flags(values['mechanism']),
       **values)
   config = config_lib.with_default_target(given)
-  if config.target_epsilon != given.target_epsilon:
+  if announce and config.target_epsilon != given.target_epsilon:
     print(f'[fl_emnist] calibrating {config.mechanism} to the default whole-model '
           f'ε = {config.target_epsilon:g} (set --target_epsilon, or the '
           'mechanism\'s parameters, to change it).')
@@ -248,11 +259,6 @@ def main(argv):
   with cli.user_errors_exit():
     config = config_from_flags().validate()
     dataset = resolve_dataset(FLAGS.dataset)
-    if dataset == 'emnist':
-      data_lib.existing_emnist_cache(FLAGS.emnist_cache_dir)
-    # TensorFlow starts here, without its CUDA start-up noise (no GPU): a bad
-    # flag or config was refused before it.
-    quiet.import_tensorflow()
     from tff_quant.training import federated_training as ft  # pylint: disable=g-import-not-at-top
     ft.check_packing(config, FLAGS.clients_per_slot)
     if dataset != 'emnist' and config.model == 'emnist_cnn':
@@ -314,7 +320,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-fl-emnist` (setup.py): runs `main` as
   `python -m experiments.fl_emnist` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

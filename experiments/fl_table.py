@@ -34,7 +34,7 @@ from tff_quant.accounting import provenance
 from tff_quant.accounting import setting
 from tff_quant import models
 from tff_quant.common import validation
-from tff_quant.program import cli, fl_table, isolated, quiet, results_io, runtime
+from tff_quant.program import cli, fl_table, isolated, results_io, runtime
 from tff_quant.training import config as config_lib
 
 FLAGS = flags.FLAGS
@@ -208,7 +208,6 @@ def cell_name(cell) -> str:
 
 def model_dim() -> int:
   """Coordinates the aggregator encodes: the model's, padded to 2^m (rotation)."""
-  quiet.import_tensorflow(federated=False)   # the model's TensorFlow, quietly
   return models.update_dim(models.get(FLAGS.model, INPUT_SHAPE, NUM_CLASSES),
                            rotate=True)
 
@@ -499,6 +498,19 @@ def report(all_cells, calibrations, seconds):
   return text
 
 
+def check_flags() -> None:
+  """Refuses bad flags before TensorFlow starts (`cli.run`'s check; main
+  checks again).
+
+  Raises:
+    ValueError: the flag and its allowed values.
+  """
+  validation.check_integer('--seeds', FLAGS.seeds, 1)
+  validation.check_positive('--max_calibration_seconds',
+                            FLAGS.max_calibration_seconds)
+  cells()
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -506,9 +518,7 @@ def main(argv):
   # the table (the default action would leave them running).
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
-    validation.check_integer('--seeds', FLAGS.seeds, 1)
-    validation.check_positive('--max_calibration_seconds',
-                              FLAGS.max_calibration_seconds)
+    check_flags()
     all_cells = cells()
     with results_io.exclusive(FLAGS.output_dir, 'FL table'):
       config_path = os.path.join(FLAGS.output_dir, 'config.json')
@@ -584,7 +594,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-fl-table` (setup.py): runs `main` as
   `python -m experiments.fl_table` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

@@ -167,3 +167,41 @@ def test_bad_flags_of_every_binary_exit_2_with_one_line_naming_the_flag(
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: '), (binary, argv, err)
     assert name in lines[0], (binary, argv, err)
+
+
+_CHECKED_BINARY = r'''
+import sys
+from absl import flags
+from tff_quant.program import cli
+flags.DEFINE_integer('rounds', 1, 'Rounds.')
+
+def check():
+  if flags.FLAGS.rounds < 1:
+    raise ValueError(f'--rounds must be >= 1, got {flags.FLAGS.rounds} '
+                     f'(tensorflow loaded: {"tensorflow" in sys.modules})')
+
+def main(argv):
+  import tensorflow as tf  # already imported by cli.run: Keras builds eagerly
+  layer = tf.keras.Sequential([tf.keras.layers.Flatten(input_shape=(2, 2))])
+  print('ran', 'tensorflow' in sys.modules, tuple(layer(tf.zeros([1, 2, 2])).shape))
+
+cli.run(main, check=check)
+'''
+
+
+@pytest.mark.parametrize('args, code, out, err', [
+    (['--rounds=0'], 2, '',
+     'error: --rounds must be >= 1, got 0 (tensorflow loaded: False)\n'),
+    (['--rounds=x'], 2, '', None),
+    (['--rounds=3'], 0, 'ran True (1, 4)\n', None)])
+def test_run_checks_before_tensorflow_and_keras_still_builds(args, code, out, err):
+  """`cli.run(main, check=)`: a refusal is one line, status 2, before
+  TensorFlow starts (the check reports it is not loaded);
+  a good command imports TensorFlow before app.run, so Keras builds a
+  Flatten(input_shape=...) (imported inside app.run it fails in TF 2.14)."""
+  res = subprocess.run([sys.executable, '-c', _CHECKED_BINARY, *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+  assert res.returncode == code, res.stderr[-2000:]
+  assert res.stdout == out
+  if err is not None:
+    assert res.stderr == err

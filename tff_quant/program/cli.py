@@ -4,12 +4,13 @@ workers, and a `--help` that exits 0 however the binary was started."""
 import contextlib
 import math
 import sys
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from absl import app
 from absl import flags
 
 from tff_quant.common import validation
+from tff_quant.program import quiet
 from tff_quant.program import runtime
 from tff_quant.program.errors import USER_ERRORS
 
@@ -64,7 +65,8 @@ def _help_for_module(module_name: str) -> None:
     flags.FLAGS.register_key_flag_for_module(program, flag)
 
 
-def run(main: Callable[[List[str]], object]) -> None:
+def run(main: Callable[[List[str]], object],
+        check: Optional[Callable[[], object]] = None) -> None:
   """Runs an experiment binary's `main` under absl (`app.run`), with the
   shared flag parsing (`parse_flags`: help exits 0).
 
@@ -73,15 +75,29 @@ def run(main: Callable[[List[str]], object]) -> None:
   (`tff-quant-X`, setup.py) both call it, so both give the same help and
   behave alike.
 
+  With `check`, the flags are parsed and `check()` runs before TensorFlow
+  is imported (quietly, `quiet.import_tensorflow`), so a bad flag or
+  setting is refused in about a second (`user_errors_exit`) instead of
+  after TensorFlow's start-up. TensorFlow must be imported before
+  `app.run` starts: Keras built inside `app.run` by a TensorFlow imported
+  there fails (TF 2.14: `Flatten(input_shape=...)` converts None).
+
   Args:
     main: the binary's main(argv); absl passes it the arguments left after
       the flags.
+    check: None, or a no-argument callable that raises one of
+      `errors.USER_ERRORS` for bad input (it may read FLAGS).
 
   Raises:
     SystemExit: always, as `app.run` does (main's return value, 0 after the
-      help, 2 after a flag error).
+      help, 2 after a flag error or a refusal by `check`).
   """
   _help_for_module(main.__module__)
+  if check is not None:
+    parse_flags(sys.argv)
+    with user_errors_exit():
+      check()
+    quiet.import_tensorflow()
   app.run(main, flags_parser=parse_flags)
 
 
