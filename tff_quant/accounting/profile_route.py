@@ -487,4 +487,7 @@ def _sum_window(p: np.ndarray, k_lo: int, rounds: int, tau: float):
         best_hi = min(best_hi, int(math.ceil(edge)))
       else:
         best_lo = max(best_lo, int(math.floor(-edge)))
-  return max(best_lo, lo_all), min(max(best_hi, best_lo), hi_all)
+  # Clamped into the support with lo <= hi: where the whole finite mass^T
+  # is below τ the two cuts cross (the window then holds one point).
+  lo = min(max(best_lo, lo_all), hi_all)
+  return lo, min(max(best_hi, lo), hi_all)

@@ -330,3 +330,11 @@ def test_concave_majorant_is_at_or_above_the_exact_one_under_abscissa_rounding()
       assert got <= float(exact) * (1 + 1e-13) + 1e-13
   assert secure_sum.concave_majorant_at(np.arange(3.0), np.array([0, 1, np.inf]),
                                         0.5) == math.inf
+
+
+def test_concave_majorant_refuses_negative_abscissae():
+  """Helper review: at x < 0 the read point v(1 + 8u) moves left, and the
+  value fell below the exact majorant; the abscissae are squared distances."""
+  with pytest.raises(ValueError, match='`x` must be >= 0'):
+    secure_sum.concave_majorant_at(np.array([-1e6 - 1, -1e6]),
+                                   np.array([0.0, 1.0]), -1e6 - 0.5)

@@ -201,21 +201,28 @@ def concave_majorant_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
   are covered by reading at v(1 + 8u) (a pair straddling v in exact
   positions straddles a point <= v(1 + 7u) in computed ones); θ =
   (v - x_a)/(x_b - x_a) is within 5u relative (each difference exact by
-  Sterbenz or within 2u), so each value within 8u·max y; the result is raised
-  by 1 + 4u more for one product by the caller (d·ĝ on the ℓ2 route).
+  Sterbenz or within 2u), so each value within 16u·max|y| (y_b - y_a up to
+  2·max|y| where signs mix); the result is raised by 1 + 4u more for one
+  product by the caller (d·ĝ on the ℓ2 route).
 
   Args:
-    x: [N] increasing abscissae (finite).
+    x: [N] increasing abscissae, finite and >= 0 (squared distances: the
+      7u argument reads at v(1 + 8u), which moves left for v < 0).
     y: [N] ordinates (an infinite one makes the majorant infinite).
     at: the abscissa.
 
   Returns:
     The bound (inf where some y is).
+
+  Raises:
+    ValueError: a negative abscissa.
   """
+  x = np.asarray(x, np.float64)
+  if x.size and not x[0] >= 0:
+    raise ValueError(f'`x` must be >= 0 (squared distances), got {x[0]}.')
   if not np.all(np.isfinite(y)):
     return math.inf
   u = exact_laws.U
-  x = np.asarray(x, np.float64)
   y = np.maximum.accumulate(np.asarray(y, np.float64))
   v = min(max(at * (1 + 8 * u), x[0]), x[-1])
   left, right = x <= v, x >= v
@@ -226,7 +233,7 @@ def concave_majorant_at(x: np.ndarray, y: np.ndarray, at: float) -> float:
     values = np.where(width > 0, ya + (v - xa) / width * (yb - ya),
                       np.maximum(ya, yb))
   best = float(np.max(values))
-  return (best + 8 * u * float(np.max(np.abs(y)))) * (1 + 4 * u)
+  return (best + 16 * u * float(np.max(np.abs(y)))) * (1 + 4 * u)
 
 
 def _checked_grid(c: float, t_points: int, t_grid) -> np.ndarray:
