@@ -94,6 +94,7 @@ def run(main: Callable[[List[str]], object],
   """
   _help_for_module(main.__module__)
   if check is not None:
+    app.define_help_flags()   # as app.run does before it parses (guarded)
     parse_flags(sys.argv)
     with user_errors_exit():
       check()
