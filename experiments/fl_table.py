@@ -29,6 +29,9 @@ import time
 from absl import app
 from absl import flags
 
+from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
+quiet.import_tensorflow()   # before app.run: Keras built inside it fails (cli.run)
+
 from tff_quant import mechanisms
 from tff_quant.accounting import provenance
 from tff_quant.accounting import setting
@@ -594,7 +597,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-fl-table` (setup.py): runs `main` as
   `python -m experiments.fl_table` does, from any folder."""
-  cli.run(main, check=check_flags)
+  cli.run(main)
 
 
 if __name__ == '__main__':
