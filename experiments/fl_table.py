@@ -30,7 +30,7 @@ from absl import app
 from absl import flags
 
 from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
-quiet.import_tensorflow()   # before app.run: Keras built inside it fails (cli.run)
+quiet.import_tensorflow()   # before app.run: Keras built by a TensorFlow imported inside it fails
 
 from tff_quant import mechanisms
 from tff_quant.accounting import provenance
@@ -501,19 +501,6 @@ def report(all_cells, calibrations, seconds):
   return text
 
 
-def check_flags() -> None:
-  """Refuses bad flags before TensorFlow starts (`cli.run`'s check; main
-  checks again).
-
-  Raises:
-    ValueError: the flag and its allowed values.
-  """
-  validation.check_integer('--seeds', FLAGS.seeds, 1)
-  validation.check_positive('--max_calibration_seconds',
-                            FLAGS.max_calibration_seconds)
-  cells()
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -521,7 +508,9 @@ def main(argv):
   # the table (the default action would leave them running).
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
-    check_flags()
+    validation.check_integer('--seeds', FLAGS.seeds, 1)
+    validation.check_positive('--max_calibration_seconds',
+                              FLAGS.max_calibration_seconds)
     all_cells = cells()
     with results_io.exclusive(FLAGS.output_dir, 'FL table'):
       config_path = os.path.join(FLAGS.output_dir, 'config.json')
