@@ -99,7 +99,8 @@ def end_log_pmfs(mech) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def sum_pair_log_pmfs(mech, num_clients: int, num_plus: int):
-  """Log-pmfs of the secure sum when one client is at +clip vs -clip.
+  """The secure sum's laws when one client is at +clip vs -clip, with their
+  proved rounding.
 
   The other n-1 clients: `num_plus` at +clip, the rest at -clip.
 
@@ -109,12 +110,15 @@ def sum_pair_log_pmfs(mech, num_clients: int, num_plus: int):
     num_plus: how many of the n-1 others sit at +clip, in [0, n-1].
 
   Returns:
-    (log_p, log_q): [n(L-1)+1] float64 log-pmfs of the sum with the target
-    at +clip and at -clip (every index resolved).
+    (p, q): the sum's law with the target at +clip and at -clip, each a
+    triple (log_pmf, log_upper, log_error) of [n(L-1)+1] float64 arrays
+    (`sum_log_pmf_at_extremes` with its error: every index resolved).
   """
   others_minus = num_clients - 1 - num_plus
-  return (sum_log_pmf_at_extremes(mech, num_plus + 1, others_minus)[0],
-          sum_log_pmf_at_extremes(mech, num_plus, others_minus + 1)[0])
+  return (sum_log_pmf_at_extremes(mech, num_plus + 1, others_minus,
+                                  with_error=True),
+          sum_log_pmf_at_extremes(mech, num_plus, others_minus + 1,
+                                  with_error=True))
 
 
 def _infinite_mixes(mech, mixes: List[int], num_clients: int) -> List[int]:

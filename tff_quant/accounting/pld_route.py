@@ -103,8 +103,9 @@ def _composed_epsilon(mech, clients_per_round, dim, rounds, gamma, delta,
   kappa = dim * rounds * clients_per_round * numerics.law_error(mech)
   eps = 0.0
   for k in mixes:
-    lp, lq = divergence.sum_pair_log_pmfs(mech, clients_per_round, k)
-    one = loss_pmf.LossPmf.from_log_pmfs(lp, lq, interval)
+    (lp, up, ep), (lq, _, eq) = divergence.sum_pair_log_pmfs(
+        mech, clients_per_round, k)
+    one = loss_pmf.LossPmf.from_log_pmfs(lp, lq, interval, ep, eq, up)
     need = max(one.composed_points(dim),
                one.round_then_rounds_points(dim, gamma, rounds))
     if need > max_points:

@@ -36,8 +36,8 @@ from typing import Callable, Mapping
 import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
+from tff_quant.accounting import loss_pmf
 from tff_quant.common import exact_laws
-from tff_quant.common import laws
 from tff_quant.common import validation
 
 #: The PLD loss grid's spacing: the Gaussian's route at z = 2 in the
@@ -400,7 +400,7 @@ def composed_delta(masses: Mapping[int, float], infinity: float, rounds: int,
   * A window [a, b] of the sum's index s: Chernoff bounds with the masses'
     log-MGF K(λ) = log Σ p_k e^(λk) (raised by 1e-9 + 1e-12|K| for its
     rounding: a pairwise sum and a few elementary functions) put at most
-    τ = `tail` of mass above b and below a (`_sum_window`).
+    τ = `tail` of mass above b and below a (`loss_pmf.sum_window`).
   * One FFT of size N >= b − a + 1 (a power of 2): the circular T-fold
     convolution, by binary powering (`laws.complex_power`). Circularly, the
     mass outside [a, b] lands inside it: entries only rise (c >= 0), so
@@ -432,20 +432,14 @@ def composed_delta(masses: Mapping[int, float], infinity: float, rounds: int,
   validation.check_positive('interval', interval)
   validation.check_probability('tail', tail)
   ks = np.array(sorted(k for k, v in masses.items() if v > 0), np.int64)
-  at_infinity = -math.expm1(rounds * math.log1p(-infinity)) * (1 + 8 * _LIB) + _TINY
+  at_infinity = loss_pmf.raised_power_of_one_minus(infinity, rounds)
   if not ks.size or infinity == 1:
     return (lambda eps: min(at_infinity, 1.0)), 0.0
   k_lo = int(ks[0])
   p = np.zeros(int(ks[-1]) - k_lo + 1)
   p[ks - k_lo] = [masses[int(k)] for k in ks]
-  lo_s, hi_s = _sum_window(p, k_lo, rounds, tail)
-  n_fft = 1 << max(int(hi_s - lo_s).bit_length(), (p.size - 1).bit_length(), 1)
-  spectrum = laws.complex_power(np.fft.rfft(p, n_fft), rounds)
-  circular = np.fft.irfft(spectrum, n_fft)
-  error2 = laws.fft_error([(p, rounds)], [(0.0, 0, float(np.linalg.norm(p)),
-                                           math.fsum(p))], n_fft, circular)
-  s = np.arange(lo_s, lo_s + n_fft, dtype=np.int64)
-  values = circular[(s - rounds * k_lo) % n_fft]
+  lo_s, values, error2 = loss_pmf.circular_power(p, k_lo, rounds, tail)
+  s = np.arange(lo_s, lo_s + values.size, dtype=np.int64)
   losses = s.astype(np.float64) * interval
   top = float(np.max(np.abs(losses)))
 
@@ -461,33 +455,3 @@ def composed_delta(masses: Mapping[int, float], infinity: float, rounds: int,
 
   return delta_at, top
 
-
-def _sum_window(p: np.ndarray, k_lo: int, rounds: int, tau: float):
-  """[a, b]: the T-fold sum's index range outside which its mass is at
-  most τ each side, by Chernoff: P(S >= b) <= e^(T·K(λ) − λb), P(S <= a) <=
-  e^(T·K(−λ) + λa), λ > 0 on a grid, K the masses' log-MGF (the index
-  k_lo + i for p[i]) raised by 1e-9 + 1e-12|K| + 4uλ·len(p) for its
-  rounding (the products λi, the pairwise sum, exp and log); at most the
-  sum's support."""
-  i = np.arange(p.size, dtype=np.float64)
-  with np.errstate(divide='ignore'):
-    log_p = np.log(p)
-  lo_all, hi_all = rounds * k_lo, rounds * (k_lo + p.size - 1)
-  best_hi, best_lo = hi_all, lo_all
-  log_tau = math.log(tau)
-  for lam in np.geomspace(1e-6, 50.0, 60):
-    for sign in (1.0, -1.0):
-      terms = log_p + sign * lam * i
-      m = float(np.max(terms))
-      k = m + math.log(float(np.sum(np.exp(terms - m))))
-      k = k + 1e-9 + 1e-12 * abs(k) + 4 * _U * lam * p.size + sign * lam * k_lo
-      # T·K(±λ) ∓ λ·edge <= log τ  <=>  edge >= (T·K − log τ)/λ (upper side)
-      edge = (rounds * k - log_tau) / lam
-      if sign > 0:
-        best_hi = min(best_hi, int(math.ceil(edge)))
-      else:
-        best_lo = max(best_lo, int(math.floor(-edge)))
-  # Clamped into the support with lo <= hi: where the whole finite mass^T
-  # is below τ the two cuts cross (the window then holds one point).
-  lo = min(max(best_lo, lo_all), hi_all)
-  return lo, min(max(best_hi, lo), hi_all)
