@@ -1,7 +1,8 @@
-"""The FL validation's runs (docs/fl_validation.md, issue 65): the central
+"""The FL validation's runs (docs/fl_validation.md): the central
 Gaussian's dose–response at ε ∈ {3, 10}, noise variance multiplied by
-m ∈ {1, 1.25, 1.5, 2, 3}, 10 block seeds (100–109), with the tuned training
-of results/fl_table_tuned (tff_quant.program.fl_validation).
+m ∈ {1, 1.25, 1.5, 2, 3}, and the mechanism cells of cells.json (written
+once by --choose_cells), 10 block seeds (100–109) each, with the tuned
+training of results/fl_table_tuned (tff_quant.program.fl_validation).
 
 Each ε's Gaussian is calibrated once (the tuned table's stored calibration
 where its schedule is this one, else `peers.calibrate`) into
@@ -9,11 +10,13 @@ calibrations.json; dose m runs `experiments.fl_emnist` at noise multiplier
 z_ε·√m into runs/gaussian_eps<ε>_m<m>_s<seed>/, whose summary.json then gets
 the validation's fields (variance_multiplier, predicted_ratio = m,
 level_bits and wire_bits null: floats, no secure sum; also in
-validation.json). A finished run is skipped and an interrupted one resumes;
+validation.json). A mechanism cell runs its calibrated parameters at its
+wire budget into runs/<cell>_s<seed>/, predicted_ratio its position m on
+the dose axis. A finished run is skipped and an interrupted one resumes;
 several starts may share the folder (each run is locked while it trains),
 and --runs / --max_runs split the work. The whole process is niced.
 
-  python -m experiments.fl_validation                 # every dose run left
+  python -m experiments.fl_validation                 # every run left
   python -m experiments.fl_validation --plan          # cells, runs, commands
   python -m experiments.fl_validation --runs=gaussian_eps3_m2_s100
   python -m experiments.fl_validation --report_only   # once all have finished
@@ -85,8 +88,21 @@ def setting():
   return out
 
 
+def mechanism_cells():
+  """The mechanism cells of cells.json in --output_dir (none before
+  `--choose_cells` wrote it), at the --epsilons planned."""
+  path = os.path.join(FLAGS.output_dir, 'cells.json')
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    cells = fv.planned_cells(json.load(f))
+  epsilons = set(cli.numbers('epsilons', FLAGS.epsilons, 0, strict=True))
+  return [c for c in cells if c.epsilon in epsilons]
+
+
 def plan():
-  """(cells, [(cell, seed)] to do, every planned (cell, seed))."""
+  """(cells, [(cell, seed)] to do, every planned (cell, seed)): the dose
+  cells, then the mechanism cells of cells.json once it exists."""
   cells = fv.dose_cells(cli.numbers('epsilons', FLAGS.epsilons, 0,
                                     strict=True),
                         cli.numbers('multipliers', FLAGS.multipliers, 1))
@@ -94,6 +110,7 @@ def plan():
     if c.epsilon not in fv.TRAINING:
       raise ValueError(f'--epsilons: no tuned training for ε = '
                        f'{c.epsilon:g} (tuned: {sorted(fv.TRAINING)}).')
+  cells = cells + mechanism_cells()
   seeds = fv.check_seeds(cli.numbers('seeds', FLAGS.seeds, 0, integer=True))
   every = fv.planned_runs(cells, seeds)
   if not FLAGS.runs:
@@ -136,13 +153,24 @@ def calibration(epsilon, calibrations, cal_path):
   return calibrations[key]['noise_multiplier']
 
 
-def train(cell, seed, z) -> float:
+def run_args(cell, seed, zs):
+  """fl_emnist's flags for one planned run (a dose of the Gaussian, or a
+  mechanism cell's calibrated parameters and wire budget)."""
+  training = fv.TRAINING[cell.epsilon]
+  if isinstance(cell, fv.PlannedCell):
+    return fv.cell_args(setting(), training, cell, seed, run_dir(cell, seed),
+                        FLAGS.data_dir)
+  return fv.fl_emnist_args(
+      setting(), training, fv.scaled_noise_multiplier(zs[cell.epsilon],
+                                                      cell.multiplier),
+      seed, run_dir(cell, seed), FLAGS.data_dir)
+
+
+def train(cell, seed, zs) -> float:
   """One run through experiments.fl_emnist (its own process: TFF's workers
   end with it); returns its wall seconds."""
-  args = [sys.executable, '-m', 'experiments.fl_emnist'] + fv.fl_emnist_args(
-      setting(), fv.TRAINING[cell.epsilon],
-      fv.scaled_noise_multiplier(z, cell.multiplier), seed,
-      run_dir(cell, seed), FLAGS.data_dir)
+  args = [sys.executable, '-m', 'experiments.fl_emnist'] + run_args(
+      cell, seed, zs)
   return isolated.run_command(args)
 
 
@@ -152,20 +180,25 @@ def show_plan(cells, todo, every, calibrations) -> None:
         f'seeds {FLAGS.seeds[0]}..{FLAGS.seeds[-1]} (noise seed '
         f'{fv.NOISE_SEED_OFFSET} + seed)')
   for c in cells:
-    print(f'  {c.name}: ε = {c.epsilon:g}, variance ×{c.multiplier:g}, '
-          f'predicted ×G {c.multiplier:g}, level/wire bits n/a (floats)')
+    if isinstance(c, fv.PlannedCell):
+      print(f'  {c.name}: ε = {c.epsilon:g}, {c.mechanism}, predicted ×G '
+            f'{c.ratio:.4g} (dose axis m = {c.dose:.4g}), {c.level_bits} '
+            f'level bits, {c.wire_bits} wire bits')
+    else:
+      print(f'  {c.name}: ε = {c.epsilon:g}, variance ×{c.multiplier:g}, '
+            f'predicted ×G {c.multiplier:g}, level/wire bits n/a (floats)')
+  zs = {}
+  for e in {c.epsilon for c in cells}:
+    zs[e] = calibrations.get(f'gaussian_eps{e:g}', {}).get(
+        'noise_multiplier') or fv.stored_calibration(
+            FLAGS.stored_calibrations, e, setting())
   for c, s in todo:
     if fv.finished(run_dir(c, s)):
       continue
-    z = calibrations.get(f'gaussian_eps{c.epsilon:g}', {}).get(
-        'noise_multiplier') or fv.stored_calibration(
-            FLAGS.stored_calibrations, c.epsilon, setting())
     state = 'started' if os.path.isdir(run_dir(c, s)) else 'to do'
-    command = ('(not calibrated yet)' if z is None else 'python -m '
-               'experiments.fl_emnist ' + ' '.join(fv.fl_emnist_args(
-                   setting(), fv.TRAINING[c.epsilon],
-                   fv.scaled_noise_multiplier(z, c.multiplier), s,
-                   run_dir(c, s), FLAGS.data_dir)))
+    needs_z = not isinstance(c, fv.PlannedCell) and zs[c.epsilon] is None
+    command = ('(not calibrated yet)' if needs_z else 'python -m '
+               'experiments.fl_emnist ' + ' '.join(run_args(c, s, zs)))
     print(f'[{state}] {fv.run_name(c, s)}: {command}')
 
 
@@ -273,7 +306,8 @@ def main(argv):
     with results_io.exclusive(FLAGS.output_dir, 'FL validation set-up'):
       results_io.write_json(config_path, setting())
       zs = {e: calibration(e, calibrations, cal_path)
-            for e in sorted({c.epsilon for c, _ in todo})}
+            for e in sorted({c.epsilon for c, _ in todo
+                             if not isinstance(c, fv.PlannedCell)})}
     trained = 0
     for k, (cell, seed) in enumerate(todo):
       name, path = fv.run_name(cell, seed), run_dir(cell, seed)
@@ -282,7 +316,8 @@ def main(argv):
         break
       if fv.finished(path):
         continue
-      fields = fv.dose_fields(cell, zs[cell.epsilon])
+      fields = (fv.cell_fields(cell) if isinstance(cell, fv.PlannedCell)
+                else fv.dose_fields(cell, zs[cell.epsilon]))
       with contextlib.ExitStack() as stack:
         try:   # several starts may share the folder: one trains each run
           stack.enter_context(results_io.exclusive(
@@ -293,7 +328,7 @@ def main(argv):
         if not fv.trained(path):
           print(f'[run {k + 1}/{len(todo)}] {name}', flush=True)
           try:
-            seconds = train(cell, seed, zs[cell.epsilon])
+            seconds = train(cell, seed, zs)
           except subprocess.CalledProcessError as err:
             print(f'  run failed (exit {err.returncode}); a later start '
                   'resumes it', flush=True)

@@ -41,6 +41,25 @@ def test_plan_lists_the_preregistered_cells_and_writes_nothing(tmp_path):
   assert not os.path.exists(out)
 
 
+def test_plan_adds_the_mechanism_cells_once_cells_json_exists(tmp_path):
+  out = tmp_path / 'v'
+  out.mkdir()
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))))
+  with open(os.path.join(root, 'results', 'fl_validation', 'cells.json')) as f:
+    table = json.load(f)
+  (out / 'cells.json').write_text(json.dumps(table))
+  got = binaries.run(MODULE, [f'--output_dir={out}', '--plan'], timeout=120)
+  assert got.returncode == 0, got.stderr[-2000:]
+  cells = len(table['cells'])
+  assert f'{10 + cells} cells, {10 * (10 + cells)} runs' in got.stdout
+  line = next(l for l in got.stdout.splitlines()
+              if l.startswith('[to do] pbm_eps3_w6_s103:'))
+  for want in ('--mechanism=pbm', '--wire_bits=6', '--seed=103',
+               '--noise_seed=1103', 'theta=0.043898168585944336'):
+    assert want in line
+
+
 def test_bad_flags_and_an_early_report_are_refused(tmp_path):
   out = f'--output_dir={tmp_path / "v"}'
   for flags, name in ((['--seeds=3'], 'seeds'),

@@ -385,6 +385,35 @@ def test_cells_follow_the_rule_and_sit_on_the_dose_axis():
   assert json.loads(json.dumps(table)) == table
 
 
+def test_the_committed_cells_run_their_parameters_at_their_wire_budget():
+  """cells.json (committed before any mechanism run) read back: each cell's
+  calibrated parameters without the clip (the run derives c∞ itself), a
+  registry mechanism at --wire_bits, a TFF peer with its own bits; its
+  summary gets the dose-axis position as predicted_ratio."""
+  with open(os.path.join(ROOT, 'results', 'fl_validation', 'cells.json')) as f:
+    table = json.load(f)
+  cells = fv.planned_cells(table)
+  assert [c.name for c in cells] == [e['name'] for e in table['cells']]
+  by_name = {c.name: c for c in cells}
+  qmgeo = next(c for c in cells if c.mechanism == 'qmgeo')
+  args = fv.cell_args(fv.SETTING, fv.TRAINING[qmgeo.epsilon], qmgeo, 101,
+                      f'/r/runs/{qmgeo.name}_s101')
+  params = next(a for a in args if a.startswith('--mechanism_params='))
+  assert 'clip=' not in params and 'full_support=true' in params
+  assert f'--wire_bits={qmgeo.wire_bits}' in args and '--noise_seed=1101' in args
+  peer = by_name['tff_dgauss_eps3_w13']
+  args = fv.cell_args(fv.SETTING, fv.TRAINING[3.0], peer, 100, '/r/runs/x')
+  assert not any(a.startswith('--wire_bits') for a in args)
+  assert any(a.startswith('--mechanism_params=') and 'bits=13' in a
+             for a in args)
+  fields = fv.cell_fields(qmgeo)
+  assert set(fields) == set(fv.FIELDS) and fields['validation_kind'] == fv.CELL
+  assert fields['predicted_ratio'] == qmgeo.dose != qmgeo.ratio
+  assert fields['wire_bits'] == qmgeo.wire_bits
+  with pytest.raises(ValueError, match='without its fields'):
+    fv.planned_cells({'cells': [{'name': 'x'}]})
+
+
 def test_too_few_cells_or_no_spread_call_for_an_amendment():
   answers = {('pbm', 3.0): _answers({2: 1.05}),       # w_hi only
              ('pbm', 10.0): _answers({2: 1.5, 3: 1.0})}

@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from scipy import stats
 
+from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import comparisons, fl_table, results_io
 
@@ -244,8 +245,15 @@ def fl_emnist_args(setting: Mapping, training: Mapping, noise_multiplier: float,
   Returns:
     The flags, in a fixed order.
   """
-  args = [f'--dataset={setting["dataset"]}', '--mechanism=gaussian',
-          f'--mechanism_params=noise_multiplier={noise_multiplier!r}',
+  return _run_args(setting, training, 'gaussian',
+                   f'noise_multiplier={noise_multiplier!r}', seed, run_dir,
+                   data_dir)
+
+
+def _run_args(setting, training, mechanism, params_text, seed, run_dir,
+              data_dir, extra=()):
+  args = [f'--dataset={setting["dataset"]}', f'--mechanism={mechanism}',
+          f'--mechanism_params={params_text}',
           f'--rounds={setting["rounds"]}',
           f'--clients_per_round={setting["clients_per_round"]}',
           f'--total_clients={setting["total_clients"]}',
@@ -261,10 +269,97 @@ def fl_emnist_args(setting: Mapping, training: Mapping, noise_multiplier: float,
           f'--noise_seed={NOISE_SEED_OFFSET + seed}',
           f'--eval_every={setting["eval_every"]}',
           f'--root_output_dir={os.path.dirname(run_dir)}',
-          f'--experiment_name={os.path.basename(run_dir)}']
+          f'--experiment_name={os.path.basename(run_dir)}', *extra]
   if data_dir:
     args.append(f'--data_dir={data_dir}')
   return args
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCell:
+  """A mechanism cell of cells.json, as its runs use it.
+
+  Attributes:
+    name: <mechanism>_eps<ε>_w<wire bits>: the cell's folder prefix.
+    mechanism: a registry name or one of TFF's peers.
+    epsilon: the target ε its parameters were calibrated to.
+    wire_bits: the budget: the secure-sum field's bits per coordinate
+      (`--wire_bits` for a registry mechanism; a TFF peer's own `bits`).
+    level_bits: ⌈log2 L⌉ of the mechanism (a peer: its bits).
+    params: its calibrated parameters, the clip excluded (the run derives
+      c∞ = k·clip/√d itself, as the scan did).
+    ratio: its proved ×G; `dose`: m, its position on the dose axis.
+  """
+  name: str
+  mechanism: str
+  epsilon: float
+  wire_bits: int
+  level_bits: int
+  params: Tuple[Tuple[str, object], ...]
+  ratio: float
+  dose: float
+
+  @property
+  def params_text(self) -> str:
+    """--mechanism_params' text: key=value,... (floats as repr, bools
+    lower-case)."""
+    def text(v):
+      return str(v).lower() if isinstance(v, bool) else repr(v)
+    return ','.join(f'{k}={text(v)}' for k, v in self.params)
+
+
+def planned_cells(table: Mapping) -> List[PlannedCell]:
+  """The mechanism cells of a cells.json (`cells_json`), in its order.
+
+  Raises:
+    ValueError: a cell without a name, mechanism, ε, wire bits, parameters
+      or dose (not a table `cells_json` wrote).
+  """
+  out = []
+  for entry in table.get('cells', []):
+    try:
+      params = json.loads(entry['params'])
+      params.pop('clip', None)
+      out.append(PlannedCell(
+          entry['name'], entry['mechanism'], float(entry['epsilon']),
+          int(entry['wire_bits']), int(entry['level_bits']),
+          tuple(sorted(params.items())), float(entry['predicted_ratio']),
+          float(entry['dose'])))
+    except (KeyError, TypeError, ValueError) as err:
+      raise ValueError(f'cells.json: a cell without its fields ({err!r}): '
+                       f'{entry!r}.') from None
+  return out
+
+
+def cell_args(setting: Mapping, training: Mapping, cell: PlannedCell,
+              seed: int, run_dir: str, data_dir: Optional[str] = None
+              ) -> List[str]:
+  """The flags of `python -m experiments.fl_emnist` for one mechanism cell's
+  run: its calibrated parameters as given (the run prints the ε they give
+  under the accountant it runs), and the cell's wire budget as
+  `--wire_bits` for a registry mechanism (a TFF peer carries its own
+  `bits`).
+
+  Args:
+    setting, training, seed, run_dir, data_dir: as for `fl_emnist_args`.
+    cell: the `PlannedCell`.
+
+  Returns:
+    The flags, in a fixed order.
+  """
+  extra = () if cell.mechanism in peers.PEERS else (f'--wire_bits={cell.wire_bits}',)
+  return _run_args(setting, training, cell.mechanism, cell.params_text, seed,
+                   run_dir, data_dir, extra)
+
+
+def cell_fields(cell: PlannedCell) -> Dict:
+  """What a mechanism cell's run adds to its summary.json: the cell, its
+  position on the dose axis as `predicted_ratio` (m, the plan's), its level
+  and wire bits; no variance multiplier or Gaussian calibration."""
+  return dict(validation_cell=cell.name, validation_kind=CELL,
+              epsilon_target=cell.epsilon, variance_multiplier=None,
+              predicted_ratio=cell.dose, level_bits=cell.level_bits,
+              wire_bits=cell.wire_bits, noise_multiplier_calibrated=None)
 
 
 #: The mechanism cells' candidates (docs/fl_validation.md, "Mechanism
