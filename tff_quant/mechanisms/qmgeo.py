@@ -205,7 +205,7 @@ class QMGeo(base.SymmetricLevels, base.Mechanism):
     [0, start] below and [start + 1, R - 1] above).
     """
     s_mix, s_walk = tf.unstack(base.split_seed(seed, 2))
-    dtype = tf.float32   # the walk (integers below 2^24)
+    dtype = tf.float64   # the walk's uniform (float32 resolves only 2^-23)
     t = (tf.cast(x, tf.float64) + self.level_range) / self.level_step
     t = base.snap_to_integers(t, self.r_levels - 1)
     r64 = tf.clip_by_value(tf.floor(t), 0.0, self.r_levels - 2.0)
@@ -223,12 +223,12 @@ class QMGeo(base.SymmetricLevels, base.Mechanism):
     # A = 1-q^(start+1) and above it B = q-q^(top-start+1); v = u (A+B) < A
     # walks down g = floor(log(1-v)/log q), else up from start+1 with
     # v' = (v-A)/q in place of v.
-    q = 1.0 - self.p
+    q = tf.constant(1.0 - self.p, dtype)
     mass_down = 1.0 - tf.pow(q, start + 1.0)
     mass_up = q - tf.pow(q, top - start + 1.0)
     v = base.uniform(tf.shape(x), s_walk, dtype) * (mass_down + mass_up)
     down = v < mass_down
     w = tf.minimum(tf.where(down, v, (v - mass_down) / q), 1.0)  # rounding
-    g = tf.floor(tf.math.log1p(-w) / math.log(q))
+    g = tf.floor(tf.math.log1p(-w) / math.log(1.0 - self.p))
     return tf.where(down, start - tf.minimum(g, start),
                     start + 1.0 + tf.minimum(g, top - start - 1.0))

@@ -413,12 +413,13 @@ class QuantizedGaussian(base.InputLattice, base.SymmetricLevels,
     Cq = c a float32 t at y = Cq rounded to level k (6 in 1e7 draws at
     k = 16, 19,472 at k = 2^16). The input (and its lattice point, `base.lattice_round`) is the
     float64 one `sanitize` clipped, so the noise is centred where the pmf
-    centres it; the noise is a float32 normal, cast.
+    centres it; the noise is a float64 normal (a float32 one resolves its
+    uniforms to 2^-23 only: docs/privacy.md, Numerics 6).
     """
     s_noise, s_round, s_lattice = tf.unstack(base.split_seed(seed, 3))
     x = self._on_lattice(tf.cast(x, tf.float64), s_lattice)
-    noise = tf.random.stateless_normal(tf.shape(x), s_noise, dtype=tf.float32)
-    y = x + self.sigma * tf.cast(noise, tf.float64)
+    noise = tf.random.stateless_normal(tf.shape(x), s_noise, dtype=tf.float64)
+    y = x + self.sigma * noise
     y = tf.clip_by_value(y, -self.clip, self.clip)
     return base.round_within((y + self.clip) / self.level_step, 0, self.k - 1,
                              s_round)

@@ -290,15 +290,15 @@ class RandomizedProjection(base.InputLattice, base.SymmetricLevels,
     clipped, so the noise is centred where the pmf centres it (the float32
     lattice's end point was float32(c) > c); the uniforms are float64 (a
     float32 one reaches only every other level of 2^24); the noise is a
-    float32 normal, cast.
+    float64 normal too.
     """
     s_noise, s_keep, s_other, s_lattice = tf.unstack(base.split_seed(seed, 4))
     shape = tf.shape(x)
     x = self._on_lattice(tf.cast(x, tf.float64), s_lattice)
     y = x
     if self.sigma > 0:
-      noise = tf.random.stateless_normal(shape, s_noise, dtype=tf.float32)
-      y = x + self.sigma * tf.cast(noise, tf.float64)
+      noise = tf.random.stateless_normal(shape, s_noise, dtype=tf.float64)
+      y = x + self.sigma * noise
     y = tf.clip_by_value(y, -self.bound, self.bound)
     top = float(self.num_levels - 1)
     nearest = tf.clip_by_value(tf.floor((y + self.bound) / self.level_step + 0.5),

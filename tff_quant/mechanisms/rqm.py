@@ -176,7 +176,8 @@ class RQM(base.SymmetricLevels, base.Mechanism):
     is `_bin`'s (float64, on the float64 input `sanitize` clipped), so the
     law at x >= c is the pmf's at c (at Δ = 1e-7c, 2^16 levels, the float32
     input float32(c) > c gave the top level 0.99727 against the pmf's
-    0.99773 at c); the gaps are float32 geometrics, cast.
+    0.99773 at c); the gaps are float64 geometrics (a float32 uniform cut
+    them at log(2^-23)/log(1 - q): 29 levels at q = 0.42).
     """
     s_low, s_up, s_round = tf.unstack(base.split_seed(seed, 3))
     x = tf.cast(x, tf.float64)
@@ -184,8 +185,7 @@ class RQM(base.SymmetricLevels, base.Mechanism):
     step = self.level_step
     t = (x + self.x_max) / step
     j = tf.clip_by_value(tf.floor(t), 0.0, self.m - 2.0)
-    gap = lambda s: tf.cast(base.geometric(shape, s, self.q, tf.float32),
-                            tf.float64)
+    gap = lambda s: base.geometric(shape, s, self.q, tf.float64)
     low = tf.maximum(j - gap(s_low), 0.0)
     up = tf.minimum(j + 1.0 + gap(s_up), self.m - 1.0)
     p_up = (t - low) / (up - low)
