@@ -50,3 +50,22 @@ def test_breakpoints_of_many_lattice_inputs_take_linear_memory():
   with pytest.raises(ValueError, match='off a lattice'):
     targets.breakpoints(np.sort(np.random.default_rng(0).uniform(-1, 1, 20)),
                         1.0, few)
+
+
+def test_targets_over_the_memory_limit_are_refused_before_allocating():
+  """QMGeo at 4,096 levels (the frontier's 12-bit cells) asked for a
+  (146,314 x 4,096) weight matrix before `Limits.max_bytes` was read: the
+  count now comes first, so the refusal names the GiB and nothing big is
+  allocated (a 1 GiB cap on the process would have failed the allocation)."""
+  c = 3 / 61706**0.5
+  grid = secure_sum.distance_grid(c, 33)
+  qmgeo = mechanisms.QMGeo(c, 4096, 0.5, full_support=True)
+  with pytest.raises(secure_sum.CostError, match=r'GiB .*target rows of 4096'):
+    targets.target_pairs(qmgeo, grid, limits=secure_sum.Limits())
+  # Envelopes (a mechanism that is not piecewise affine) count theirs too.
+  qg = helpers.mech('quantized_gaussian', num_levels=8, noise_multiplier=0.5,
+                    lattice=0)   # the paper's: envelopes
+  assert not getattr(qg, 'piecewise_affine', False)
+  with pytest.raises(secure_sum.CostError, match='GiB'):
+    targets.target_pairs(qg, grid, limits=secure_sum.Limits(max_bytes=100))
+  assert targets.target_pairs(qg, grid).pairs.size

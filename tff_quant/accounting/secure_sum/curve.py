@@ -374,17 +374,13 @@ def _search(mech, orders, num_clients, t_grid, cells, exact_splits, others,
   Raises:
     CostError: the laws over `limits.max_bytes` with no local bound.
   """
-  targets = targets_lib.target_pairs(mech, t_grid, cells, limits)
-  need = 3 * 8 * targets.upper_weights.shape[0] * targets.basis.shape[1]
-  if need > limits.max_bytes:
-    if local is not None:
-      return DivergenceCurve(t_grid, local, f'{_LOCAL_METHOD} (the target '
-                             f'pairs\' laws need ~{need / 2**30:.3g} GiB)',
-                             num_clients)
-    raise cost.CostError(
-        f'The target pairs of {mech!r} need ~{need / 2**30:.3g} GiB of laws '
-        f'(limit Limits.max_bytes = {limits.max_bytes / 2**30:.3g} GiB): lower '
-        '`cells` or the levels.')
+  try:   # refused before allocating where the laws would not fit
+    targets = targets_lib.target_pairs(mech, t_grid, cells, limits)
+  except cost.CostError as err:
+    if local is None:
+      raise
+    return DivergenceCurve(t_grid, local, f'{_LOCAL_METHOD} ({err})',
+                           num_clients)
   try:
     per_pair = _pair_divergences(mech, targets, orders, num_clients,
                                  exact_splits, others, limits, pair_bounds)

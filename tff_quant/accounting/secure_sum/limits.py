@@ -19,10 +19,12 @@ class Limits:
       this many elementary log-domain operations (~1 minute of numpy on one
       core) are refused before anything is allocated, or take a sub-sum or
       the local bound (`cost.clients_searched`).
-    max_bytes: target pairs whose laws would take more than this many bytes
-      (the upper and lower rows and a temporary of that size) are refused
-      before allocating (BQ at 16 bits: 73 rows of 6.6e6 levels, 3.6 GB
-      each, killed the process for memory).
+    max_bytes: target pairs whose arrays would take more than this many
+      bytes (their weights, basis and envelopes, then the upper and lower
+      rows and a temporary of that size) are refused before allocating
+      (`targets.target_pairs`; BQ at 16 bits: 73 rows of 6.6e6 levels, 3.6
+      GB each, killed the process for memory; QMGeo at 4,096 levels asked
+      for a 4.47 GiB weight matrix before the count).
     pairwise_inputs: critical inputs whose distances are taken pairwise;
       above it they must be a lattice (`targets.breakpoints`).
     fft_levels: from this many levels on, a target row is convolved with the

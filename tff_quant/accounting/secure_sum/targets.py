@@ -208,11 +208,26 @@ def target_pairs(mech, t_grid: np.ndarray, cells: int = DEFAULT_CELLS,
   Raises:
     ValueError: `cells` < 2 (envelopes), or critical inputs too many to take
       pairwise off a lattice (`breakpoints`).
+    CostError: the targets' arrays and the rows mixed from them would exceed
+      `limits.max_bytes` (estimated before anything is allocated).
   """
   if getattr(mech, 'piecewise_affine', False):
     return _vertex_targets(mech, np.asarray(t_grid), limits)
   validation.check_integer('cells', cells, 2)
-  return _envelope_targets(mech, cells)
+  return _envelope_targets(mech, cells, limits)
+
+
+def _check_bytes(mech, rows: int, own: float, limits) -> None:
+  """Refuses, before allocating, targets whose arrays (`own` bytes) plus
+  the rows the search mixes from them (the upper and lower rows and a
+  temporary of that size: 3·8·rows·L) exceed `limits.max_bytes`."""
+  need = own + 3 * 8 * rows * mech.num_levels
+  if need > limits.max_bytes:
+    raise limits_lib.CostError(
+        f'The target pairs of {mech!r} need ~{need / 2**30:.3g} GiB '
+        f'({rows} target rows of {mech.num_levels} levels; limit '
+        f'Limits.max_bytes = {limits.max_bytes / 2**30:.3g} GiB): lower '
+        '`cells`, the grid, or the levels.')
 
 
 def _vertex_targets(mech, t_grid: np.ndarray, limits) -> TargetPairs:
@@ -228,6 +243,8 @@ def _vertex_targets(mech, t_grid: np.ndarray, limits) -> TargetPairs:
   inside = (shifted >= -c) & (shifted <= c)
   starts, shifted = starts[inside], shifted[inside]
   xs = np.union1d(crit, shifted)
+  # The weights (rows x k) and the basis (k x L), then the mixed rows.
+  _check_bytes(mech, len(xs), 8.0 * k * (len(xs) + mech.num_levels), limits)
   basis = np.stack([mech.log_pmf(x) for x in crit])
   seg = np.clip(np.searchsorted(crit, xs, side='right') - 1, 0, k - 2)
   frac = np.clip((xs - crit[seg]) / (crit[seg + 1] - crit[seg]), 0.0, 1.0)
@@ -247,15 +264,19 @@ def _vertex_targets(mech, t_grid: np.ndarray, limits) -> TargetPairs:
                      breakpoints(crit, c, limits))
 
 
-def _envelope_targets(mech, cells: int) -> TargetPairs:
+def _envelope_targets(mech, cells: int, limits) -> TargetPairs:
   """Every pair of cells (ends at the critical inputs and `cells` equal
   steps), the upper envelope of one against the lower of the other."""
   c = mech.input_bound
   crit = mirrored_critical_inputs(mech)
   line = np.linspace(-c, c, cells + 1)
   grid = np.union1d(np.union1d(line, -line), crit)
-  at = np.stack([mech.log_pmf(x) for x in grid])
   k = len(grid) - 1
+  # The laws at the grid and the envelopes (3k x L), the weights (2 x k x 2k)
+  # and identity, the k² pairs (two int64) and their gaps (three floats).
+  _check_bytes(mech, k, 8.0 * (3 * k * mech.num_levels + 5 * k * k +
+                               5 * k * k), limits)
+  at = np.stack([mech.log_pmf(x) for x in grid])
   basis = np.concatenate([np.maximum(at[:-1], at[1:]), np.minimum(at[:-1], at[1:])])
   eye = np.eye(k)
   upper_w = np.concatenate([eye, np.zeros((k, k))], 1)
