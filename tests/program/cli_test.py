@@ -174,8 +174,13 @@ import sys
 from absl import flags
 from tff_quant.program import cli
 flags.DEFINE_integer('rounds', 1, 'Rounds.')
+flags.DEFINE_bool('term_in_check', False, 'SIGTERM this process in check().')
 
 def check():
+  if flags.FLAGS.term_in_check:
+    import os, signal, time
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
   if flags.FLAGS.rounds < 1:
     raise ValueError(f'--rounds must be >= 1, got {flags.FLAGS.rounds} '
                      f'(tensorflow loaded: {"tensorflow" in sys.modules})')
@@ -194,6 +199,7 @@ cli.run(main, check=check)
      'error: --rounds must be >= 1, got 0 (tensorflow loaded: False)\n'),
     (['--rounds=x'], 2, '', None),
     (['--rounds=3'], 0, 'ran True (1, 4)\n', None),
+    (['--term_in_check'], 143, '', ''),   # SystemExit(128 + 15), not -15
     (['--help'], 0, None, None)])
 def test_run_checks_before_tensorflow_and_keras_still_builds(args, code, out, err):
   """`cli.run(main, check=)`: a refusal is one line, status 2, before

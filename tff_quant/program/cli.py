@@ -78,7 +78,9 @@ def run(main: Callable[[List[str]], object],
   With `check`, the flags are parsed and `check()` runs before TensorFlow
   is imported (quietly, `quiet.import_tensorflow`), so a bad flag or
   setting is refused in about a second (`user_errors_exit`) instead of
-  after TensorFlow's start-up. TensorFlow must be imported before
+  after TensorFlow's start-up; SIGTERM exits with 143 from then on. The
+  check must stay cheap (flags, files): it runs before main, and work that
+  starts children belongs in main. TensorFlow must be imported before
   `app.run` starts: Keras built inside `app.run` by a TensorFlow imported
   there fails (TF 2.14: `Flatten(input_shape=...)` converts None).
 
@@ -94,6 +96,10 @@ def run(main: Callable[[List[str]], object],
   """
   _help_for_module(main.__module__)
   if check is not None:
+    # SIGTERM during the check or TensorFlow's import exits as it does in
+    # main (SystemExit, workers and children ended), not by the default
+    # action (`runtime.exit_on_sigterm`; main's own call then keeps it).
+    runtime.exit_on_sigterm()
     app.define_help_flags()   # as app.run does before it parses (guarded)
     parse_flags(sys.argv)
     with user_errors_exit():
