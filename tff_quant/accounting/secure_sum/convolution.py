@@ -377,13 +377,7 @@ def pair_log_sums(targets: targets_lib.TargetPairs, conv: np.ndarray,
                                             conv)
     # In blocks of pairs: gathered at once, the rows of 336,200 pairs of
     # 4,096 levels (RQM at 12 bits) took 10.3 GiB.
-    out = np.empty((len(orders), len(pairs)))
-    step = max(1, matrix_sums._BLOCK // max(conv_up.shape[1], 1))  # pylint: disable=protected-access
-    for s in range(0, len(pairs), step):
-      block = pairs[s:s + step]
-      out[:, s:s + step] = matrix_sums.log_power_sums(
-          conv_up[block[:, 0]], conv_lo[block[:, 1]], orders, 0.0)
-    return out
+    return matrix_sums.blocked_log_power_sums(conv_up, conv_lo, pairs, orders)
   conv_up, err_up = mixed_error(targets.upper_weights[used_up], conv, err)
   conv_lo, err_lo = ((conv_up, err_up) if same else
                      mixed_error(targets.lower_weights[used_lo], conv, err))
