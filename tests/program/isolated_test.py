@@ -83,6 +83,26 @@ def test_run_command_terminates_its_child_when_the_caller_is_stopped(
     os.kill(pid, 0)
 
 
+def test_run_command_terminates_a_child_past_its_timeout(tmp_path):
+  """timeout_s: the child gets SIGTERM (a training binary checkpoints and
+  ends its workers there), the caller gets TimeoutExpired once it ended."""
+  pid_file, term_file = tmp_path / 'pid', tmp_path / 'term'
+  script = ('import os, signal, sys, time\n'
+            f'open({str(pid_file)!r}, "w").write(str(os.getpid()))\n'
+            'def bye(*_):\n'
+            f'  open({str(term_file)!r}, "w").write("term"); sys.exit(143)\n'
+            'signal.signal(signal.SIGTERM, bye)\n'
+            'time.sleep(60)\n')
+  start = time.monotonic()
+  with pytest.raises(subprocess.TimeoutExpired):
+    isolated.run_command([sys.executable, '-c', script], grace_s=10,
+                         timeout_s=2)
+  assert time.monotonic() - start < 30
+  assert term_file.read_text() == 'term'
+  with pytest.raises(ProcessLookupError):
+    os.kill(int(pid_file.read_text()), 0)
+
+
 def test_run_command_refuses_a_bad_grace():
   with pytest.raises(ValueError, match='grace_s'):
     isolated.run_command([sys.executable, '-c', 'pass'], grace_s=0)

@@ -119,7 +119,8 @@ def call_in_child(target: Callable[..., Any], args: Sequence[Any] = (),
                       exitcode=child.exitcode)
 
 
-def run_command(args: Sequence[str], grace_s: float = 60.0) -> float:
+def run_command(args: Sequence[str], grace_s: float = 60.0,
+                timeout_s: Optional[float] = None) -> float:
   """Runs `args` (a training binary) in a child process and waits for it.
 
   A Ctrl-C reaches the child too (same process group): it checkpoints and
@@ -128,10 +129,15 @@ def run_command(args: Sequence[str], grace_s: float = 60.0) -> float:
   (SIGTERM: the binary ends its TFF workers), so no child outlives its
   caller.
 
+  With `timeout_s`, a child still running then is terminated the same way
+  (a training binary checkpoints and ends its workers) and the timeout is
+  raised: a later start resumes it.
+
   Args:
     args: the command line (`subprocess.Popen` argv).
     grace_s: seconds the child has to end after a Ctrl-C or a terminate
       (> 0).
+    timeout_s: None, or the seconds after which the child is terminated.
 
   Returns:
     The child's wall seconds.
@@ -139,6 +145,7 @@ def run_command(args: Sequence[str], grace_s: float = 60.0) -> float:
   Raises:
     ValueError: `grace_s` not positive.
     subprocess.CalledProcessError: the child exited with a non-zero code.
+    subprocess.TimeoutExpired: `timeout_s` passed (the child has ended).
     KeyboardInterrupt: re-raised after the child has ended.
   """
   if not grace_s > 0:
@@ -146,7 +153,7 @@ def run_command(args: Sequence[str], grace_s: float = 60.0) -> float:
   start = time.perf_counter()
   child = subprocess.Popen(list(args))
   try:
-    code = child.wait()
+    code = child.wait(timeout=timeout_s)
   except KeyboardInterrupt:   # the child got the Ctrl-C too: it checkpoints
     try:
       child.wait(timeout=grace_s)
