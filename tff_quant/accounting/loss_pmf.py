@@ -215,7 +215,8 @@ class LossPmf:
       leave the loss unbounded) is `inf_mass`.
 
     Raises:
-      ValueError: an unbounded entry of P without `log_p_upper`.
+      ValueError: an unbounded entry of P without `log_p_upper`, or a NaN
+        log_q where log_p is finite.
     """
     zeros = np.zeros(log_p.shape)
     ep = zeros if log_p_error is None else np.asarray(log_p_error, np.float64)
@@ -230,12 +231,20 @@ class LossPmf:
         np.isnan(log_p_upper[unbounded & ~np.isfinite(ep)]))):
       raise ValueError('`log_p_upper` is needed where `log_p_error` is not '
                        'finite (an entry with no proved error).')
+    if np.any(np.isnan(log_q[bounded])):
+      raise ValueError('`log_q` is NaN where `log_p` is finite: an unresolved '
+                       'entry of Q has no proved lower bound.')
     top = np.where(np.isfinite(ep), log_p + ep, np.inf)
     if log_p_upper is not None:
       top = np.where(unbounded & ~np.isfinite(ep), log_p_upper, top)
+    # The sum log p + e_p (and any given value) raised by its rounding.
+    with np.errstate(invalid='ignore'):
+      top = top + 2 * _U * np.abs(top)
     raise_by = (1 + _LIB) * (1 + (log_p.size + 2) * _U)
     to_inf = unbounded | (bounded & (log_q == -np.inf))
-    inf_mass = min(float(np.exp(top[to_inf]).sum()) * raise_by, 1.0)
+    inf_mass = (float(np.exp(top[to_inf]).sum()) * raise_by +
+                _TINY * bool(np.any(to_inf)))
+    inf_mass = min(inf_mass, 1.0) if not math.isnan(inf_mass) else 1.0
     ok = bounded & ~to_inf
     a, b = top[ok], log_q[ok] - eq[ok]
     ratio = (a - b) / interval
@@ -244,7 +253,10 @@ class LossPmf:
     if not losses.size:
       return cls(0, np.zeros(1), inf_mass, interval)
     lower = int(losses.min())
-    probs = np.bincount(losses - lower, weights=np.exp(top[ok])) * raise_by
+    # Each point also gets 1e-300 for masses that underflow or are
+    # subnormal (their relative error unbounded): at most K·2.3e-308 each.
+    probs = (np.bincount(losses - lower, weights=np.exp(top[ok])) * raise_by
+             + _TINY * (np.bincount(losses - lower) > 0))
     return cls(lower, probs, inf_mass, interval)
 
   @property
@@ -322,30 +334,47 @@ class LossPmf:
     raised to max(value, 0) + its proved error (the 2-norm bound holds per
     entry) and by 4u for that sum; the mass above the window (at most
     `tail`), which the circular sum moved down, is added at +∞, with the
-    copies' own +∞ mass (`raised_power_of_one_minus`).
+    copies' own +∞ mass (`raised_power_of_one_minus`) and the mass below
+    the window (at most `tail`, for the aliases zeroed below).
 
     Args:
       times: the number of copies, >= 1.
       tail: the mass each side of the window may leave out, in (0, 1).
 
+    Entries outside the sum's range [T·lower, T·(lower + span)] hold only
+    aliases of the mass below the window (at most `tail`, added at +∞
+    instead) and are zeroed, not raised. Where the finite part's T-th power
+    is below 1e-290 (the FFT's bound would underflow) it all goes to +∞.
+
     Returns:
       A `LossPmf` whose δ(ε) is at least that of the exact composition of
-      this one's masses.
+      `times` copies of the law these masses bound (a sub-probability: the
+      finite and +∞ masses of a law total at most 1).
     """
     if times == 1:
       return self
     inf_mass = raised_power_of_one_minus(self.inf_mass, times)
     if not np.any(self.probs > 0):
       return LossPmf(times * self.lower, np.zeros(1), inf_mass, self.interval)
+    log_total = times * math.log(math.fsum(self.probs) *
+                                 (1 + (self.probs.size + 4) * _U))
+    if log_total < math.log(1e-290):
+      return LossPmf(times * self.lower, np.zeros(1),
+                     min(inf_mass + math.exp(log_total) * (1 + _LIB) + _TINY,
+                         1.0), self.interval)
     lo, values, error = circular_power(self.probs, self.lower, times, tail)
     probs = (np.maximum(values, 0.0) + error) * (1 + 4 * _U)
-    return LossPmf(lo, probs, min(inf_mass + tail * (1 + 4 * _U), 1.0),
+    index = lo + np.arange(probs.size)
+    probs[(index < times * self.lower) |
+          (index > times * (self.lower + self.span))] = 0.0
+    return LossPmf(lo, probs, min(inf_mass + 2 * tail * (1 + 4 * _U), 1.0),
                    self.interval)
 
   def mix_with_zero(self, gamma: float) -> 'LossPmf':
     """With probability 1-γ the target is not sampled: loss 0 (as if revealed).
 
-    The products γ·p and 1 − γ are raised by 2u each.
+    The products γ·p and 1 − γ are raised by 2u each, and every nonzero
+    entry by 1e-300 (a product in the subnormal range).
 
     Args:
       gamma: the sampling rate γ in [0, 1].
@@ -357,11 +386,15 @@ class LossPmf:
     top = max(self.lower + self.span, 0)
     probs = np.zeros(top - lower + 1)
     up = 1 + 2 * _U
-    probs[self.lower - lower:self.lower - lower + len(self.probs)] = (
-        gamma * self.probs * up)
+    where = slice(self.lower - lower, self.lower - lower + len(self.probs))
+    probs[where] = gamma * self.probs * up
+    live = np.zeros(probs.size, bool)
+    live[where] = (self.probs > 0) & (gamma > 0)
     probs[-lower] += (1.0 - gamma) * up
-    return LossPmf(lower, probs * up, min(gamma * self.inf_mass * up, 1.0),
-                   self.interval)
+    probs = probs * up + _TINY * live
+    inf_mass = (gamma * self.inf_mass * up +
+                _TINY * (self.inf_mass > 0 and gamma > 0))
+    return LossPmf(lower, probs, min(inf_mass, 1.0), self.interval)
 
   def as_dict(self):
     """{grid index: mass} of the nonzero finite part.
