@@ -141,10 +141,14 @@ def test_power_sums_lie_at_or_above_the_exact_value(spread):
   orders = np.array([2.0, 8.0, 200.0])
   dense = matrix_sums.pair_log_sums(rows, rows, pairs, orders, 0.0)
   sparse = matrix_sums.pair_log_sums(rows, rows, pairs[:2], orders, 0.0)
+  # Over the memory cap the core pairs are summed in blocks instead.
+  capped = matrix_sums.pair_log_sums(rows, rows, pairs, orders, 0.0,
+                                     max_dense_bytes=100)
   for n, alpha in enumerate(orders):
     for m, (i, j) in enumerate(pairs):
       exact = _exact_power_sum(rows[i], rows[j], alpha)
       assert exact <= dense[n, m] <= exact + 1e-9 * (alpha - 1), (alpha, i, j)
+      assert exact <= capped[n, m] <= exact + 1e-9 * (alpha - 1), (alpha, i, j)
       if m < 2:
         assert exact <= sparse[n, m] <= exact + 1e-9 * (alpha - 1)
 

@@ -708,8 +708,16 @@ def _power_matrices(up: np.ndarray, lo: np.ndarray, orders: np.ndarray
 MATRIX_DISCOUNT = 64
 
 
+#: The core pairs' matrices (`_power_matrices`: one [Ku, Kl] per order and
+#: about six temporaries) are built only up to this many bytes; above, those
+#: pairs are summed in blocks. RQM at 4,096 levels had 13,105 core rows a
+#: side: 1.28 GiB per matrix, killed at a 6 GiB cap.
+MAX_DENSE_BYTES = 2**31
+
+
 def pair_log_sums(up: np.ndarray, lo: np.ndarray, pairs: np.ndarray,
-                  orders: np.ndarray, err: Errors) -> np.ndarray:
+                  orders: np.ndarray, err: Errors,
+                  max_dense_bytes: float = MAX_DENSE_BYTES) -> np.ndarray:
   """[orders, pairs] upper bounds on log Σ P^α Q^(1-α), P = up[pairs[:, 0]],
   Q = lo[pairs[:, 1]] (rows given with log error <= err).
 
@@ -729,6 +737,9 @@ def pair_log_sums(up: np.ndarray, lo: np.ndarray, pairs: np.ndarray,
     err: bound >= 0 on the rows' absolute log error at finite entries: a
       number, an `EntryError` of both sides' rows, or (err_up, err_lo)
       arrays broadcastable to up's and lo's shapes.
+    max_dense_bytes: the core pairs take the matrix products only where
+      their matrices ((A + 6)·Ku·Kl·8 bytes) fit; else they are summed in
+      blocks like the rest (the same bound, proved either way).
 
   Returns:
     [A, pairs] float64 array: for each order and pair, an upper bound on
@@ -749,8 +760,9 @@ def pair_log_sums(up: np.ndarray, lo: np.ndarray, pairs: np.ndarray,
   core_lo = _core(pairs[:, 1], lo.shape[0], pairs[:, 0])
   in_core = core_up[pairs[:, 0]] >= 0
   in_core &= core_lo[pairs[:, 1]] >= 0
-  dense = (np.count_nonzero(in_core) * MATRIX_DISCOUNT >=
-           np.count_nonzero(core_up >= 0) * np.count_nonzero(core_lo >= 0) > 0)
+  cores = np.count_nonzero(core_up >= 0) * np.count_nonzero(core_lo >= 0)
+  dense = (np.count_nonzero(in_core) * MATRIX_DISCOUNT >= cores > 0 and
+           (orders.size + 6) * 8.0 * cores <= max_dense_bytes)
   full = (_power_matrices(up[core_up >= 0], lo[core_lo >= 0], orders)
           if dense else {})
   todo = [n for n in range(orders.size) if n not in full]
