@@ -78,8 +78,8 @@ MECHANISMS = ('pbm', 'rqm')
 def dataset() -> str:
   """'emnist' where TFF's cache file exists, else 'fashion_mnist'."""
   from tff_quant.data import sources  # pylint: disable=g-import-not-at-top
-  return ('emnist' if sources.existing_emnist_cache(FLAGS.emnist_cache_dir)
-          else 'fashion_mnist')
+  return ('emnist' if os.path.exists(
+      sources.emnist_cache_path(FLAGS.emnist_cache_dir)) else 'fashion_mnist')
 
 
 def setting() -> dict:
@@ -279,9 +279,16 @@ def main(argv):
     print(train(runs, s))
 
 
+def check_flags() -> None:
+  """Refuses bad seeds before TensorFlow starts (`cli.run`'s check, which
+  then imports TensorFlow before app.run: the model `sent_dim` builds is
+  Keras, which fails when TensorFlow is first imported inside app.run)."""
+  cli.numbers('seeds', FLAGS.seeds, 0, integer=True)
+
+
 def entry_point():
   """Runs `main` as `python -m experiments.anchor_scale` does."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

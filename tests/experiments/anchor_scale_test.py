@@ -68,3 +68,19 @@ def test_a_start_past_max_seconds_stops_its_run_and_workers(tmp_path):
   assert got.leftover_workers == []
   assert not os.path.exists(out / 'runs' / 'gaussian_eps10_s200' /
                             'summary.json')
+
+
+def test_measuring_a_few_rounds_writes_the_cost_and_names_the_data(tmp_path):
+  """Without TFF's EMNIST cache the Gaussian cell trains on Fashion-MNIST
+  (said in the record); one round of 4 clients here."""
+  out = tmp_path / 'a'
+  got = binaries.run(MODULE, [f'--output_dir={out}', '--measure_rounds=1',
+                              '--clients_per_round=4', '--total_clients=20',
+                              f'--emnist_cache_dir={tmp_path / "none"}'],
+                     timeout=600)
+  assert got.returncode == 0, got.stderr[-2000:]
+  assert got.stdout.splitlines()[-1].startswith('fashion_mnist: ')
+  record = json.loads((out / 'measured_cost.json').read_text())
+  assert record['dataset'] == 'fashion_mnist' and record['model'] == 'emnist_cnn'
+  assert record['rounds_measured'] == 1 and record['seconds_per_round'][0] > 0
+  assert record['runs'] == 15 and got.leftover_workers == []
