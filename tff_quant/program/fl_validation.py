@@ -44,8 +44,10 @@ SEEDS = tuple(range(100, 110))
 NOISE_SEED_OFFSET = 1000
 #: --seed and --noise_seed of every committed FL run (results/fl_tune,
 #: fl_tune_rounds, fl_table, fl_table_tuned, frontier_fl, fl, bq_sgd, qmgeo).
-USED_SEEDS = frozenset({0, 1, 2, 3})
-USED_NOISE_SEEDS = frozenset({1, 2, 1000, 1001, 1002, 1003})
+USED_SEEDS = frozenset({0, 1, 2, 3,
+                        200, 201, 202})   # experiments/anchor_scale.py's
+USED_NOISE_SEEDS = frozenset({1, 2, 1000, 1001, 1002, 1003,
+                              1200, 1201, 1202})
 EPSILONS = (3.0, 10.0)
 #: Noise variance multipliers of the Gaussian's dose–response.
 MULTIPLIERS = (1.0, 1.25, 1.5, 2.0, 3.0)
