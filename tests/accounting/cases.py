@@ -17,3 +17,17 @@ MECHANISMS = {
 def mech(name, c=1.0, **params):
   """The registry mechanism `name` for input bound c."""
   return mechanisms.get(name).for_coordinate_bound(c, **params)
+
+
+def sparse_power(one, times, unit):
+  """{index: value} of the `times`-fold convolution of {index: value} `one`,
+  term by term in the values' own arithmetic (Fraction, mpmath), starting
+  from {0: unit}: an exact reference for the FFT compositions."""
+  out = {0: unit}
+  for _ in range(times):
+    nxt = {}
+    for a, pa in out.items():
+      for b, pb in one.items():
+        nxt[a + b] = nxt.get(a + b, 0) + pa * pb
+    out = nxt
+  return out

@@ -11,6 +11,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from tff_quant import mechanisms
 from tff_quant.accounting import composition, divergence, loss_pmf
+from tests.accounting import cases
 
 INTERVAL = 1e-3
 
@@ -32,13 +33,7 @@ def _exact_power(probs, times):
   """The `times`-fold convolution of the float masses, in exact rationals
   (over the nonzero entries)."""
   base = {i: fractions.Fraction(float(x)) for i, x in enumerate(probs) if x}
-  out = {0: fractions.Fraction(1)}
-  for _ in range(times):
-    new = {}
-    for i, a in out.items():
-      for j, b in base.items():
-        new[i + j] = new.get(i + j, 0) + a * b
-    out = new
+  out = cases.sparse_power(base, times, fractions.Fraction(1))
   dense = [fractions.Fraction(0)] * (times * (len(probs) - 1) + 1)
   for i, v in out.items():
     dense[i] = v

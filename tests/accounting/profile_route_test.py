@@ -10,7 +10,7 @@ from scipy import special
 from tff_quant import mechanisms
 from tff_quant.accounting import composition as C
 from tff_quant.accounting import profile_route as P
-from tests.accounting import population
+from tests.accounting import cases, population
 
 # The frontier's setting: 100 of 3,400 clients, 300 rounds, δ = 1/3,400.
 N_, TOTAL, ROUNDS, DELTA = 100, 3400, 300, 1 / 3400
@@ -283,14 +283,8 @@ def _exact_composed_delta(masses, infinity, rounds, interval, eps):
   """δ_T(ε) of the pair in 40-digit arithmetic: the T-fold convolution of
   the finite masses term by term."""
   with mpmath.workdps(40):
-    law = {0: mpmath.mpf(1)}
     one = {k: mpmath.mpf(v) for k, v in masses.items()}
-    for _ in range(rounds):
-      nxt = {}
-      for a, pa in law.items():
-        for b, pb in one.items():
-          nxt[a + b] = nxt.get(a + b, 0) + pa * pb
-      law = nxt
+    law = cases.sparse_power(one, rounds, mpmath.mpf(1))
     finite = mpmath.fsum(pv * max(0, 1 - mpmath.exp(eps - s * mpmath.mpf(interval)))
                          for s, pv in law.items())
     return 1 - (1 - mpmath.mpf(infinity))**rounds + finite
