@@ -29,9 +29,6 @@ import time
 from absl import app
 from absl import flags
 
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
-quiet.import_tensorflow()   # before app.run: Keras built by a TensorFlow imported inside it fails
-
 from tff_quant import mechanisms
 from tff_quant.accounting import provenance
 from tff_quant.accounting import setting
@@ -501,6 +498,38 @@ def report(all_cells, calibrations, seconds):
   return text
 
 
+def check_flags() -> None:
+  """Refuses bad flags and a bad --tuned file before TensorFlow starts
+  (`cli.run`'s check; main checks again).
+
+  Raises:
+    ValueError, OSError: the flag, its allowed values, and what to change.
+  """
+  validation.check_integer('--seeds', FLAGS.seeds, 1)
+  validation.check_positive('--max_calibration_seconds',
+                            FLAGS.max_calibration_seconds)
+  cells()
+  check_folder()
+
+
+def check_folder() -> None:
+  """Refuses an --output_dir that holds a table of other settings (one
+  folder, one setting: config.json).
+
+  Raises:
+    ValueError: naming the folder and its settings.
+  """
+  config_path = os.path.join(FLAGS.output_dir, 'config.json')
+  if os.path.exists(config_path):
+    with open(config_path) as f:
+      old = json.load(f)
+    if old != settings():
+      raise ValueError(f'{FLAGS.output_dir} holds a table with other '
+                       f'settings ({old}); use another --output_dir.')
+  else:
+    settings()   # a bad --tuned file is refused here too
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -508,19 +537,12 @@ def main(argv):
   # the table (the default action would leave them running).
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
-    validation.check_integer('--seeds', FLAGS.seeds, 1)
-    validation.check_positive('--max_calibration_seconds',
-                              FLAGS.max_calibration_seconds)
+    check_flags()
     all_cells = cells()
     with results_io.exclusive(FLAGS.output_dir, 'FL table'):
-      config_path = os.path.join(FLAGS.output_dir, 'config.json')
-      if os.path.exists(config_path):
-        with open(config_path) as f:
-          old = json.load(f)
-        if old != settings():
-          raise ValueError(f'{FLAGS.output_dir} holds a table with other '
-                           f'settings ({old}); use another --output_dir.')
-      results_io.write_json(config_path, settings())
+      check_folder()
+      results_io.write_json(os.path.join(FLAGS.output_dir, 'config.json'),
+                            settings())
       cal_path = os.path.join(FLAGS.output_dir, 'calibrations.json')
       calibrations = {}
       if os.path.exists(cal_path):
@@ -586,7 +608,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-fl-table` (setup.py): runs `main` as
   `python -m experiments.fl_table` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':
