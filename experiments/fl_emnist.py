@@ -310,6 +310,10 @@ def main(argv):
     else:
       print('Per-coordinate ε: n/a (an ℓ2 mechanism of TFF; no scalar figure)')
     print(f'Assumptions: {summary["privacy_assumptions"]}')
+    if summary.get('epsilon_papers_convention') is not None:
+      print(f'For comparison with papers only: ε = '
+            f'{summary["epsilon_papers_convention"]:.4g} in the '
+            f'{summary["papers_convention"]}')
   else:
     print('Privacy: none (noise-free clipped baseline)')
   print(f'Run folder: {run_dir} (the trained model: '

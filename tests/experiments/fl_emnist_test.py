@@ -97,6 +97,11 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
     summary = json.load(f)
   assert summary['epsilon'] <= 8.0 and summary['bits_per_coordinate'] == 32
   assert summary['config']['mechanism_params']['noise_multiplier'] > 0
+  # The papers' convention beside our guarantee, labelled as such.
+  papers = summary['epsilon_papers_convention']
+  assert 0 < papers < summary['epsilon']
+  assert (f'For comparison with papers only: ε = {papers:.4g} in the papers\' '
+          'convention') in res.stdout
 
 
 def test_a_wire_budget_trains_and_the_secure_sum_carries_its_bits(tmp_path):

@@ -122,6 +122,30 @@ def test_a_peer_at_a_given_noise_is_accounted_on_the_model_size():
   assert math.isnan(per_coordinate)
 
 
+@pytest.mark.parametrize('name', ['gaussian', 'tff_skellam', 'tff_dgauss'])
+def test_a_peer_summary_carries_the_papers_convention_beside_our_epsilon(name):
+  """The papers' convention (add/remove, Poisson at n/N) is the
+  conventions module's figure for the noise the peer runs, labelled; our ε
+  (replace-one, fixed-size cohorts) is above it for the same noise."""
+  plan = privacy_plan.make(small_config(
+      mechanism=name, mechanism_params=dict(noise_multiplier=2.0)), NUM_PARAMS)
+  summary = plan.summary(2)
+  q = 3 / 20
+  if name == 'gaussian':
+    papers = accounting.conventions.papers_epsilon_gaussian(2.0, q, 2, 1e-5)[0]
+  else:
+    papers = accounting.conventions.papers_epsilon_peer(plan.peer, 20, 2,
+                                                        1e-5)[0]
+  assert summary['epsilon_papers_convention'] == papers
+  assert summary['papers_convention'] == accounting.conventions.LABEL
+  assert 0 < papers < summary['epsilon']
+
+
+def test_a_registry_mechanism_has_no_papers_convention_figure(calibrated):
+  """Not computed for our mechanisms (conventions module docstring)."""
+  assert 'epsilon_papers_convention' not in calibrated[2].summary(2)
+
+
 def test_an_unreachable_target_is_refused_before_anything():
   with pytest.raises(ValueError, match='not reachable'):
     privacy_plan.make(small_config(target_epsilon=1e-6), NUM_PARAMS,

@@ -165,8 +165,10 @@ class PrivacyPlan:
 
     Returns:
       An ordered dict: mechanism, epsilon (and its route, RDP and PLD ends,
-      assumptions, attained end), bits; 'none' gives mechanism and
-      epsilon = inf only.
+      assumptions, attained end), bits; for a TFF peer also its ε in the
+      papers' convention (`epsilon_papers_convention`, with its label
+      `papers_convention`: not a guarantee of this run); 'none' gives
+      mechanism and epsilon = inf only.
     """
     out = collections.OrderedDict()
     if not self.private:
@@ -209,9 +211,15 @@ class PrivacyPlan:
           secure_sum_bits=field_bits,
           upload_bits_per_client_per_round=field_bits * self.dim)
     else:
+      # Beside our guarantee, for comparison with published results only
+      # (docs/privacy.md, "Comparing with published results").
+      papers, _ = accounting.conventions.papers_epsilon_peer(
+          self.peer, config.total_clients, rounds_done, config.target_delta)
       out.update(epsilon_per_coordinate=math.nan,
                  bits_per_coordinate=self.peer.bits_per_coordinate,
-                 bits_per_client_per_round=self.bits_per_client)
+                 bits_per_client_per_round=self.bits_per_client,
+                 epsilon_papers_convention=papers,
+                 papers_convention=accounting.conventions.LABEL)
     return out
 
   def keep(self, run_dir: str) -> None:
