@@ -53,9 +53,11 @@ from tff_quant.program import cli, frontier, results_io
 from tff_quant.program.frontier import COLUMNS, GAUSSIAN, KEY
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list('mechanisms', None, 'Registry mechanisms (default: every one '
-                  'behind the secure sum); the continuous Gaussian is always '
-                  'calibrated, as the reference.')
+flags.DEFINE_list('mechanisms', None, 'Registry mechanisms and TFF\'s '
+                  'distributed aggregators tff_dgauss/tff_skellam, these at '
+                  '--bits as their wire bits (default: every one); the '
+                  'continuous Gaussian is always calibrated, as the '
+                  'reference.')
 flags.DEFINE_list('bits', ['1', '2', '4', '8', '12', '16'], 'Bits per coordinate.')
 flags.DEFINE_list('epsilons', ['1', '3', '10', '30'], 'Whole-model ε targets.')
 flags.DEFINE_list('dims', ['61706', '1206590'], 'Model sizes d.')
@@ -92,11 +94,13 @@ flags.DEFINE_bool('retry_limited', False, 'Recompute the asked-for cells whose '
 
 def cells_from_flags():
   """Every (mechanism, bits, ε, δ, d, n, N, rounds) cell the flags ask for."""
-  names = FLAGS.mechanisms or list(mechanisms.registry())
+  known = list(mechanisms.registry()) + list(frontier.PEERS)
+  names = FLAGS.mechanisms or known
   for name in names:
-    if name not in mechanisms.registry():
-      raise ValueError(f'--mechanisms: {name!r} is not a registry mechanism; '
-                       f'the known ones: {sorted(mechanisms.registry())}.')
+    if name not in known:
+      raise ValueError(f'--mechanisms: {name!r} is not a registry mechanism '
+                       f'or one of TFF\'s peers; the known ones: '
+                       f'{sorted(known)}.')
   names = [n for n in names if n != GAUSSIAN]
   total = FLAGS.total_clients
   delta = FLAGS.delta if FLAGS.delta is not None else 1.0 / total

@@ -111,3 +111,13 @@ def test_calibrated_peers_run_within_a_tenth_of_a_percent_of_the_target(
   peer = peers.calibrate(name, 10.0, 1e-4, 50, 20, 1000, 256, 1.0, bits)
   eps = peer.accountant(1000, 1e-4).epsilon_rdp(50)[0]
   assert 10.0 * (1 - 1e-3) <= eps <= 10.0
+
+
+def test_a_field_too_small_for_tffs_scale_is_refused_naming_the_bits():
+  """At 4 bits TFF's scale heuristic returns nan for 40 clients' sum: a
+  refusal naming `bits`, not a float conversion error from deep inside."""
+  peer = peers.Peer('tff_skellam', 1.0, 1.0, 40, 1000, 4)
+  with pytest.raises(ValueError, match='raise `bits`'):
+    peer.ddp_parameters()
+  with pytest.raises(ValueError, match='raise `bits`'):
+    peers.calibrate('tff_dgauss', 10.0, 1e-3, 10, 40, 1000, 1000, 1.0, bits=4)

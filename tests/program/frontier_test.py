@@ -383,3 +383,32 @@ def test_fewest_wire_bits_counts_the_wraps_and_names_the_level_bits():
                ratio_to_gaussian_wire='1.6')]
   (found,) = frontier.fewest_wire_bits_within(rows).values()
   assert found == {'pbm': (7, 2), 'rqm': (None, None)}
+
+
+def test_a_peer_row_is_its_calibrated_noise_at_its_own_wire_bits():
+  """TFF's tff_dgauss at 16 wire bits: peers.calibrate's z, the noise part
+  z²/n² over the Gaussian reference's error (said to be a lower bound), ε
+  at the target, the wire columns its own bits; at 4 bits out of reach, with
+  peers.calibrate's reason; the optimistic end not computed."""
+  from tff_quant.aggregators import peers
+  name, bits, eps, delta, dim, n, total, rounds = ('tff_dgauss', 16) + CELL[2:]
+  row = frontier.compute_cell(('tff_dgauss', 16) + CELL[2:], 1e9, [3.0], 1e-2)
+  z = peers.calibrate(name, eps, delta, rounds, n, total, dim, 1.0,
+                      bits=16).noise_multiplier
+  assert json.loads(row['params']) == dict(noise_multiplier=z, bits=16)
+  assert row['debiased_error_per_coordinate'] == z**2 / n**2
+  gauss = frontier.gaussian_reference(eps, delta, rounds, n, total, dim, 1e-2)
+  assert row['ratio_to_gaussian'] == pytest.approx(
+      z**2 / n**2 / gauss.debiased_error, rel=1e-12)
+  assert row['ratio_to_gaussian'] > 1 and 'lower bound' in row['reason']
+  assert row['epsilon_achieved'] <= eps
+  assert math.isnan(row['ratio_to_gaussian_attained'])
+  assert 'peers' in row['reason_attained']
+  wire = frontier.wire_columns(row)
+  assert (wire['level_bits'], wire['wire_bits']) == (16, 16)
+  assert wire['ratio_to_gaussian_wire'] == row['ratio_to_gaussian']
+  low = frontier.compute_cell(('tff_skellam', 4) + CELL[2:], 1e9, [3.0], 1e-2)
+  assert math.isinf(low['ratio_to_gaussian'])
+  assert 'raise `bits`' in low['reason']   # TFF's scale heuristic: nan
+  with pytest.raises(ValueError, match='mechanism'):
+    frontier.peer_error('gaussian', eps, delta, rounds, n, total, dim, 16)

@@ -81,7 +81,12 @@ class Peer:
   def ddp_parameters(self) -> Dict[str, float]:
     """TFF's DistributedDpSumFactory numbers for this peer: scale, the scaled
     inflated ℓ2 bound, the scaled ℓ1 bound and the per-client noise std (in
-    scaled units), by TFF's own functions (TF eager)."""
+    scaled units), by TFF's own functions (TF eager).
+
+    Raises:
+      ValueError: TFF's heuristic finds no scale (nan) at these bits: the
+        field is too small for the cohort's sum (naming `bits`).
+    """
     # pylint: disable=g-import-not-at-top,protected-access
     from tensorflow_federated.python.aggregators import discretization
     from tensorflow_federated.python.aggregators import distributed_dp
@@ -91,6 +96,11 @@ class Peer:
     scale = float(distributed_dp._heuristic_scale_factor(
         local_std, self.clip_norm, self.bits, self.clients_per_round,
         self.padded_dim, k_stddevs).numpy())
+    if not scale > 0:   # nan: TFF's heuristic has no scale at these bits
+      raise ValueError(
+          f'{self.name} at bits={self.bits}: TFF\'s scale heuristic finds no '
+          f'scale (got {scale}) for {self.clients_per_round} clients\' sum '
+          f'in a field of 2^{self.bits}; raise `bits`.')
     scale = min(scale, distributed_dp.MAX_SCALE_FACTOR)
     inflated = float(discretization.inflated_l2_norm_bound(
         l2_norm_bound=self.clip_norm, gamma=1.0 / scale, beta=0.0,

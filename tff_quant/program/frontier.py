@@ -38,6 +38,7 @@ from scipy import stats
 from tff_quant import accounting
 from tff_quant import mechanisms
 from tff_quant.accounting import calibration, composition, secure_sum
+from tff_quant.common import validation
 from tff_quant.mechanisms import wire
 
 COLUMNS = ('mechanism', 'bits', 'epsilon', 'delta', 'dim', 'clients_per_round',
@@ -90,6 +91,41 @@ def key(row):
 # The columns of KEY that a Gaussian reference serves: every mechanism and bits.
 SETTING = ('epsilon', 'delta', 'dim', 'clients_per_round', 'total_clients',
            'rounds')
+
+
+#: TFF's distributed aggregators (`aggregators.peers`): rows at their own
+#: wire bits (the cell's bits), calibrated by `peers.calibrate`.
+PEERS = ('tff_dgauss', 'tff_skellam')
+#: What a peer's row counts of its error (`peer_error`).
+PEER_REASON = ('noise part only: (z/z_G)², a lower bound on its × Gaussian '
+               '(TFF\'s rounding to its integer grid and its modular clipping '
+               'not counted)')
+
+
+def peer_error(name, epsilon, delta, rounds, clients_per_round, total_clients,
+               dim, bits):
+  """TFF's distributed aggregator `name` calibrated to ε at `bits` wire bits
+  (ℓ2 clip 1), and the noise part of its debiased error: central noise std
+  z·clip on the sum of n, z²/n² per coordinate of the mean.
+
+  Args:
+    name: one of PEERS.
+    epsilon, delta, rounds, clients_per_round, total_clients, dim: the
+      setting (`peers.calibrate`).
+    bits: its secure-sum bits per coordinate.
+
+  Returns:
+    (z²/n², the calibrated `aggregators.peers.Peer`).
+
+  Raises:
+    ValueError: the target out of reach at these bits (peers.calibrate's
+      reason), or an argument out of range.
+  """
+  from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
+  validation.check_one_of('mechanism', name, PEERS)
+  peer = peers.calibrate(name, epsilon, delta, rounds, clients_per_round,
+                         total_clients, dim, 1.0, bits=bits)
+  return peer.noise_multiplier**2 / clients_per_round**2, peer
 
 
 def setting_of(row):
@@ -155,12 +191,17 @@ def wire_columns(row) -> dict:
   Returns:
     {column: value} for WIRE_COLUMNS; '' where not applicable (the central
     Gaussian; a cell with nothing calibrated, or whose params lack the
-    clip, has level bits only).
+    clip, has level bits only). One of TFF's PEERS: its bits on the wire
+    (its field; its wrap target is TFF's own), its ratio unchanged.
   """
   out = dict.fromkeys(WIRE_COLUMNS, '')
   if row['mechanism'] == GAUSSIAN:
     return out
   out['level_bits'] = row['bits']
+  if row['mechanism'] in PEERS:   # its field is its bits
+    out.update(wire_bits=row['bits'], ratio_to_gaussian_wire=(
+        as_float(row['ratio_to_gaussian']) if row.get('params') else ''))
+    return out
   params = json.loads(row.get('params') or '{}')
   if 'clip' not in params:   # nothing calibrated: no mechanism to rebuild
     return out
@@ -408,6 +449,8 @@ def proved_row(cell, max_operations, ks, rtol,
   # d·MSE against ‖update‖² = 1: above 1 the Gaussian's decoded mean is mostly
   # noise (where plain MSE let a bounded quantizer undercut it).
   row['gaussian_noise_to_signal'] = dim * gauss.mse
+  if name in PEERS:
+    return _peer_row(row, cell, gauss, t0)
   if name == GAUSSIAN:
     row.update(params=json.dumps(gauss.mechanism.params()),
                debiased_error_per_coordinate=gauss.debiased_error,
@@ -443,6 +486,27 @@ def proved_row(cell, max_operations, ks, rtol,
   return row
 
 
+def _peer_row(row, cell, gauss, t0):
+  """`row` of one of TFF's PEERS at its wire bits (`peer_error`); its
+  reason where the target is out of reach there."""
+  name, bits, eps, delta, dim, n, total, rounds = cell
+  try:
+    err, peer = peer_error(name, eps, delta, rounds, n, total, dim, bits)
+  except ValueError as e:
+    row.update(reason=str(e).replace('\n', ' '), seconds=time.time() - t0)
+    return row
+  row.update(params=json.dumps(dict(noise_multiplier=peer.noise_multiplier,
+                                    bits=bits)),
+             debiased_error_per_coordinate=err,
+             ratio_to_gaussian=err / gauss.debiased_error, slope=1.0,
+             mse_per_coordinate=err, mse_ratio_to_gaussian=err / gauss.mse,
+             epsilon_achieved=peer.accountant(total, delta).epsilon_rdp(
+                 rounds)[0],
+             bits_used=bits, clip_bias_sq=0.0, reason=PEER_REASON,
+             seconds=time.time() - t0)
+  return row
+
+
 def _number(value):
   return math.nan if value is None else value
 
@@ -460,6 +524,11 @@ def with_attained_end(row, cell, ks, rtol,
   name, bits, eps, delta, dim, n, total, rounds = cell
   row = dict(row)
   t0 = time.time()
+  if name in PEERS:
+    row.update(_unknown_optimistic_end(
+        'not computed for TFF\'s peers (their own accounting)'),
+               seconds_attained=0.0)
+    return row
   if name == GAUSSIAN or _closed_form(name):
     row.update(debiased_error_attained=row['debiased_error_per_coordinate'],
                ratio_to_gaussian_attained=row['ratio_to_gaussian'],

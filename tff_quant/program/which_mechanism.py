@@ -61,7 +61,7 @@ from tff_quant.program import frontier
 from tff_quant.program import isolated
 
 #: TFF's distributed aggregators (`aggregators.peers`), answered at bits = B.
-PEERS = ('tff_dgauss', 'tff_skellam')
+PEERS = frontier.PEERS
 BOUNDED, MODULAR, PEER = 'bounded', 'modular', 'peer'
 DEFAULT_MULTIPLES = (2.0, 3.0, 4.0)   # the frontier's default k
 DEFAULT_MAX_SECONDS = 600.0
@@ -306,20 +306,17 @@ def _compute_end(name, setting, ks, rtol, bound, gaussian_error,
   kind = kind_of(name)
   n = setting.clients_per_round
   if kind == PEER:
-    from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
     try:
-      peer = peers.calibrate(name, setting.epsilon, setting.delta,
-                             setting.rounds, n, setting.total_clients,
-                             setting.dim, 1.0, bits=setting.wire_bits)
+      error, peer = frontier.peer_error(
+          name, setting.epsilon, setting.delta, setting.rounds, n,
+          setting.total_clients, setting.dim, setting.wire_bits)
     except ValueError as err:
       return End(reason=str(err).replace('\n', ' '))
-    # Noise std z·clip on the sum: variance z²/n² per coordinate of the mean.
-    return End(error=peer.noise_multiplier**2 / n**2,
+    return End(error=error,
                level_bits=setting.wire_bits, wire_bits=setting.wire_bits,
                params=json.dumps(dict(noise_multiplier=peer.noise_multiplier,
                                       bits=setting.wire_bits)),
-               reason='noise part only: (z/z_G)², a lower bound on its '
-               '× Gaussian')
+               reason=frontier.PEER_REASON)
   reasons = []
   calibrate = (_wire_scan(setting, reuse) if kind == BOUNDED else
                frontier.plain_calibration)
