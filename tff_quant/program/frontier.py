@@ -102,6 +102,12 @@ PEER_REASON = ('noise part only: (z/z_G)², a lower bound on its × Gaussian '
                'not counted)')
 
 
+#: Why a peer's two ends are one value (`with_attained_end`).
+PEER_ENDS = ('TFF\'s peer: calibrated on its own accounting, its error the '
+             'noise part only (already the optimistic figure): the two ends '
+             'are one value')
+
+
 def peer_error(name, epsilon, delta, rounds, clients_per_round, total_clients,
                dim, bits):
   """TFF's distributed aggregator `name` calibrated to ε at `bits` wire bits
@@ -122,7 +128,9 @@ def peer_error(name, epsilon, delta, rounds, clients_per_round, total_clients,
       reason), or an argument out of range.
   """
   from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
+  from tff_quant.program import quiet  # pylint: disable=g-import-not-at-top
   validation.check_one_of('mechanism', name, PEERS)
+  quiet.import_tensorflow()   # TFF's own functions size the peer (silenced)
   peer = peers.calibrate(name, epsilon, delta, rounds, clients_per_round,
                          total_clients, dim, 1.0, bits=bits)
   return peer.noise_multiplier**2 / clients_per_round**2, peer
@@ -524,18 +532,14 @@ def with_attained_end(row, cell, ks, rtol,
   name, bits, eps, delta, dim, n, total, rounds = cell
   row = dict(row)
   t0 = time.time()
-  if name in PEERS:
-    row.update(_unknown_optimistic_end(
-        'not computed for TFF\'s peers (their own accounting)'),
-               seconds_attained=0.0)
-    return row
-  if name == GAUSSIAN or _closed_form(name):
+  if name == GAUSSIAN or name in PEERS or _closed_form(name):
     row.update(debiased_error_attained=row['debiased_error_per_coordinate'],
                ratio_to_gaussian_attained=row['ratio_to_gaussian'],
                params_attained=row['params'],
                coordinate_clip_multiple_attained=row['coordinate_clip_multiple'],
                seconds_attained=0.0,
-               reason_attained='exact divergences: the two ends are one value')
+               reason_attained=(PEER_ENDS if name in PEERS else
+                                'exact divergences: the two ends are one value'))
     return row
   schedule = dict(epsilon=eps, delta=delta, rounds=rounds, clients_per_round=n,
                   total_clients=total, dim=dim, l2_clip=1.0, rtol=rtol,
