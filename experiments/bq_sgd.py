@@ -18,24 +18,15 @@ only an (ε, δ) guarantee with δ >= ~2^-m exists, and the Lemma-1 ε is not on
   python -m experiments.bq_sgd --dataset=mnist --rows=table2
 """
 
-# TensorFlow first and without its CUDA start-up noise (no GPU here).
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
-quiet.import_tensorflow()
-
 import math
 import os
 
 from absl import app
 from absl import flags
-# Import TF before absl parses flags (TF 2.14 Keras otherwise builds in graph mode).
-import tensorflow as tf
-import tensorflow_federated as tff
 
 from tff_quant import data, mechanisms, models
 from tff_quant.accounting import bounds, divergence
-from tff_quant.aggregators import quantization_factory
 from tff_quant.program import cli, experiment
-from tff_quant.training import distributed_sgd
 
 # Paper Table I settings and the Table II / III rows: (b, ε, s, m, accuracy %).
 PAPER = {
@@ -120,21 +111,51 @@ COLUMNS = [
 ]
 
 
+def config_from_flags():
+  """The run's settings: the flags, the paper's values where unset."""
+  paper = PAPER[FLAGS.dataset]
+  return dict(dataset=FLAGS.dataset, model=paper['model'],
+              clip=FLAGS.clip or paper['clip'],
+              learning_rate=FLAGS.learning_rate or paper['lr'],
+              rounds=FLAGS.rounds or paper['iterations'],
+              batch_size=FLAGS.batch_size, num_clients=FLAGS.num_clients,
+              dp=paper['dp'], seed=FLAGS.seed, noise_seed=FLAGS.noise_seed,
+              paper_sm=FLAGS.paper_sm)
+
+
+def check_flags():
+  """The rows of the flags, refused before TensorFlow starts where a flag
+  is bad (`cli.run`'s check; main checks again).
+
+  Returns:
+    `rows_to_run(--rows)`.
+
+  Raises:
+    TypeError, ValueError: naming the flag and its allowed values.
+  """
+  rows = rows_to_run(FLAGS.rows, PAPER[FLAGS.dataset])
+  cli.check_flags(dict(config_from_flags(), eval_every=FLAGS.eval_every),
+                  at_least_one=('rounds', 'batch_size', 'num_clients',
+                                'eval_every'),
+                  positive=('clip', 'learning_rate'))
+  return rows
+
+
 def main(argv):
+  # TensorFlow is imported by cli.run before absl starts (TF 2.14's Keras
+  # built by a TensorFlow imported inside app.run fails).
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  from tff_quant.aggregators import quantization_factory
+  from tff_quant.training import distributed_sgd
+  # pylint: enable=g-import-not-at-top
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   paper = PAPER[FLAGS.dataset]
-  cfg = dict(dataset=FLAGS.dataset, model=paper['model'],
-             clip=FLAGS.clip or paper['clip'],
-             learning_rate=FLAGS.learning_rate or paper['lr'],
-             rounds=FLAGS.rounds or paper['iterations'], batch_size=FLAGS.batch_size,
-             num_clients=FLAGS.num_clients, dp=paper['dp'], seed=FLAGS.seed,
-             noise_seed=FLAGS.noise_seed, paper_sm=FLAGS.paper_sm)
+  cfg = config_from_flags()
   with cli.user_errors_exit():
-    rows = rows_to_run(FLAGS.rows, paper)
-    cli.check_flags(dict(cfg, eval_every=FLAGS.eval_every),
-                    at_least_one=('rounds', 'batch_size', 'num_clients', 'eval_every'),
-                    positive=('clip', 'learning_rate'))
+    rows = check_flags()
     (xtr, ytr), test, desc = data.load_image_arrays(FLAGS.dataset)
     clients = distributed_sgd.split_among_clients(xtr, ytr, cfg['num_clients'],
                                                   cfg['seed'])
@@ -202,7 +223,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-bq-sgd` (setup.py): runs `main` as
   `python -m experiments.bq_sgd` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

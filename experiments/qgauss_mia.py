@@ -17,19 +17,12 @@ Each finished setting is saved; a restart skips it (same flags) and resumes.
   python -m experiments.qgauss_mia
 """
 
-# TensorFlow first and without its CUDA start-up noise (no GPU here).
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
-quiet.import_tensorflow()
-
 import os
 import time
 
 from absl import app
 from absl import flags
 import numpy as np
-# Import TF before absl parses flags (TF 2.14 Keras otherwise builds in graph mode).
-import tensorflow as tf
-import tensorflow_federated as tff
 
 from tff_quant import aggregators, audit, data, models
 from tff_quant.common import validation
@@ -115,6 +108,10 @@ def split_data(members: int, seed: int):
 
 def train_model(x, y, k, z, seed, cfg):
   """FedAvg on (x, y) split over cfg's clients; returns the Keras model."""
+  # TensorFlow is imported by cli.run before absl starts (TF 2.14's Keras
+  # built by a TensorFlow imported inside app.run fails).
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   n = cfg['num_clients']
   shards = np.array_split(np.random.default_rng(seed).permutation(len(y)), n)
   spec = (tf.TensorSpec([None, 28, 28, 1], tf.float32), tf.TensorSpec([None], tf.int32))
@@ -208,15 +205,29 @@ COLUMNS = [
 ]
 
 
+def check_flags():
+  """The settings of the flags, refused before TensorFlow starts where a
+  flag is bad (`cli.run`'s check; main checks again).
+
+  Returns:
+    `settings_from_flags()`.
+
+  Raises:
+    TypeError, ValueError: naming the flag and its allowed values.
+  """
+  setting_list = settings_from_flags()
+  cli.check_flags(FLAGS, at_least_one=('num_clients', 'rounds', 'local_epochs',
+                                       'batch_size'),
+                  positive=('client_lr', 'clip_norm'))
+  validation.check_integer('--num_shadows', FLAGS.num_shadows, 2)
+  return setting_list
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
-    setting_list = settings_from_flags()
-    cli.check_flags(FLAGS, at_least_one=('num_clients', 'rounds', 'local_epochs',
-                                         'batch_size'),
-                    positive=('client_lr', 'clip_norm'))
-    validation.check_integer('--num_shadows', FLAGS.num_shadows, 2)
+    setting_list = check_flags()
     split, desc = split_data(FLAGS.members, FLAGS.seed)
   cfg = {k: getattr(FLAGS, k) for k in (
       'num_shadows', 'members', 'num_clients', 'rounds', 'local_epochs', 'batch_size',
@@ -246,7 +257,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-qgauss-mia` (setup.py): runs `main` as
   `python -m experiments.qgauss_mia` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

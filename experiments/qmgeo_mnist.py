@@ -12,26 +12,17 @@ Each setting is a resumable run under --root_output_dir/<setting>.
   python -m experiments.qmgeo_mnist --rounds=300
 """
 
-# TensorFlow first and without its CUDA start-up noise (no GPU here).
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
-quiet.import_tensorflow()
-
 import math
 import os
 
 from absl import app
 from absl import flags
 import numpy as np
-# Import TF before absl parses flags (TF 2.14 Keras otherwise builds in graph mode).
-import tensorflow as tf
-import tensorflow_federated as tff
 
 from tff_quant import data, mechanisms, models
 from tff_quant.accounting import bounds, sgd
-from tff_quant.aggregators import quantization_factory
 from tff_quant.common import validation
 from tff_quant.program import cli, experiment, results_io
-from tff_quant.training import distributed_sgd
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list('settings', ['none', '8:0.5', '8:0.9', '16:0.9'],
@@ -141,15 +132,37 @@ COLUMNS = [
 ]
 
 
+def check_flags():
+  """The settings of the flags, refused before TensorFlow starts where a
+  flag is bad (`cli.run`'s check; main checks again).
+
+  Returns:
+    `parse_settings(--settings)`.
+
+  Raises:
+    TypeError, ValueError: naming the flag and its allowed values.
+  """
+  setting_list = parse_settings(FLAGS.settings)
+  cli.check_flags(FLAGS, at_least_one=('rounds', 'num_users', 'batch_size',
+                                       'eval_every'),
+                  positive=('learning_rate', 'clip'))
+  validation.check_probability('--delta', FLAGS.delta)
+  return setting_list
+
+
 def main(argv):
+  # TensorFlow is imported by cli.run before absl starts (TF 2.14's Keras
+  # built by a TensorFlow imported inside app.run fails).
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  from tff_quant.aggregators import quantization_factory
+  from tff_quant.training import distributed_sgd
+  # pylint: enable=g-import-not-at-top
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
-    setting_list = parse_settings(FLAGS.settings)
-    cli.check_flags(FLAGS, at_least_one=('rounds', 'num_users', 'batch_size',
-                                         'eval_every'),
-                    positive=('learning_rate', 'clip'))
-    validation.check_probability('--delta', FLAGS.delta)
+    setting_list = check_flags()
     xtr, ytr, xte, yte, desc = load_pca_mnist(FLAGS.pca_dims)
     clients = distributed_sgd.split_among_clients(xtr, ytr, FLAGS.num_users, FLAGS.seed)
     local_size = len(clients[0][1])
@@ -207,7 +220,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-qmgeo-mnist` (setup.py): runs `main` as
   `python -m experiments.qmgeo_mnist` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

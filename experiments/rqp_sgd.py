@@ -15,10 +15,6 @@ reported for RQP-SGD is ALSO computed soundly from the mechanism that ran
   python -m experiments.rqp_sgd --dataset=breast_cancer --model=logreg
 """
 
-# TensorFlow first and without its CUDA start-up noise (no GPU here).
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
-quiet.import_tensorflow()
-
 import math
 import os
 import time
@@ -26,10 +22,6 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
-# TensorFlow must be imported before absl parses flags: imported inside main(),
-# TF 2.14's Keras builds Sequential models in graph mode and fails.
-import tensorflow as tf
-import tensorflow_privacy as tfp
 
 from tff_quant import data, mechanisms
 from tff_quant.accounting import bounds, sgd
@@ -94,6 +86,7 @@ def load_task(dataset: str, seed: int = 0):
 
 
 def per_example_loss(model_kind: str, num_classes: int, logits, labels):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   """Per-example loss vector: logistic (binary or softmax) or hinge (binary SVM)."""
   if num_classes > 2:
     if model_kind != 'logreg':
@@ -112,6 +105,10 @@ def predict(logits: np.ndarray) -> np.ndarray:
 
 def train_once(method, task, cfg, noise_multiplier, mech, seed):
   """Trains one model with `method`; returns test accuracy in [0, 1]."""
+  # TensorFlow is imported by cli.run before absl starts (TF 2.14's Keras
+  # built by a TensorFlow imported inside app.run fails).
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
   xtr, ytr, xte, yte, num_classes, _ = task
   tf.random.set_seed(seed)
   rng = np.random.default_rng(seed)
@@ -271,21 +268,35 @@ def run(cfg, log=print):
   return summary
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  cfg = {k: getattr(FLAGS, k) for k in (
+def config_from_flags():
+  """The run's settings from the flags (`run` validates them)."""
+  return {k: getattr(FLAGS, k) for k in (
       'dataset', 'model', 'methods', 'runs', 'batch_size', 'steps', 'learning_rate',
       'clip', 'bound', 'bits', 'epsilon', 'delta', 'rqp_noise_multiplier', 'rqp_q',
       'average_iterates', 'seed', 'root_output_dir')}
+
+
+def check_flags() -> None:
+  """Refuses bad flags before TensorFlow starts (`cli.run`'s check; `run`
+  checks again).
+
+  Raises:
+    TypeError, ValueError: naming the flag and its allowed values.
+  """
+  validate(config_from_flags())
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   with cli.user_errors_exit():
-    run(cfg)
+    run(config_from_flags())
 
 
 def entry_point():
   """The console script `tff-quant-rqp-sgd` (setup.py): runs `main` as
   `python -m experiments.rqp_sgd` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

@@ -21,8 +21,6 @@ import threading
 import time
 from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
-import tensorflow_federated as tff
-
 from tff_quant.common import validation
 from tff_quant.program import results_io
 from tff_quant.program import runtime
@@ -196,6 +194,7 @@ def run_rounds(initial_state, rounds: int, run_dir: str,
 
 def _run_rounds(initial_state, rounds, run_dir, step, log, checkpoint_every):
   """`run_rounds` under its directory lock."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   ckpt_root = os.path.join(run_dir, 'checkpoints')
   manager = tff.program.FileProgramStateManager(ckpt_root, keep_total=3)
   csv_path = os.path.join(run_dir, 'metrics.csv')
