@@ -413,3 +413,25 @@ def test_a_peer_row_is_its_calibrated_noise_at_its_own_wire_bits():
   assert 'raise `bits`' in low['reason']   # TFF's scale heuristic: nan
   with pytest.raises(ValueError, match='mechanism'):
     frontier.peer_error('gaussian', eps, delta, rounds, n, total, dim, 16)
+
+
+def test_the_gaussian_reference_row_carries_the_papers_convention(tmp_path):
+  """The reference's noise multiplier √n·σ (ℓ2 clip 1) in the papers'
+  convention (add/remove, Poisson at n/N), labelled; below our ε, which is
+  for replace-one and fixed-size cohorts; absent where params lack σ."""
+  from tff_quant.accounting import conventions
+  eps, delta, rounds, n, total, dim = 3.0, 1 / 3400, 300, 100, 3400, 1000
+  gauss = frontier.gaussian_reference(eps, delta, rounds, n, total, dim, 1e-2)
+  row = frontier.compute_cell(('gaussian', frontier.CENTRAL_BITS, eps, delta,
+                               dim, n, total, rounds), 1e9, [3.0], 1e-2)
+  sigma = json.loads(row['params'])['sigma']
+  want = conventions.papers_epsilon_gaussian(sigma * math.sqrt(n), n / total,
+                                             rounds, delta)[0]
+  assert frontier.papers_epsilon_of_reference(row) == want < eps
+  # √n·σ is the central std over the clip: the reference's error σ²/n.
+  assert gauss.debiased_error == pytest.approx(sigma**2 / n, rel=1e-12)
+  frontier.write_report([row], str(tmp_path))
+  text = (tmp_path / 'frontier.md').read_text()
+  assert (f'for comparison with papers only, ε = {want:.3g} in the '
+          f'{conventions.LABEL}') in text
+  assert frontier.papers_epsilon_of_reference(dict(row, params='{}')) is None

@@ -906,6 +906,30 @@ def _cell_text(cell) -> str:
   return f'{bits} bits ε={eps} d={dim} n={n} {rounds} rounds'
 
 
+def papers_epsilon_of_reference(row):
+  """The Gaussian reference row's ε in the papers' convention (add/remove,
+  Poisson at q = n/N; `accounting.conventions`), for comparison with
+  published results only; None where its params lack σ.
+
+  Its noise multiplier is the central std over the ℓ2 clip (1 here): √n·σ,
+  σ the per-client std whose mean has variance σ²/n (the row's error).
+
+  Args:
+    row: a GAUSSIAN row (its params, clients_per_round, total_clients,
+      rounds, delta).
+
+  Returns:
+    ε (float) or None.
+  """
+  sigma = json.loads(row.get('params') or '{}').get('sigma')
+  if sigma is None:
+    return None
+  n = int(as_float(row['clients_per_round']))
+  return accounting.conventions.papers_epsilon_gaussian(
+      sigma * math.sqrt(n), n / as_float(row['total_clients']),
+      int(as_float(row['rounds'])), as_float(row['delta']))[0]
+
+
 def write_report(rows, output_dir):
   """frontier.md (table + verdicts) and frontier.png; returns the verdict lines."""
   rows = sorted(rows, key=lambda r: tuple(as_float(r[c]) if c != 'mechanism'
@@ -929,6 +953,11 @@ def write_report(rows, output_dir):
       what = f'† {what}'
     if not known and r['mechanism'] != GAUSSIAN:
       what += f' · optimistic end: {r.get("reason_attained", "")[:200]}'
+    papers = (papers_epsilon_of_reference(r)
+              if r['mechanism'] == GAUSSIAN and math.isfinite(ratio) else None)
+    if papers is not None:
+      what += (f' · for comparison with papers only, ε = {papers:.3g} in the '
+               f'{accounting.conventions.LABEL}')
     wire_ratio = as_float(r.get('ratio_to_gaussian_wire'))
     wired = ('' if r.get('wire_bits') in (None, '') else
              f'{r["wire_bits"]} ({wire_ratio:.3g})')
