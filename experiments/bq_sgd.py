@@ -152,7 +152,6 @@ def main(argv):
   # pylint: enable=g-import-not-at-top
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  paper = PAPER[FLAGS.dataset]
   cfg = config_from_flags()
   with cli.user_errors_exit():
     rows = check_flags()

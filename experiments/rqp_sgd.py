@@ -86,8 +86,8 @@ def load_task(dataset: str, seed: int = 0):
 
 
 def per_example_loss(model_kind: str, num_classes: int, logits, labels):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   """Per-example loss vector: logistic (binary or softmax) or hinge (binary SVM)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if num_classes > 2:
     if model_kind != 'logreg':
       raise ValueError('`model`=svm is binary only; use --model=logreg for mnist.')
