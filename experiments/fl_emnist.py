@@ -163,6 +163,12 @@ flags.DEFINE_integer('wire_bits', None, 'Wire budget: b bits per coordinate in '
                      'where the field cannot hold the cohort\'s sum (naming the '
                      'bits needed). Default: the exact level sum, '
                      'ceil(log2(n(L-1)+1)) bits.', lower_bound=1, upper_bound=31)
+flags.DEFINE_bool('use_profile', False, 'Calibrate and account with the '
+                  'profile route too: the round\'s privacy profile (from its '
+                  'RDP curve, or a dominating Gaussian where one is proved: '
+                  'PBM) sampled and composed as a PLD (docs/privacy.md, '
+                  '"Gaussian domination"); the Gaussian reference the same '
+                  'way.')
 flags.DEFINE_integer('clients_per_slot', None, 'K clients trained per TFF client '
                      'slot (vectorized when the model allows), each clipped and '
                      'encoded on its own before the secure sum (same server '

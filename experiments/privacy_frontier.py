@@ -85,6 +85,12 @@ flags.DEFINE_float('max_memory_gb', None, 'Address-space cap of each cell '
                    'the reason instead of meeting the kernel\'s OOM killer.')
 flags.DEFINE_string('output_dir', 'results/frontier', 'Where frontier.csv, '
                     'frontier.md and frontier.png go.')
+flags.DEFINE_bool('use_profile', False, 'Calibrate every cell, the Gaussian '
+                  'reference too, on the profile route as well (the round\'s '
+                  'privacy profile sampled and composed as a PLD; PBM by its '
+                  'proved Gaussian domination, the Gaussian by its exact '
+                  'profile; docs/privacy.md, "Gaussian domination"). A folder '
+                  'holds cells of one choice.')
 flags.DEFINE_bool('fresh', False, 'Discard earlier cells in output_dir.')
 flags.DEFINE_bool('retry_limited', False, 'Recompute the asked-for cells whose '
                   'earlier row a cost or time limit shaped (refused, stopped, '
@@ -143,6 +149,8 @@ def main(argv):
     settings = dict(coordinate_clip_multiples=ks, rtol=FLAGS.rtol,
                     max_operations=FLAGS.max_operations, l2_clip=1.0,
                     others='any', metric=frontier.METRIC, ends=frontier.ENDS)
+    if FLAGS.use_profile:   # absent otherwise: folders of before it resume
+      settings['use_profile'] = True
     with results_io.exclusive(out, 'privacy_frontier run'):
       verdicts = _run(cells, settings, ks, out)
   print('Data: none (exact accounting of the mechanisms; no training).')
@@ -184,7 +192,7 @@ def _run(cells, settings, ks, out):
   start = time.time()
   for count, row in enumerate(frontier.run_cells(
       todo, FLAGS.workers, FLAGS.max_seconds_per_cell, FLAGS.max_operations,
-      ks, FLAGS.rtol, max_bytes), 1):
+      ks, FLAGS.rtol, max_bytes, FLAGS.use_profile), 1):
     row = {k: str(v) for k, v in row.items()}
     eta = (time.time() - start) / count * (len(todo) - count)
     print(f'[{count}/{len(todo)}, ETA ~{eta / 60:.0f} min]', end='')
@@ -205,7 +213,7 @@ def _run(cells, settings, ks, out):
   rows = [frontier.with_wire_columns(r)
           for r in frontier.on_one_reference(rows)]
   results_io.write_csv(csv_path, COLUMNS, [[r[c] for c in COLUMNS] for r in rows])
-  return frontier.write_report(rows, out)
+  return frontier.write_report(rows, out, FLAGS.use_profile)
 
 
 def entry_point():

@@ -63,6 +63,10 @@ flags.DEFINE_bool('optimistic', True, 'Also calibrate on the attained ε (the '
                   'optimistic end of each interval); --nooptimistic is faster '
                   'and leaves those ends unknown (no ranking against them '
                   'holds).')
+flags.DEFINE_bool('use_profile', False, 'Calibrate every mechanism and the '
+                  'Gaussian reference on the profile route too (PBM by its '
+                  'proved Gaussian domination; docs/privacy.md, "Gaussian '
+                  'domination").')
 flags.DEFINE_string('output', None, 'Also write the Markdown here (a .md '
                     'path).')
 
@@ -85,7 +89,7 @@ def main(argv):
       raise ValueError(f'--output must be a .md path, got {FLAGS.output!r}.')
     setting = which_mechanism.Setting(
         FLAGS.epsilon, delta, FLAGS.dim, FLAGS.clients_per_round,
-        FLAGS.total_clients, FLAGS.rounds, FLAGS.wire_bits)
+        FLAGS.total_clients, FLAGS.rounds, FLAGS.wire_bits, FLAGS.use_profile)
     start, cpu = time.time(), time.process_time()
 
     def progress(row):

@@ -4,8 +4,9 @@ import math
 import pytest
 
 from tff_quant import mechanisms
-from tff_quant.accounting import (calibration, composition, lower_bound,
-                                  rdp_route, secure_sum)
+from tff_quant.accounting import (calibration, composition,
+                                  gaussian_domination, lower_bound, rdp_route,
+                                  secure_sum)
 from tff_quant.accounting.calibration import interface
 from tff_quant.accounting.calibration import oracle
 from tff_quant.accounting.calibration import scan as scan_lib
@@ -737,3 +738,30 @@ def test_the_old_name_clip_warns_that_it_is_the_coordinate_bound():
   new = calibration.calibrate('pbm', 20.0, 1e-4, coordinate_clip=0.5, bits=2,
                               **schedule)
   assert old.params() == new.params()
+
+
+def test_a_profile_route_calibration_is_what_the_run_recomputes():
+  """use_profile=True: PBM at ε = 1 on the ℓ2 route is calibrated through
+  its Gaussian domination, the reference Gaussian through its exact
+  profile; the setting records the route, its guarantee recomputes the
+  calibrated ε on it, and PBM's ratio to the Gaussian is what its rate
+  predicts, (κ₁/Fisher)² (1.42 here: θ = 0.084 at n = 50 is far from the
+  Gaussian limit), well below the RDP route's calibration's."""
+  dim, n, total, delta, rounds = 1000, 50, 2000, 1 / 2000, 100
+  kw = dict(bits=1, l2_clip=1.0, coordinate_clip=2 / math.sqrt(dim))
+  rep = calibration.calibration_report('pbm', 1.0, delta, rounds, n, total,
+                                       dim, use_profile=True, **kw)
+  assert rep.setting.use_profile and rep.epsilon <= 1.0
+  g = rep.guarantee(attained=False)
+  assert g.epsilon == pytest.approx(rep.epsilon, rel=1e-12)
+  assert g.route == 'profile' and 'Gaussian domination' in g.assumptions
+  theta = rep.mechanism.theta
+  fisher = (theta / kw['coordinate_clip']) / math.sqrt(n * (0.25 - theta**2))
+  excess = (gaussian_domination.pbm_trial_rate(
+      theta, kw['coordinate_clip'], n) / fisher)**2
+  assert 0.95 * excess < rep.ratio_to_gaussian < 1.05 * excess
+  plain = calibration.calibration_report('pbm', 1.0, delta, rounds, n, total,
+                                         dim, **kw)
+  assert not plain.setting.use_profile
+  assert plain.debiased_error > 1.5 * rep.debiased_error
+  assert rep.gaussian.sigma < plain.gaussian.sigma

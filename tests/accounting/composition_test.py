@@ -297,3 +297,26 @@ def test_profile_route_with_dropouts_is_the_sum_of_n_min_sampled_at_n():
   g_50 = C.RoundAccountant(gauss, 50, 3400, 1 / 3400)
   assert g_drop._gaussian_mu() == g_50._gaussian_mu()   # pylint: disable=protected-access
   assert g_drop.epsilon_profile(300)[0] > g_50.epsilon_profile(300)[0]
+
+
+def test_profile_route_uses_pbms_gaussian_domination():
+  """The frontier's 2-level PBM at ε ≈ 1 by the RDP route (d = 61,706, ℓ2
+  route, 100 of 3,400, 300 rounds): the profile route's round is the
+  dominating Gaussian at μ = 2κ·l2_clip (ε 0.270), below the profile of its
+  RDP curve alone (0.381); the guarantee names the argument."""
+  dim = 61706
+  mech = mechanisms.PBM(2 / math.sqrt(dim), 2, 0.0040029)
+  acc = C.RoundAccountant(mech, 100, 3400, 1 / 3400, dim,
+                                    l2_clip=1.0)
+  kappa = acc.dominating_rate.rate
+  assert acc._gaussian_mu() == pytest.approx(2 * kappa, rel=1e-12)  # pylint: disable=protected-access
+  eps = acc.epsilon_profile(300)[0]
+  from_rdp = C.RoundAccountant.from_round_rdp(
+      dict(acc.rdp), 100, 3400, 1 / 3400, dim, 'RDP only').epsilon_profile(
+          300)[0]
+  assert eps == pytest.approx(0.270, abs=2e-3)
+  assert from_rdp == pytest.approx(0.381, abs=3e-3)
+  g = acc.guarantee(300, use_pld=False, attained=False, use_profile=True)
+  assert g.route == 'profile' and 'Gaussian domination' in g.assumptions
+  plain = acc.guarantee(300, use_pld=False, attained=False)
+  assert 'Gaussian domination' not in plain.assumptions

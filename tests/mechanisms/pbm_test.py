@@ -46,3 +46,13 @@ def edge_mechanisms(c):
   """PBM at clip c: θ = ½ (one level at ±c), and more trials than the
   inversion serves (TF's sampler) (contract_test.py)."""
   return [pbm.PBM(c, 16, 0.5), pbm.PBM(c, 100, 0.3)]
+
+
+def test_theta_the_sampler_would_round_to_a_half_is_refused():
+  """Within the sampler's snapping radius of 1/2 the end probabilities
+  would be sampled as 0 and 1 (θ = 1/2) while the pmf says otherwise."""
+  for theta in (0.5 - 1e-15, 0.4999999999999999):
+    with pytest.raises(ValueError, match='theta'):
+      pbm.PBM(clip=1.0, num_levels=4, theta=theta)
+  pbm.PBM(clip=1.0, num_levels=4, theta=0.5 - 1e-12)
+  pbm.PBM(clip=1.0, num_levels=4, theta=0.5)

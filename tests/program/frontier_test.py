@@ -257,6 +257,21 @@ def test_the_generic_subsampling_bound_costs_the_gaussian_at_small_eps_only():
       1.0, abs=1e-4)
 
 
+def test_on_the_profile_route_the_penalty_is_the_rdp_curves_conversion():
+  """use_profile: the Gaussian accounted from its RDP curve alone (what a
+  mechanism without a proved Gaussian domination gets) against its exact
+  profile: 1.65x in variance at ε = 1 in the frontier's setting
+  (docs/privacy.md), and the report's line says PBM pays none of it."""
+  setting = (1 / 3400, 300, 100, 3400, 61706)
+  penalty = frontier.generic_subsampling_penalty(1.0, *setting, True)
+  assert 1.55 < penalty < 1.75
+  text = frontier.penalty_text(('1.0', str(1 / 3400), '61706', '100',
+                                '3400', '300'), use_profile=True)
+  assert f'{penalty:.3g}×' in text and 'no accounting penalty (1.0)' in text
+  assert 'WBK19 Thm 9' in frontier.penalty_text(
+      ('1.0', str(1 / 3400), '61706', '100', '3400', '300'))
+
+
 def test_the_report_marks_flips_and_writes_no_number_by_hand(tmp_path):
   gauss = dict(SETTING, mechanism='gaussian', bits='inf', ratio_to_gaussian='1.0',
                debiased_error_per_coordinate='1.0', mse_per_coordinate='1.0',
@@ -337,7 +352,7 @@ def test_an_optimistic_end_out_of_reach_is_unknown_with_the_reason():
 
 def test_a_cell_stopped_in_its_optimistic_end_keeps_its_proved_end(monkeypatch):
   monkeypatch.setattr(frontier, 'with_attained_end',
-                      lambda *args: time.sleep(60))   # the forked worker's
+                      lambda *args, **kwargs: time.sleep(60))   # the forked worker's
   rows = list(frontier.run_cells([('gaussian', 'inf', 3.0, 0.01, 1000, 4, 100,
                                    10)], 1, 2.0, 1e9, [3.0], 1e-2))
   assert math.isfinite(rows[0]['ratio_to_gaussian'])

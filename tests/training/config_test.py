@@ -94,8 +94,12 @@ def test_peer_params_take_their_defaults():
 def test_the_record_leaves_later_options_out_at_their_defaults():
   record = config_lib.config_record(small_config())
   for name in ('server_momentum', 'validation_fraction', 'server_lr_schedule',
-               'min_clients_per_round'):
+               'min_clients_per_round', 'use_profile'):
     assert name not in record
+  assert config_lib.config_record(small_config(use_profile=True))[
+      'use_profile'] is True
+  with pytest.raises(TypeError, match='use_profile'):
+    small_config(use_profile='yes').validate()
   assert record['mechanism'] == 'rqm' and record['clip_norm'] == 1.0
   record = config_lib.config_record(small_config(
       server_momentum=0.9, target_epsilon=8.0, min_clients_per_round=3))

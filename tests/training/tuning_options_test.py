@@ -82,7 +82,7 @@ def test_defaults_keep_todays_records(mnist, tmp_path):
   record = ft.config_record(cfg)
   old = {f.name for f in dataclasses.fields(ft.TrainingConfig)} - {
       'server_momentum', 'validation_fraction', 'server_lr_schedule',
-      'min_clients_per_round', 'wire_bits'}
+      'min_clients_per_round', 'wire_bits', 'use_profile'}
   assert set(record) == old   # earlier runs' config.json resume unchanged
   assert ft.config_record(config(server_momentum=0.9))['server_momentum'] == 0.9
   run_dir = str(tmp_path / 'run')

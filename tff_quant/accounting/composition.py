@@ -46,6 +46,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from tff_quant.accounting import attained as attained_lib
+from tff_quant.accounting import gaussian_domination
 from tff_quant.accounting import per_round
 from tff_quant.accounting import pld_route
 from tff_quant.accounting import profile_route
@@ -270,10 +271,8 @@ class RoundAccountant:
            for a in self.orders]
     if self.mech is None or self.gamma >= 1 or self.summed < self.n:
       return sub
-    sensitivity = (2 * self.l2_clip if self.l2_route
-                   else 2 * self.mech.input_bound * math.sqrt(self.dim))
     own = self.mech.subsampled_rdp(self.orders, self.n, self.population,
-                                   sensitivity)
+                                   self._sensitivity)
     if own is None:
       return sub
     return [min(a, float(b)) for a, b in zip(sub, own)]
@@ -422,19 +421,36 @@ class RoundAccountant:
               'infinite')
     return ''
 
-  def _gaussian_mu(self) -> Optional[float]:
-    """For the central Gaussian, its replace-one ℓ2 sensitivity over the
-    summed noise's standard deviation (what `sum_divergences` is at: the
-    round RDP is α·μ²/2); None for any other mechanism."""
-    if not isinstance(self.mech, gaussian.Gaussian):
+  @property
+  def _sensitivity(self) -> float:
+    """The replace-one ℓ2 bound of a round's change: 2·l2_clip on the ℓ2
+    route, else 2c√d (every coordinate end to end)."""
+    return (2 * self.l2_clip if self.l2_route
+            else 2 * self.mech.input_bound * math.sqrt(self.dim))
+
+  @functools.cached_property
+  def dominating_rate(self) -> Optional[gaussian_domination.Rate]:
+    """The mechanism's per-coordinate Gaussian-domination rate at the
+    summed clients (`gaussian_domination.rate`), None where it has none."""
+    if self.mech is None:
       return None
-    sensitivity = (2 * self.l2_clip if self.l2_route
-                   else 2 * self.mech.input_bound * math.sqrt(self.dim))
-    return sensitivity / (math.sqrt(self.summed) * self.mech.sigma)
+    return gaussian_domination.rate(self.mech, self.summed)
+
+  def _gaussian_mu(self) -> Optional[float]:
+    """μ of a Gaussian pair that dominates the un-sampled round: for the
+    central Gaussian its sensitivity over the summed noise's standard
+    deviation (exact: the round RDP is α·μ²/2), else κ·sensitivity where
+    the mechanism has a Gaussian-domination rate κ; None otherwise."""
+    if isinstance(self.mech, gaussian.Gaussian):
+      return self._sensitivity / (math.sqrt(self.summed) * self.mech.sigma)
+    rate = self.dominating_rate
+    return None if rate is None else rate.rate * self._sensitivity
 
   def _round_profile(self, rdp):
     """The un-sampled round's δ_M from the RDP curve `rdp` (CKS20 Prop.
-    12), and for the central Gaussian its closed form where smaller."""
+    12), and where smaller the profile of a dominating Gaussian pair
+    (`_gaussian_mu`: the central Gaussian's closed form, or a proved
+    per-coordinate domination, `gaussian_domination`)."""
     mu = self._gaussian_mu()
     if mu is None:
       return lambda eps: profile_route.rdp_profile(rdp, eps)
@@ -552,12 +568,14 @@ class RoundAccountant:
                   f'the RDP route\'s order: {inputs}')
     return Guarantee(eps, self.delta, route, eps_rdp, order, eps_pld, rounds,
                      self.n, self.population, self.dim, self.rdp,
-                     self._assumptions_text(), note, low, inputs,
+                     self._assumptions_text(eps_prof is not None), note, low,
+                     inputs,
                      self.summed if self.summed < self.n else None,
                      eps_prof, prof_note, prof_order)
 
-  def _assumptions_text(self) -> str:
-    """The neighbouring relation, sampling, route and worst cases, in words."""
+  def _assumptions_text(self, profile: bool = False) -> str:
+    """The neighbouring relation, sampling, route and worst cases, in words
+    (`profile`: the profile route was computed, and its bounds are named)."""
     if self.l2_route:
       coords = (f'ℓ2 route: update norm <= {self.l2_clip:g}, {self.dim} '
                 f'coordinates in [-c, c], c = {self.mech.input_bound:.4g} = '
@@ -606,6 +624,10 @@ class RoundAccountant:
         'or Poisson (PLD: '
         f'target participation revealed, pessimistic); {coords}; {others}; '
         'D∞ = sup over all inputs.')
+    if profile and self.dominating_rate is not None:
+      text += (' Profile route: the round\'s profile is also bounded by '
+               f'{self.dominating_rate.why}, μ = κ·{self._sensitivity:.4g} '
+               '(docs/privacy.md, "Gaussian domination").')
     method = getattr(self.rdp, 'method', '')
     if method:   # what the ℓ2 route's curve did (a sub-sum, a local bound)
       text += f' {DIVERGENCES_NOTE}{method}.'

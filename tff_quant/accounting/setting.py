@@ -101,6 +101,8 @@ class CalibratedSetting:
       sampled clients whose outputs its sum may hold (dropouts; `epsilon`
       holds for every cohort from n_min to clients_per_round); None: every
       sampled client's (n_min = clients_per_round).
+    use_profile: whether the profile route was used too (absent from
+      settings stored before it existed: False).
   """
   mechanism: str
   tunables: Tuple[Tuple[str, object], ...]
@@ -119,6 +121,7 @@ class CalibratedSetting:
   bound: str
   accountant: str = provenance.SOURCE_DIGEST
   min_clients_per_round: Optional[int] = None
+  use_profile: bool = False
 
   @property
   def smallest_cohort(self) -> int:
@@ -155,9 +158,8 @@ class CalibratedSetting:
                        ) -> composition.RoundAccountant:
     """The accountant that computed `epsilon`: the same Rényi orders, ℓ2
     clip, d, schedule, others' inputs and dropout tolerance. Its
-    `guarantee(rounds, use_pld=self.use_pld)` at the calibrated rounds is
-    the calibrated ε (bound='proved'), and its `epsilon_rdp(t)` the ε after
-    t rounds.
+    `guarantee(rounds, use_pld=self.use_pld, use_profile=self.use_profile)`
+    at the calibrated rounds is the calibrated ε (bound='proved').
 
     Args:
       mechanism: the mechanism accounted (default `build_mechanism()`; a

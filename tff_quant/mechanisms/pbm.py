@@ -32,6 +32,17 @@ class PBM(base.Mechanism):
     self.clip = float(validation.check_positive('clip', clip))
     self.m = self.tunable('num_levels').check(num_levels)
     self.theta = float(self.tunable('theta').check(theta))
+    # The sampler snaps p within τ of 0 or 1 (`base.snap_to_integers`): a θ
+    # whose end probabilities lie that close, but not on 0 and 1, would be
+    # sampled as θ = 1/2 and accounted as less.
+    tau = 2 * base.SNAP_ULPS * 2.0**-53
+    if 0 < 0.5 - self.theta and (1 - (0.5 + self.theta) <= tau or
+                                 0.5 - self.theta <= tau):
+      raise ValueError(
+          f'`theta`={self.theta!r} puts the trials\' success probabilities '
+          f'within {tau:.3g} of 0 and 1, which the sampler rounds to 0 and 1 '
+          '(theta = 1/2, a deterministic output at the ends): allowed '
+          f'0 < theta <= {0.5 - 2 * tau!r}, or theta = 0.5.')
     # XLA has no binomial kernel; TF's sampler serves more trials.
     self.jit_encode = self.m - 1 <= base.INVERSION_MAX_TRIALS
 

@@ -293,7 +293,8 @@ def _memory_reason(max_bytes, err) -> str:
           f'(--max_memory_gb): {err}')
 
 
-def _cell_worker(cell, max_operations, ks, rtol, conn, max_bytes=None):
+def _cell_worker(cell, max_operations, ks, rtol, conn, max_bytes=None,
+                 use_profile=False):
   """Sends ('proved', row) and then ('both', row): a cell stopped in its
   optimistic end keeps its proved one. With `max_bytes`, the worker's
   address space is capped there (`limit_memory`) and a cell that needs more
@@ -301,7 +302,7 @@ def _cell_worker(cell, max_operations, ks, rtol, conn, max_bytes=None):
   if max_bytes:
     limit_memory(max_bytes)
   try:
-    row = proved_row(cell, max_operations, ks, rtol)
+    row = proved_row(cell, max_operations, ks, rtol, use_profile=use_profile)
   except MemoryError as e:
     conn.send(('both', empty_row(cell, _memory_reason(max_bytes, e))))
     conn.close()
@@ -312,7 +313,7 @@ def _cell_worker(cell, max_operations, ks, rtol, conn, max_bytes=None):
     return
   conn.send(('proved', row))
   try:
-    row = with_attained_end(row, cell, ks, rtol)
+    row = with_attained_end(row, cell, ks, rtol, use_profile=use_profile)
   except MemoryError as e:
     row = dict(row, **_unknown_optimistic_end(_memory_reason(max_bytes, e)))
   except Exception as e:  # pylint: disable=broad-except
@@ -322,7 +323,7 @@ def _cell_worker(cell, max_operations, ks, rtol, conn, max_bytes=None):
 
 
 def run_cells(todo, workers, max_seconds, max_operations, ks, rtol,
-              max_bytes=None):
+              max_bytes=None, use_profile=False):
   """Yields each cell's row as it ends: one forked process per cell, at most
   `workers` at a time. Each of a cell's two ends gets `max_seconds`: a cell
   still in its proved end then is stopped (row inf + reason); one still in
@@ -336,7 +337,8 @@ def run_cells(todo, workers, max_seconds, max_operations, ks, rtol,
       cell = todo.pop(0)
       recv, send = ctx.Pipe(duplex=False)
       proc = ctx.Process(target=_cell_worker,
-                         args=(cell, max_operations, ks, rtol, send, max_bytes),
+                         args=(cell, max_operations, ks, rtol, send, max_bytes,
+                               use_profile),
                          daemon=True)
       proc.start()
       send.close()
@@ -376,52 +378,62 @@ def run_cells(todo, workers, max_seconds, max_operations, ks, rtol,
 
 
 @functools.lru_cache(maxsize=None)
-def gaussian_reference(eps, delta, rounds, n, total, dim, rtol):
-  """The continuous Gaussian calibrated to the cell's target (no coordinate bound)."""
+def gaussian_reference(eps, delta, rounds, n, total, dim, rtol,
+                       use_profile=False):
+  """The continuous Gaussian calibrated to the cell's target (no coordinate
+  bound); with `use_profile`, by the least of its RDP route (WBK19 Thm 27)
+  and its exact profile sampled and composed (`profile_route`)."""
   return accounting.calibration_report(
       GAUSSIAN, eps, delta, rounds, n, total, dim, l2_clip=1.0, rtol=rtol,
-      compare_gaussian=False)
-
-
-class _GenericallySubsampledGaussian(mechanisms.Gaussian):
-  """The Gaussian accounted as every searched mechanism is: its exact RDP
-  through the generic subsampling bound (WBK19 Thm 9) alone, without the
-  Gaussian-specific one (WBK19 Thm 27, dp-accounting) its reference gets."""
-
-  def subsampled_rdp(self, *args, **kwargs):
-    return None
+      compare_gaussian=False, use_profile=use_profile)
 
 
 @functools.lru_cache(maxsize=None)
-def generic_subsampling_penalty(eps, delta, rounds, n, total, dim):
-  """The Gaussian's own debiased error at the target when its subsampling is
-  accounted by the generic bound (WBK19 Thm 9, what the quantized
-  mechanisms get) over its error under its own bound (Thm 27): (σ₉/σ₂₇)²,
-  each σ the least meeting (ε, δ) on the RDP route (bisection to 1e-4).
+def generic_subsampling_penalty(eps, delta, rounds, n, total, dim,
+                                use_profile=False):
+  """The Gaussian's own debiased error at the target when it is accounted
+  only as a quantized mechanism is, from its round's RDP curve, over its
+  error under its own best bound: (σ_generic/σ_own)², each σ the least
+  meeting (ε, δ) (bisection to 1e-4).
+
+  Without `use_profile` (the RDP route): generic = WBK19 Thm 9, own = Thm
+  27 (dp-accounting). With it: generic = the lesser of Thm 9 and the
+  profile route from the RDP curve (CKS20 Prop. 12, what a mechanism
+  without a proved Gaussian domination gets), own = the lesser of Thm 27
+  and its exact profile sampled and composed. A mechanism with a proved
+  Gaussian domination (PBM, `accounting.gaussian_domination`) pays none of
+  it.
 
   Args:
     eps, delta, rounds, n, total, dim: the setting (as in a cell).
+    use_profile: the routes (above).
 
   Returns:
     The ratio, >= 1 up to the bisection's width: the part of a quantized
-    mechanism's ratio to the Gaussian that the subsampling theorem, not the
-    mechanism, accounts for (about 1.8 at ε = 1, 1.0 at ε = 10 in the
-    committed setting; docs/frontier.md).
+    mechanism's ratio to the Gaussian that the accounting, not the
+    mechanism, accounts for (RDP route: about 1.8 at ε = 1, 1.0 at ε = 10
+    in the committed setting; docs/frontier.md).
   """
-  def least_sigma(cls):
-    def epsilon(sigma):
-      acc = composition.RoundAccountant(cls(1 / math.sqrt(dim), sigma), n,
-                                        total, delta, dim)
-      return acc.epsilon_rdp(rounds)[0]
+  def epsilon(sigma, generic):
+    acc = composition.RoundAccountant(
+        mechanisms.Gaussian(1 / math.sqrt(dim), sigma), n, total, delta, dim)
+    if generic:
+      acc = composition.RoundAccountant.from_round_rdp(
+          dict(acc.rdp), n, total, delta, dim, 'the Gaussian\'s RDP curve')
+    eps_now = acc.epsilon_rdp(rounds)[0]
+    if use_profile:
+      eps_now = min(eps_now, acc.epsilon_profile(rounds)[0])
+    return eps_now
+
+  def least_sigma(generic):
     lo, hi = 1e-3, 1.0
-    while epsilon(hi) > eps:
+    while epsilon(hi, generic) > eps:
       lo, hi = hi, 2 * hi
     while (hi - lo) > 1e-4 * hi:   # the ratio is printed to 3 digits
       mid = (lo + hi) / 2
-      lo, hi = (lo, mid) if epsilon(mid) <= eps else (mid, hi)
+      lo, hi = (lo, mid) if epsilon(mid, generic) <= eps else (mid, hi)
     return hi
-  own = least_sigma(mechanisms.Gaussian)
-  return (least_sigma(_GenericallySubsampledGaussian) / own)**2
+  return (least_sigma(True) / least_sigma(False))**2
 
 
 def _closed_form(name) -> bool:
@@ -436,23 +448,30 @@ def _closed_form(name) -> bool:
 
 
 def compute_cell(cell, max_operations, ks, rtol,
-                 limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS):
+                 limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
+                 use_profile=False):
   """One row, both ends: `proved_row`, then `with_attained_end`, both
-  under `limits` (the proved end's max_operations from the argument)."""
-  row = proved_row(cell, max_operations, ks, rtol, limits)
-  return with_attained_end(row, cell, ks, rtol, limits)
+  under `limits` (the proved end's max_operations from the argument) and
+  on the same routes (`use_profile`)."""
+  row = proved_row(cell, max_operations, ks, rtol, limits, use_profile)
+  return with_attained_end(row, cell, ks, rtol, limits, use_profile)
 
 
 def proved_row(cell, max_operations, ks, rtol,
-               limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS):
+               limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
+               use_profile=False):
   """One row's proved end: the calibration at the k with the least debiased
-  error + clipping bias² (or inf + reason); the optimistic end unknown."""
+  error + clipping bias² (or inf + reason); the optimistic end unknown.
+  `use_profile`: every calibration, the reference's too, also on the
+  profile route (`accounting.calibration_report`)."""
   name, bits, eps, delta, dim, n, total, rounds = cell
   t0 = time.time()
   row = empty_row(cell)
   schedule = dict(epsilon=eps, delta=delta, rounds=rounds, clients_per_round=n,
-                  total_clients=total, dim=dim, l2_clip=1.0, rtol=rtol)
-  gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol)
+                  total_clients=total, dim=dim, l2_clip=1.0, rtol=rtol,
+                  use_profile=use_profile)
+  gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol,
+                             use_profile)
   row['gaussian_mse'] = gauss.mse   # its debiased error too (slope 1)
   # d·MSE against ‖update‖² = 1: above 1 the Gaussian's decoded mean is mostly
   # noise (where plain MSE let a bounded quantizer undercut it).
@@ -520,7 +539,8 @@ def _number(value):
 
 
 def with_attained_end(row, cell, ks, rtol,
-                      limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS):
+                      limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
+                      use_profile=False):
   """`row` (its proved end, `proved_row`) with the optimistic end: the same
   cell calibrated with bound='attained' (module docstring) at each k, the k
   with the least debiased error + clipping bias² kept. The proved
@@ -543,8 +563,9 @@ def with_attained_end(row, cell, ks, rtol,
     return row
   schedule = dict(epsilon=eps, delta=delta, rounds=rounds, clients_per_round=n,
                   total_clients=total, dim=dim, l2_clip=1.0, rtol=rtol,
-                  bound='attained')
-  gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol)
+                  bound='attained', use_profile=use_profile)
+  gauss = gaussian_reference(eps, delta, rounds, n, total, dim, rtol,
+                             use_profile)
   reasons = []
   try:
     best = best_over_multiples(name, bits, dim, ks, None, schedule, reasons,
@@ -840,12 +861,33 @@ def least_by_bits(rows):
   return out
 
 
-def matrix_lines(rows):
+def penalty_text(setting, use_profile=False) -> str:
+  """What of a setting's ratios the accounting, not the mechanism, accounts
+  for (`generic_subsampling_penalty` on the routes the cells used)."""
+  eps, delta, dim, n, total, rounds = setting
+  penalty = generic_subsampling_penalty(float(eps), float(delta),
+                                        int(rounds), int(n), int(total),
+                                        int(dim), use_profile)
+  if not use_profile:
+    return ('The Gaussian itself, its subsampling accounted by the generic '
+            'bound the quantized mechanisms get (WBK19 Thm 9, not its own Thm '
+            f'27), would be {penalty:.3g}× its reference: that much of every '
+            'ratio here is the subsampling theorem, not the mechanism.')
+  return ('Profile route: the reference is the Gaussian by the lesser of Thm 27 '
+          'and its exact profile. PBM\'s rounds are a proved Gaussian '
+          'domination (docs/privacy.md, "Gaussian domination"): no accounting '
+          'penalty (1.0). The Gaussian accounted from its RDP curve alone, as '
+          f'every other mechanism still is, would be {penalty:.3g}× its '
+          'reference: that much of their ratios is the accounting, not the '
+          'mechanism.')
+
+
+def matrix_lines(rows, use_profile=False):
   """Markdown: per setting, the proved ratio to the Gaussian's debiased error
   of each mechanism (rows) at each bits (columns), the optimistic end in
   brackets where it differs ('?' where unknown), '—' where not served, † a
   row of other accountant code, and the least proved figure per bits in
-  bold (`least_by_bits`)."""
+  bold (`least_by_bits`); `use_profile`: the cells' routes (`penalty_text`)."""
   current = accounting.provenance.SOURCE_DIGEST
   least = least_by_bits(rows)
   out = []
@@ -857,17 +899,10 @@ def matrix_lines(rows):
     if not mine:
       continue
     bits = sorted({int(r['bits']) for r in mine})
-    eps, delta, dim, n, total, rounds = setting
-    penalty = generic_subsampling_penalty(float(eps), float(delta),
-                                          int(rounds), int(n), int(total),
-                                          int(dim))
+    eps, _, dim, n, _, rounds = setting
     out += [f'ε = {eps}, d = {dim}, n = {n}, {rounds} rounds: proved × the '
             'Gaussian [optimistic end]; bold: the least proved figure at '
-            'those bits. The Gaussian itself, its subsampling accounted by '
-            'the generic bound the quantized mechanisms get (WBK19 Thm 9, '
-            'not its own Thm 27), would be '
-            f'{penalty:.3g}× its reference: that much of every ratio here '
-            'is the subsampling theorem, not the mechanism.', '',
+            'those bits. ' + penalty_text(setting, use_profile), '',
             '| mechanism | ' + ' | '.join(f'{b} bit' + 's' * (b != 1) for b in bits) + ' |',
             '|---|' + '---|' * len(bits)]
     for mech in sorted({r['mechanism'] for r in mine}):
@@ -930,8 +965,10 @@ def papers_epsilon_of_reference(row):
       int(as_float(row['rounds'])), as_float(row['delta']))[0]
 
 
-def write_report(rows, output_dir):
-  """frontier.md (table + verdicts) and frontier.png; returns the verdict lines."""
+def write_report(rows, output_dir, use_profile=False):
+  """frontier.md (table + verdicts) and frontier.png; returns the verdict
+  lines. `use_profile`: the cells were calibrated on the profile route too
+  (the accounting penalty is that route's, `penalty_text`)."""
   rows = sorted(rows, key=lambda r: tuple(as_float(r[c]) if c != 'mechanism'
                                           else 0 for c in KEY) + (r['mechanism'],))
   flips = cell_flips(rows)
@@ -1002,10 +1039,11 @@ def write_report(rows, output_dir):
             if nsr > 1 else '')
     penalty = generic_subsampling_penalty(
         float(eps), float(setting[1]), int(rounds), int(n), int(setting[4]),
-        int(dim))
+        int(dim), use_profile)
     if penalty > 1.01:
-      note += (f' [the Gaussian by the quantized mechanisms\' subsampling '
-               f'bound: {penalty:.3g}×]')
+      note += (f' [the Gaussian by the quantized mechanisms\' '
+               + ('accounting from its RDP curve' if use_profile else
+                  'subsampling bound') + f': {penalty:.3g}×]')
     verdicts.append(f'ε={eps}, d={dim}, n={n}, {rounds} rounds: fewest bits within '
                     f'1.1× of the Gaussian\'s debiased error (proved): '
                     + ', '.join(parts) + note)
@@ -1039,7 +1077,8 @@ def write_report(rows, output_dir):
                     'verdict holds only where the intervals separate; one that '
                     'holds on the proved figures alone is marked "flips".', '',
                     accountants_line(rows), '']
-                   + verdicts + [''] + matrix_lines(rows) + lines) + '\n'
+                   + verdicts + [''] + matrix_lines(rows, use_profile) + lines
+                   ) + '\n'
   with open(os.path.join(output_dir, 'frontier.md.tmp'), 'w') as f:
     f.write(text)
   os.replace(os.path.join(output_dir, 'frontier.md.tmp'),

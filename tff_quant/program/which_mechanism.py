@@ -86,6 +86,8 @@ class Setting:
     rounds: T >= 1.
     wire_bits: B in [1, `wire.MAX_WIRE_BITS`], bits per coordinate on the
       wire (the secure-sum field 2^B).
+    use_profile: calibrate every mechanism, and the Gaussian reference, on
+      the profile route too (`accounting.calibration_report`).
 
   Raises:
     ValueError: a number outside its range (named, with the range).
@@ -97,6 +99,7 @@ class Setting:
   total_clients: int
   rounds: int
   wire_bits: int
+  use_profile: bool = False
 
   def __post_init__(self):
     validation.check_positive('epsilon', self.epsilon)
@@ -109,13 +112,14 @@ class Setting:
     validation.check_integer('rounds', self.rounds, 1)
     validation.check_integer('wire_bits', self.wire_bits, 1,
                              wire.MAX_WIRE_BITS)
+    validation.check_bool('use_profile', self.use_profile)
 
   def schedule(self, rtol: float, bound: str) -> dict:
     """The calibration's keyword arguments (the frontier's ℓ2 route)."""
     return dict(epsilon=self.epsilon, delta=self.delta, rounds=self.rounds,
                 clients_per_round=self.clients_per_round,
                 total_clients=self.total_clients, dim=self.dim, l2_clip=1.0,
-                rtol=rtol, bound=bound)
+                rtol=rtol, bound=bound, use_profile=self.use_profile)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -480,7 +484,8 @@ def answer(epsilon: float, delta: float, dim: int, clients_per_round: int,
   workers = validation.check_integer('workers', workers, 1)
   gaussian = frontier.gaussian_reference(
       setting.epsilon, setting.delta, setting.rounds,
-      setting.clients_per_round, setting.total_clients, setting.dim, rtol)
+      setting.clients_per_round, setting.total_clients, setting.dim, rtol,
+      setting.use_profile)
   max_bytes = frontier.worker_memory_bytes(workers)
   rows = {}
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -621,7 +626,7 @@ def report(rows: Sequence[Row], setting: Setting) -> str:
         f'{_params_text(r)} | {_seconds_text(r)} |')
   penalty = frontier.generic_subsampling_penalty(
       s.epsilon, s.delta, s.rounds, s.clients_per_round, s.total_clients,
-      s.dim)
+      s.dim, s.use_profile)
   lines += [
       '', f'**Recommendation**: {recommend(rows)}', '',
       '× Gaussian: the debiased error per coordinate with the wraps counted '
@@ -635,8 +640,7 @@ def report(rows: Sequence[Row], setting: Setting) -> str:
       'Seconds: wall time of the proved + optimistic ends\' processes (CPU: '
       'their calibrations\' CPU time).']
   if penalty > 1.01:
-    lines += ['', f'The Gaussian itself, its subsampling accounted by the '
-              'generic bound the quantized mechanisms get (WBK19 Thm 9), '
-              f'would be {penalty:.3g}× its reference: that much of every '
-              'ratio here is the subsampling theorem, not the mechanism.']
+    lines += ['', frontier.penalty_text(
+        (s.epsilon, s.delta, s.dim, s.clients_per_round, s.total_clients,
+         s.rounds), s.use_profile)]
   return '\n'.join(lines) + '\n'

@@ -73,6 +73,10 @@ class TrainingConfig:
   # registry mechanism. None: the exact level sum; then left out of
   # config.json.
   wire_bits: Optional[int] = None
+  # Account (and calibrate) with the profile route too (docs/privacy.md,
+  # "Gaussian domination"): the round's privacy profile sampled and
+  # composed as a PLD. False: left out of config.json.
+  use_profile: bool = False
 
   def validate(self) -> 'TrainingConfig':
     """The config, checked, with its mechanism's parameters completed.
@@ -111,6 +115,7 @@ class TrainingConfig:
                  'local_epochs', 'eval_every'):
       validation.check_integer(name, getattr(self, name), 1)
     validation.check_bool('rotate', self.rotate)
+    validation.check_bool('use_profile', self.use_profile)
     validation.check_integer('seed', self.seed, 0)
     validation.check_optional(validation.check_integer, 'noise_seed',
                               self.noise_seed, 0)
@@ -226,11 +231,11 @@ def config_record(config: TrainingConfig) -> Dict[str, object]:
   Returns:
     The config's fields as a dict, without those added later
     (server_momentum, validation_fraction, server_lr_schedule,
-    min_clients_per_round, wire_bits) where they hold their defaults, so a run of
-    before they existed resumes.
+    min_clients_per_round, wire_bits, use_profile) where they hold their
+    defaults, so a run of before they existed resumes.
   """
   record = dataclasses.asdict(config)
-  for name in ('server_momentum', 'validation_fraction'):
+  for name in ('server_momentum', 'validation_fraction', 'use_profile'):
     if not record[name]:
       del record[name]
   if record['server_lr_schedule'] == 'constant':

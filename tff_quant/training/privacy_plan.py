@@ -176,7 +176,10 @@ class PrivacyPlan:
       return out
     config = self.config
     use_pld = self.setting is None or self.setting.use_pld
-    g = self.accountant.guarantee(rounds_done, use_pld=use_pld)
+    use_profile = (config.use_profile if self.setting is None
+                   else self.setting.use_profile)
+    g = self.accountant.guarantee(rounds_done, use_pld=use_pld,
+                                  use_profile=use_profile)
     if cohorts:
       out['cohort_sizes'] = list(cohorts)
     if (config.min_clients_per_round is not None and cohorts
@@ -348,7 +351,8 @@ def _calibrate(config: config_lib.TrainingConfig, dim: int, clip: float, log,
   schedule = (config.target_delta, config.rounds, config.clients_per_round,
               config.total_clients, dim)
   common = dict(l2_clip=config.clip_norm, coordinate_clip=clip, progress=log,
-                min_clients_per_round=config.min_clients_per_round)
+                min_clients_per_round=config.min_clients_per_round,
+                use_profile=config.use_profile)
   if stored is not None:
     report = stored
     log('Calibration reused: this run\'s folder holds one for the same '

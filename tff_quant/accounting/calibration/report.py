@@ -141,7 +141,7 @@ class Calibration:
 
     The same accountant (`CalibratedSetting.round_accountant`, of this
     calibration's mechanism) at the same Rényi orders,
-    routes (PLD only if calibration used it), ℓ2 clip, d, schedule and
+    routes (PLD and profile only if calibration used them), ℓ2 clip, d, schedule and
     others' inputs: at the calibrated rounds and cohorts its `epsilon`
     equals this calibration's (bound='proved').
 
@@ -168,7 +168,8 @@ class Calibration:
       raise ValueError('This Calibration has no `setting` (not made by '
                        '`calibration_report`): call training_guarantee.')
     return s.round_accountant(self.mechanism, smallest_cohort).guarantee(
-        s.rounds if rounds is None else rounds, s.use_pld, attained=attained)
+        s.rounds if rounds is None else rounds, s.use_pld, attained=attained,
+        use_profile=s.use_profile)
 
 
 def mechanism_for_bits(mechanism: str, clip: float, bits: Optional[int],
@@ -202,7 +203,8 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
               bound: str = 'proved',
               progress: Optional[Callable[[str], None]] = None,
               limits: Limits = Limits(),
-              min_clients_per_round: Optional[int] = None, **params):
+              min_clients_per_round: Optional[int] = None,
+              use_profile: bool = False, **params):
   """The mechanism `mechanism` calibrated to (ε, δ) for a training run.
 
   Among the candidates meeting the target that carry the signal, the one
@@ -244,6 +246,13 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
       on the data nor on who the client is (docs/privacy.md, "Dropouts";
       refused for BQ, accounted by conditioning). None (default): every
       sampled client contributes.
+    use_profile: also use the profile route (`RoundAccountant.
+      epsilon_profile`: the round's profile from its RDP curve or a
+      dominating Gaussian, amplified by sampling and composed as a PLD);
+      the Gaussian reference (`calibration_report`) is then accounted the
+      same way, and the setting records it, so the run recomputes the same
+      ε. Not with bound='attained' ... it combines: the attained end uses
+      the same routes.
     **params: the other parameters, fixed (defaults for the omitted ones).
 
   Returns:
@@ -263,7 +272,7 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
       dim, clip, tune, bits, use_pld, rtol, l2_clip, coordinate_clip,
       compare_gaussian=False, others=others, bound=bound, progress=progress,
       limits=limits, min_clients_per_round=min_clients_per_round,
-      **params).mechanism
+      use_profile=use_profile, **params).mechanism
 
 
 def calibration_report(mechanism: str, epsilon: float, delta: float,
@@ -278,6 +287,7 @@ def calibration_report(mechanism: str, epsilon: float, delta: float,
                        progress: Optional[Callable[[str], None]] = None,
                        limits: Limits = Limits(),
                        min_clients_per_round: Optional[int] = None,
+                       use_profile: bool = False,
                        **params) -> Calibration:
   """`calibrate`, returning a `Calibration`.
 
@@ -291,8 +301,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float,
   Args:
     mechanism, epsilon, delta, rounds, clients_per_round, total_clients,
       dim, clip, tune, bits, use_pld, rtol, l2_clip, coordinate_clip,
-      others, bound, progress, limits, min_clients_per_round, **params: as
-      for `calibrate`.
+      others, bound, progress, limits, min_clients_per_round, use_profile,
+      **params: as for `calibrate`.
     compare_gaussian: also calibrate the continuous Gaussian.
 
   Returns:
@@ -307,7 +317,8 @@ def calibration_report(mechanism: str, epsilon: float, delta: float,
               rtol=rtol, l2_clip=l2_clip, coordinate_clip=coordinate_clip,
               compare_gaussian=compare_gaussian, others=others, bound=bound,
               progress=progress, limits=limits,
-              min_clients_per_round=min_clients_per_round, **params)
+              min_clients_per_round=min_clients_per_round,
+              use_profile=use_profile, **params)
   try:
     return _calibration_report(**args)
   except refusals.CannotCarrySignal as err:
@@ -404,7 +415,7 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                         coordinate_clip=None, compare_gaussian=True,
                         others='any', bound='proved', progress=None,
                         limits=Limits(), min_clients_per_round=None,
-                        **params) -> Calibration:
+                        use_profile=False, **params) -> Calibration:
   """`calibration_report` without the search for the bits a refused modular
   sum needs."""
   clip = _checked_clip(epsilon, l2_clip, rtol, others, bound, use_pld, clip,
@@ -415,6 +426,8 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                   use_pld=use_pld, l2_clip=l2_clip, others=others)
   if fewest is not None:   # absent otherwise: the accountant's default
     schedule['min_clients_per_round'] = fewest
+  if use_profile:   # absent otherwise: the accountant's default
+    schedule['use_profile'] = True
   gauss = None
   if compare_gaussian or _guided(mechanism):
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
@@ -422,7 +435,8 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                                coordinate_clip=clip,
                                use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
                                compare_gaussian=False, limits=limits,
-                               min_clients_per_round=fewest)
+                               min_clients_per_round=fewest,
+                               use_profile=use_profile)
   scan = scan_lib.Scan(
       mechanism, epsilon, clip, tune, bits, rtol, params,
       oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant),
@@ -470,7 +484,8 @@ def _report(scan, schedule, mechanism, epsilon, bound) -> Calibration:
       orders=tuple(evaluated.orders), use_pld=bool(s['use_pld']),
       others=s['others'], bound=bound,
       min_clients_per_round=int(s.get('min_clients_per_round',
-                                      s['clients_per_round'])))
+                                      s['clients_per_round'])),
+      use_profile=bool(s.get('use_profile', False)))
   return Calibration(
       mech, dict(best.params, **{CALIBRATED_FOR: setting}), best.epsilon,
       epsilon, s['delta'], mech.decoded_mean_mse(s['clients_per_round']),
@@ -499,7 +514,8 @@ def _attach_attained(report, scan, schedule, bound,
         s['delta'], s['dim'], report.orders, s['l2_clip'], s['others'],
         limits=limits,
         min_clients_per_round=s.get('min_clients_per_round'))
-    report.epsilon_attained, at = low.epsilon_attained(s['rounds'])
+    report.epsilon_attained, at = low.epsilon_attained(
+        s['rounds'], s.get('use_profile', False))
     report.attained_inputs = _attained_inputs(low, at)
 
 

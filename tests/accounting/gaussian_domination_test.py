@@ -1,0 +1,226 @@
+import itertools
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import stats
+
+from tff_quant import mechanisms
+from tff_quant.accounting import composition as C
+from tff_quant.accounting import gaussian_domination as G
+from tff_quant.accounting import profile_route as P
+from tests.accounting import population
+
+
+def _hockey(p, q, eps):
+  eps = np.asarray(eps, np.float64)
+  return np.maximum(p[None, :] - np.exp(eps)[:, None] * q[None, :], 0).sum(1)
+
+
+def _gauss_hockey(mu, eps):
+  """H_{e^ε}(N(μ,1) ‖ N(0,1)), Balle & Wang 2018 Thm 8 (float64)."""
+  eps = np.asarray(eps, np.float64)
+  return (stats.norm.cdf(mu / 2 - eps / mu) -
+          np.exp(eps) * stats.norm.cdf(-mu / 2 - eps / mu))
+
+
+def _sum_law(mech, inputs):
+  law = np.ones(1)
+  for x in inputs:
+    law = np.convolve(law, mech.pmf(x))
+  return law
+
+
+# --- tradeoff_mu: the kink formula against the hockey-stick definition.
+
+def test_tradeoff_mu_is_the_least_dominating_gaussian():
+  """T(P, Q) >= G_μ ⇔ H_{e^ε}(P‖Q) <= the Gaussian's at every ε, both
+  orders: at μ* every ε holds (up to float), at 0.98·μ* some ε fails."""
+  rng = np.random.default_rng(0)
+  for _ in range(40):
+    p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    mu = G.tradeoff_mu(p, q)
+    # ε >= 0 in both orders covers every ε (H_{e^ε} = 1 − e^ε + e^ε·H_{e^-ε}).
+    eps = np.linspace(0, mu * mu + 4 * mu, 4001)
+    for a, b in ((p, q), (q, p)):
+      assert np.all(_hockey(a, b, eps) <= _gauss_hockey(mu, eps) + 1e-12)
+    worst = max(np.max(_hockey(a, b, eps) - _gauss_hockey(0.98 * mu, eps))
+                for a, b in ((p, q), (q, p)))
+    assert worst > 0
+
+
+def test_tradeoff_mu_is_infinite_where_supports_differ():
+  assert G.tradeoff_mu([0.0, 1.0], [0.5, 0.5]) == math.inf
+  assert G.tradeoff_mu([0.5, 0.5], [1.0, 0.0]) == math.inf
+  assert G.tradeoff_mu([0.3, 0.7], [0.3, 0.7]) == 0.0
+  with pytest.raises(ValueError, match='same shape'):
+    G.tradeoff_mu([1.0], [0.5, 0.5])
+  with pytest.raises(ValueError, match='finite and >= 0'):
+    G.tradeoff_mu([1.5, -0.5], [0.5, 0.5])
+
+
+# --- pbm_trial_rate: sound for actual inputs, and the family's supremum.
+
+@pytest.mark.parametrize('n', [1, 2, 3, 5])
+@pytest.mark.parametrize('theta', [0.01, 0.2, 0.45])
+def test_trial_rate_bounds_pairs_of_any_inputs(n, theta):
+  """Random interior target positions and shifts, others interior, at the
+  ends and mixed (not the family the proof reduces to): μ* <= κ₁Δ for the
+  one-trial sum, and <= √(m−1)·κ₁Δ for 4 and 8 levels."""
+  rng = np.random.default_rng(n * 100 + int(theta * 100))
+  kappa = G.pbm_trial_rate(theta, 1.0, n)
+  most = 0.0
+  for levels in (2, 4, 8):
+    mech = mechanisms.PBM(1.0, levels, theta)
+    rate = math.sqrt(levels - 1) * kappa
+    for trial in range(60):
+      delta = rng.uniform(1e-3, 2.0) if trial % 3 else 2.0 * rng.uniform() ** 4
+      x = rng.uniform(-1 + delta, 1)
+      others = rng.choice([-1.0, 1.0, rng.uniform(-1, 1)], size=n - 1)
+      base = _sum_law(mech, others)
+      p = np.convolve(base, mech.pmf(x))
+      q = np.convolve(base, mech.pmf(x - delta))
+      ratio = G.tradeoff_mu(p, q) / (rate * delta)
+      most = max(most, ratio)
+      assert ratio <= 1 + 1e-9
+  assert most > 0.25   # the bound is not vacuous on these pairs
+
+
+@pytest.mark.parametrize('n, theta', [(1, 0.3), (4, 0.1), (30, 0.02)])
+def test_trial_rate_is_the_supremum_of_the_worst_family(n, theta):
+  """The closed form (η -> 0 and η = 1 per prefix) against the family's μ*
+  (K others at +c, the rest at −c; target top pair, and its mirror) on a
+  dense grid of shifts: at or above every point, and reached within 1e-6."""
+  kappa = G.pbm_trial_rate(theta, 1.0, n)
+  mech = mechanisms.PBM(1.0, 2, theta)
+  grid = 0.0
+  for k in range(n):
+    base = _sum_law(mech, [1.0] * k + [-1.0] * (n - 1 - k))
+    for x in (1.0, -1.0):   # top pair at +c, bottom pair at −c (mirror)
+      for eta in np.geomspace(1e-6, 1, 25):
+        shift = 2 * eta
+        x2 = x - shift if x > 0 else x + shift
+        mu = G.tradeoff_mu(np.convolve(base, mech.pmf(x)),
+                           np.convolve(base, mech.pmf(x2)))
+        grid = max(grid, mu / shift)
+  assert grid <= kappa
+  assert kappa <= grid * (1 + 1e-6)
+
+
+@pytest.mark.parametrize('theta, tol', [(0.05, 1e-10), (1e-7, 1e-4)])
+def test_trial_rate_matches_high_precision_closed_form(theta, tol):
+  """The same closed form evaluated in 40-digit arithmetic at the float
+  trial probabilities: the code is at or above it (rounding carried
+  outwards) and close (its certified intervals widen like 1/θ)."""
+  mpmath.mp.dps = 40
+  n, clip = 12, mpmath.mpf(1)
+  a, b = mpmath.mpf(0.5 + theta), mpmath.mpf(0.5 - theta)
+
+  def binom(trials, p):
+    return [mpmath.binomial(trials, j) * p**j * (1 - p)**(trials - j)
+            for j in range(trials + 1)]
+
+  best = mpmath.mpf(0)
+  for k in range(n):
+    o = np.convolve(np.array(binom(k, a), dtype=object),
+                    np.array(binom(n - 1 - k, b), dtype=object))
+    for law, p, q in ((list(o), a, b), (list(o[::-1]), 1 - b, 1 - a)):
+      for j in range(n):
+        p_k = sum(law[:j]) + (1 - p) * law[j]
+        d_k = (p - q) * law[j]
+        z = mpmath.sqrt(2) * mpmath.erfinv(2 * p_k - 1)
+        slope = d_k / (mpmath.exp(-z * z / 2) / mpmath.sqrt(2 * mpmath.pi))
+        end = mpmath.sqrt(2) * mpmath.erfinv(2 * (p_k + d_k) - 1) - z
+        best = max(best, slope, end)
+  exact = float(best / (2 * clip))
+  code = G.pbm_trial_rate(theta, 1.0, n)
+  assert exact <= code <= exact * (1 + tol)
+
+
+def test_trial_rate_is_near_the_fisher_value_at_the_frontier():
+  """d = 61,706, 2 levels at c = 2/√d, 100 clients: κ₁ within 0.4% of the
+  sum's Fisher information per unit shift, (θ/c)/√(n·a·b)."""
+  clip, theta, n = 2 / math.sqrt(61706), 0.0040029, 100
+  fisher = (theta / clip) / math.sqrt(n * (0.5 + theta) * (0.5 - theta))
+  assert 1.0 < G.pbm_trial_rate(theta, clip, n) / fisher < 1.004
+
+
+def test_rate_covers_pbm_only_where_proved():
+  pbm = mechanisms.PBM(1.0, 16, 0.1)
+  rate = G.rate(pbm, 10)
+  assert rate.rate == pytest.approx(math.sqrt(15) *
+                                    G.pbm_trial_rate(0.1, 1.0, 10), rel=1e-12)
+  assert 'Gaussian domination' in rate.why
+  assert G.rate(mechanisms.PBM(1.0, 4, 0.5), 10) is None   # D∞ = inf
+  assert G.rate(pbm, G.MAX_CLIENTS + 1) is None
+  assert G.rate(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10) is None
+  for args, name in (((0.5, 1.0, 3), 'theta'), ((0.1, 0.0, 3), 'clip'),
+                     ((0.1, 1.0, 0), 'num_clients')):
+    with pytest.raises(ValueError, match=name):
+      G.pbm_trial_rate(*args)
+
+
+# --- The whole route against a tiny population (every cohort enumerated).
+
+def _vector_round_law(mech, inputs, cohort_size):
+  """One round's exact law of a d-coordinate sum over a uniform cohort
+  (the cohort shared by the coordinates), flattened."""
+  dim = len(inputs[0])
+  law = 0.0
+  cohorts = list(itertools.combinations(range(len(inputs)), cohort_size))
+  for cohort in cohorts:
+    joint = np.ones(1)
+    for j in range(dim):
+      joint = np.outer(joint, _sum_law(mech, [inputs[i][j] for i in cohort])
+                       ).ravel()
+    law = law + joint
+  return law / len(cohorts)
+
+
+@pytest.mark.parametrize('cohort, rounds', [(2, 3), (3, 2)])
+def test_route_holds_against_every_cohort_with_the_domination_binding(
+    cohort, rounds):
+  """N = 6, replace-one, fixed-size cohorts, two coordinates on the ℓ2
+  route (c = 1 > l2_clip/√2): targets on the ℓ2 sphere and interior, the
+  others interior and mixed. The accountant's profile route (where the
+  Gaussian domination is below the RDP curve's profile: checked) is at or
+  above the exact ε of every run."""
+  mech, total, delta = mechanisms.PBM(1.0, 2, 0.08), 6, 1e-3
+  acc = C.RoundAccountant(mech, cohort, total, delta, dim=2, l2_clip=1.0)
+  proved = acc.epsilon_profile(rounds)[0]
+  from_rdp = C.RoundAccountant.from_round_rdp(
+      dict(acc.rdp), cohort, total, delta, 2, 'RDP only').epsilon_profile(
+          rounds)[0]
+  assert proved < from_rdp   # the domination is what binds
+  pairs = [((0.6, 0.8), (-0.6, -0.8)), ((1.0, 0.0), (-1.0, 0.0)),
+           ((0.7071, 0.7071), (-0.7071, -0.7071)), ((0.3, -0.2), (-0.5, 0.4))]
+  others_sets = [((1.0, 1.0),) * 5, ((-1.0, 1.0), (0.3, -0.7), (1.0, -1.0),
+                                     (-0.2, 0.1), (0.9, 0.9))]
+  worst = 0.0
+  for x, x2 in pairs:
+    for others in others_sets:
+      p = _vector_round_law(mech, (x,) + others, cohort)
+      q = _vector_round_law(mech, (x2,) + others, cohort)
+      worst = max(worst, population.true_epsilon(p, q, rounds, delta))
+  assert 0 < worst <= proved
+  assert worst > 0.3 * proved   # a test that can fail
+
+
+def test_profile_bounds_the_round_of_every_pair_at_one_coordinate():
+  """The un-sampled round (n = 3, one coordinate, every coordinate end to
+  end): the dominating Gaussian's profile is above the exact hockey-stick
+  of the worst pairs, and within a factor 2 of it somewhere (three trials
+  of three clients are far from Gaussian: 0.70 here)."""
+  mech = mechanisms.PBM(1.0, 4, 0.15)
+  acc = C.RoundAccountant(mech, 3, 3, 1e-3)
+  mu = acc._gaussian_mu()   # pylint: disable=protected-access
+  eps = np.linspace(0, 2, 41)
+  bound = P.gaussian_profile(mu, eps)
+  worst = np.zeros_like(eps)
+  for others in ((1.0, 1.0), (1.0, -1.0), (-1.0, -1.0), (0.2, -0.9)):
+    for x, x2 in ((1.0, -1.0), (-1.0, 1.0), (0.5, -0.5)):
+      p, q = (_sum_law(mech, others + (v,)) for v in (x, x2))
+      worst = np.maximum(worst, _hockey(p, q, eps))
+  assert np.all(worst <= bound)
+  assert np.max(worst[worst > 1e-4] / bound[worst > 1e-4]) > 0.5
