@@ -309,7 +309,8 @@ def test_profile_route_uses_pbms_gaussian_domination():
   acc = C.RoundAccountant(mech, 100, 3400, 1 / 3400, dim,
                                     l2_clip=1.0)
   kappa = acc.dominating_rate.rate
-  assert acc._gaussian_mu() == pytest.approx(2 * kappa, rel=1e-12)  # pylint: disable=protected-access
+  assert acc._gaussian_mu() == pytest.approx(2 * kappa, rel=1e-9)  # pylint: disable=protected-access
+  assert acc._gaussian_mu() > 2 * kappa  # pylint: disable=protected-access
   eps = acc.epsilon_profile(300)[0]
   from_rdp = C.RoundAccountant.from_round_rdp(
       dict(acc.rdp), 100, 3400, 1 / 3400, dim, 'RDP only').epsilon_profile(
@@ -320,3 +321,7 @@ def test_profile_route_uses_pbms_gaussian_domination():
   assert g.route == 'profile' and 'Gaussian domination' in g.assumptions
   plain = acc.guarantee(300, use_pld=False, attained=False)
   assert 'Gaussian domination' not in plain.assumptions
+  rqm = C.RoundAccountant(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10, 100, 1e-3)
+  text = rqm.guarantee(5, use_pld=False, attained=False,
+                       use_profile=True).assumptions
+  assert 'from its RDP curve' in text and 'no proved Gaussian' in text

@@ -151,10 +151,17 @@ def test_rate_covers_pbm_only_where_proved():
   rate = G.rate(pbm, 10)
   assert rate.rate == pytest.approx(math.sqrt(15) *
                                     G.pbm_trial_rate(0.1, 1.0, 10), rel=1e-12)
+  assert rate.rate > math.sqrt(15) * G.pbm_trial_rate(0.1, 1.0, 10)
+  # The float laws' slack: below 1e-10 of μ at d = 10^6, c = 1, ‖Δ‖ = 2.
+  assert 0 < rate.slack * 1e3 < 1e-10 * rate.rate * 2
   assert 'Gaussian domination' in rate.why
   assert G.rate(mechanisms.PBM(1.0, 4, 0.5), 10) is None   # D∞ = inf
   assert G.rate(pbm, G.MAX_CLIENTS + 1) is None
   assert G.rate(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10) is None
+  assert G.unavailable(pbm, 10) == ''
+  assert 'rqm' in G.unavailable(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10)
+  assert str(G.MAX_CLIENTS) in G.unavailable(pbm, G.MAX_CLIENTS + 1)
+  assert '0 or 1' in G.unavailable(mechanisms.PBM(1.0, 4, 0.5), 10)
   for args, name in (((0.5, 1.0, 3), 'theta'), ((0.1, 0.0, 3), 'clip'),
                      ((0.1, 1.0, 0), 'num_clients')):
     with pytest.raises(ValueError, match=name):

@@ -28,6 +28,22 @@ def test_calibration_meets_the_target_and_is_tight(name, bits):
   assert less.accountant(1000, 1e-3).epsilon_rdp(50)[0] > 4.0   # tight to rtol
 
 
+@pytest.mark.parametrize('name, bits', [('gaussian', None), ('tff_dgauss', 16)])
+def test_profile_route_calibration_meets_the_target_with_less_noise(name, bits):
+  """use_profile: the least of the two routes meets the target, tight to
+  rtol, with less noise than the RDP route alone (the Gaussian by its exact
+  profile, TFF's peer by its RDP curve's profile)."""
+  peer = peers.calibrate(name, 1.0, bits=bits, use_profile=True, **SCHEDULE)
+  acct = peer.accountant(SCHEDULE['total_clients'], SCHEDULE['delta'])
+  rounds = SCHEDULE['rounds']
+  route = lambda a: min(a.epsilon_rdp(rounds)[0], a.epsilon_profile(rounds)[0])
+  assert route(acct) <= 1.0 < acct.epsilon_rdp(rounds)[0]
+  less = peers.Peer(name, peer.noise_multiplier / 1.01, 1.0, 20, 500, bits)
+  assert route(less.accountant(1000, 1e-3)) > 1.0
+  plain = peers.calibrate(name, 1.0, bits=bits, **SCHEDULE)
+  assert peer.noise_multiplier < plain.noise_multiplier
+
+
 def test_gaussian_peer_is_the_registry_gaussian_with_the_same_total_noise():
   peer = peers.Peer('gaussian', 2.0, 0.5, 10, 100)
   mech = peer.reference_mechanism()

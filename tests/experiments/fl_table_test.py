@@ -114,7 +114,16 @@ def test_tuned_settings_enter_the_folder_and_a_missing_epsilon_is_refused(
     config = json.load(f)
   assert config['tuned'] == {'10': dict(client_lr=0.2, server_momentum=0.9,
                                         server_lr=0.1, clip_norm=0.5)}
-  assert 'server_momentum' not in config   # only when set
+  assert 'server_momentum' not in config and 'use_profile' not in config
+  routes = _table(out, '--mechanisms=gaussian', f'--tuned={choice}', '--plan',
+                  '--use_profile')   # the profile route: another setting
+  assert routes.returncode != 0 and 'other settings' in routes.stderr
+  profile = str(tmp_path / 'profile')
+  plan = _table(profile, '--mechanisms=gaussian', f'--tuned={choice}',
+                '--plan', '--use_profile')
+  assert plan.returncode == 0, plan.stderr[-3000:]
+  with open(os.path.join(profile, 'config.json')) as f:
+    assert json.load(f)['use_profile'] is True
   missing = _table(str(tmp_path / 'other'), '--mechanisms=gaussian',
                    f'--tuned={choice}', '--epsilons=3', '--plan')
   assert missing.returncode != 0 and 'no setting for ε = 3' in missing.stderr

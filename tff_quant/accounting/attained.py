@@ -329,8 +329,10 @@ def _l2_route(mech, laws, dim, t_star, orders, box, l2_clip=None):
           v_lo = 0.0 if l is None else tables[l][1]
           if k * v_hi**2 + (dim - k) * v_lo**2 > budget:
             continue
-          f_lo = 0.0 if l is None else (dim - k) * tables[l][2][:, jl]
+          # Divergences near float64's top (BQ's unconditioned sums at
+          # high orders) times d overflow to inf, which is their value.
           with np.errstate(over='ignore', invalid='ignore'):
+            f_lo = 0.0 if l is None else (dim - k) * tables[l][2][:, jl]
             total = (k * f_hi[:, jh] if k else 0.0) + f_lo
           for r in np.flatnonzero((total > best) | np.array(
               [cf is None for cf in configs])):

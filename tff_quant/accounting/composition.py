@@ -444,7 +444,8 @@ class RoundAccountant:
     if isinstance(self.mech, gaussian.Gaussian):
       return self._sensitivity / (math.sqrt(self.summed) * self.mech.sigma)
     rate = self.dominating_rate
-    return None if rate is None else rate.rate * self._sensitivity
+    return (None if rate is None else
+            rate.round_mu(self._sensitivity, self.dim))
 
   def _round_profile(self, rdp):
     """The un-sampled round's δ_M from the RDP curve `rdp` (CKS20 Prop.
@@ -628,6 +629,10 @@ class RoundAccountant:
       text += (' Profile route: the round\'s profile is also bounded by '
                f'{self.dominating_rate.why}, μ = κ·{self._sensitivity:.4g} '
                '(docs/privacy.md, "Gaussian domination").')
+    elif profile and not isinstance(self.mech, gaussian.Gaussian):
+      text += (' Profile route: the round\'s profile from its RDP curve '
+               '(CKS20 Prop. 12); ' + gaussian_domination.unavailable(
+                   self.mech, self.summed) + '.')
     method = getattr(self.rdp, 'method', '')
     if method:   # what the ℓ2 route's curve did (a sub-sum, a local bound)
       text += f' {DIVERGENCES_NOTE}{method}.'

@@ -83,11 +83,29 @@ class Rate:
   """A proved per-coordinate Gaussian-domination rate.
 
   Attributes:
-    rate: κ: every coordinate's pair at shift Δ has T >= G_{κΔ}.
+    rate: κ: every coordinate's pair at shift Δ has T >= G_{κΔ + s}.
     why: the argument, for the guarantee's text.
+    slack: s, each coordinate's μ beyond κΔ: the law's parameter is
+      computed in float64 from the input, so two inputs Δ apart may give
+      laws a few ulps further apart than Δ says. Over d coordinates the
+      round's μ is at most κ·‖Δ‖₂ + s·√d (Minkowski).
   """
   rate: float
   why: str
+  slack: float = 0.0
+
+  def round_mu(self, sensitivity: float, dim: int) -> float:
+    """μ of the Gaussian pair dominating a round whose change has ℓ2
+    norm <= `sensitivity` over `dim` coordinates: κ·S + s·√d, rounded up.
+
+    Args:
+      sensitivity: S > 0.
+      dim: d >= 1.
+
+    Returns:
+      μ > 0.
+    """
+    return (self.rate * sensitivity + self.slack * math.sqrt(dim)) * (1 + 4 * _U)
 
 
 def tradeoff_mu(p, q) -> float:
@@ -303,6 +321,28 @@ def pbm_trial_rate(theta: float, clip: float, num_clients: int) -> float:
   return best / (2 * clip) * (1 + 2 * _U)
 
 
+def unavailable(mech, num_clients: int) -> str:
+  """Why `rate` has no rate for `mech`'s n-client sum ('' where it has).
+
+  Args:
+    mech: a `tff_quant.mechanisms.Mechanism`.
+    num_clients: n >= 1.
+
+  Returns:
+    The reason in words, for the guarantee's text.
+  """
+  if not isinstance(mech, pbm.PBM):
+    return (f'no proved Gaussian domination for {mech.name} (its worst '
+            'family over the others\' inputs is not finite and small: '
+            'docs/privacy.md, "Gaussian domination")')
+  if not mech.positive_everywhere():
+    return 'no finite Gaussian domination: a trial probability is 0 or 1'
+  if num_clients > MAX_CLIENTS:
+    return (f'no Gaussian domination above {MAX_CLIENTS} clients (the tail '
+            f'bound would bind; {num_clients} here)')
+  return ''
+
+
 def rate(mech, num_clients: int) -> Optional[Rate]:
   """The proved per-coordinate Gaussian-domination rate of `mech`'s
   n-client secure sum, where one is known.
@@ -325,7 +365,12 @@ def rate(mech, num_clients: int) -> Optional[Rate]:
   trials = mech.num_levels - 1
   kappa = (math.sqrt(trials) * (1 + _U) *
            pbm_trial_rate(mech.theta, mech.clip, n))
-  return Rate(kappa, (
+  # p(x) = 1/2 + θ·x/c in float64 is within 3u of its exact value (x/c, the
+  # product, the sum; clipping is exact) and a − b >= 2θ − 2u, so the laws'
+  # shift η = (p(x) − p(x'))/(a − b) <= Δ/(2c)·(1 + 2.01u/θ) + 3.01u/θ.
+  theta = mech.theta
+  return Rate(kappa * (1 + 2.01 * _U / theta), (
       f'per-coordinate Gaussian domination at rate κ = {kappa:.6g} (√{trials} '
       'one-trial sums, each T >= G_{κ₁Δ} for any others and positions, '
-      'proved in closed form with rounding carried)'))
+      'proved in closed form with rounding carried)'),
+              slack=kappa * 2 * mech.clip * 3.01 * _U / theta)

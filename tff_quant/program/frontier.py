@@ -109,7 +109,7 @@ PEER_ENDS = ('TFF\'s peer: calibrated on its own accounting, its error the '
 
 
 def peer_error(name, epsilon, delta, rounds, clients_per_round, total_clients,
-               dim, bits):
+               dim, bits, use_profile=False):
   """TFF's distributed aggregator `name` calibrated to ε at `bits` wire bits
   (ℓ2 clip 1), and the noise part of its debiased error: central noise std
   z·clip on the sum of n, z²/n² per coordinate of the mean.
@@ -119,6 +119,7 @@ def peer_error(name, epsilon, delta, rounds, clients_per_round, total_clients,
     epsilon, delta, rounds, clients_per_round, total_clients, dim: the
       setting (`peers.calibrate`).
     bits: its secure-sum bits per coordinate.
+    use_profile: calibrate on the profile route too (`peers.calibrate`).
 
   Returns:
     (z²/n², the calibrated `aggregators.peers.Peer`).
@@ -132,7 +133,8 @@ def peer_error(name, epsilon, delta, rounds, clients_per_round, total_clients,
   validation.check_one_of('mechanism', name, PEERS)
   quiet.import_tensorflow()   # TFF's own functions size the peer (silenced)
   peer = peers.calibrate(name, epsilon, delta, rounds, clients_per_round,
-                         total_clients, dim, 1.0, bits=bits)
+                         total_clients, dim, 1.0, bits=bits,
+                         use_profile=use_profile)
   return peer.noise_multiplier**2 / clients_per_round**2, peer
 
 
@@ -477,7 +479,7 @@ def proved_row(cell, max_operations, ks, rtol,
   # noise (where plain MSE let a bounded quantizer undercut it).
   row['gaussian_noise_to_signal'] = dim * gauss.mse
   if name in PEERS:
-    return _peer_row(row, cell, gauss, t0)
+    return _peer_row(row, cell, gauss, t0, use_profile)
   if name == GAUSSIAN:
     row.update(params=json.dumps(gauss.mechanism.params()),
                debiased_error_per_coordinate=gauss.debiased_error,
@@ -513,12 +515,13 @@ def proved_row(cell, max_operations, ks, rtol,
   return row
 
 
-def _peer_row(row, cell, gauss, t0):
-  """`row` of one of TFF's PEERS at its wire bits (`peer_error`); its
-  reason where the target is out of reach there."""
+def _peer_row(row, cell, gauss, t0, use_profile=False):
+  """`row` of one of TFF's PEERS at its wire bits (`peer_error`, on the
+  same routes); its reason where the target is out of reach there."""
   name, bits, eps, delta, dim, n, total, rounds = cell
   try:
-    err, peer = peer_error(name, eps, delta, rounds, n, total, dim, bits)
+    err, peer = peer_error(name, eps, delta, rounds, n, total, dim, bits,
+                           use_profile)
   except ValueError as e:
     row.update(reason=str(e).replace('\n', ' '), seconds=time.time() - t0)
     return row
@@ -527,11 +530,18 @@ def _peer_row(row, cell, gauss, t0):
              debiased_error_per_coordinate=err,
              ratio_to_gaussian=err / gauss.debiased_error, slope=1.0,
              mse_per_coordinate=err, mse_ratio_to_gaussian=err / gauss.mse,
-             epsilon_achieved=peer.accountant(total, delta).epsilon_rdp(
-                 rounds)[0],
+             epsilon_achieved=_peer_epsilon(peer, total, delta, rounds,
+                                            use_profile),
              bits_used=bits, clip_bias_sq=0.0, reason=PEER_REASON,
              seconds=time.time() - t0)
   return row
+
+
+def _peer_epsilon(peer, total, delta, rounds, use_profile=False) -> float:
+  """A calibrated peer's ε, on the routes it was calibrated on."""
+  acc = peer.accountant(total, delta)
+  eps = acc.epsilon_rdp(rounds)[0]
+  return min(eps, acc.epsilon_profile(rounds)[0]) if use_profile else eps
 
 
 def _number(value):

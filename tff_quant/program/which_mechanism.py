@@ -313,7 +313,8 @@ def _compute_end(name, setting, ks, rtol, bound, gaussian_error,
     try:
       error, peer = frontier.peer_error(
           name, setting.epsilon, setting.delta, setting.rounds, n,
-          setting.total_clients, setting.dim, setting.wire_bits)
+          setting.total_clients, setting.dim, setting.wire_bits,
+          setting.use_profile)
     except ValueError as err:
       return End(reason=str(err).replace('\n', ' '))
     return End(error=error,
