@@ -1,0 +1,92 @@
+"""Seconds of PBM's round profile by Gaussian domination against its RDP
+curve, the baseline the profile route otherwise converts (both cold: caches
+cleared, each in a fresh process), and the ε each gives at the frontier's
+setting (d = 61,706, ℓ2 route, 100 of 3,400 clients, 300 rounds,
+δ = 1/3,400; θ as calibrated to ε = 1 on the profile route at 1 level bit).
+Rows interleaved over --repeats passes; min/median/max per row.
+  python -m benchmarks.gaussian_domination [--repeats=3]
+      [--clients=10,100,1000]
+"""
+
+import math
+import sys
+import time
+
+import numpy as np
+
+from tff_quant.program import isolated
+
+DIM, TOTAL, ROUNDS = 61_706, 3400, 300
+CLIP = 2 / math.sqrt(DIM)
+
+
+def _rate(theta, n):
+  from tff_quant.accounting import gaussian_domination  # pylint: disable=g-import-not-at-top
+  t0 = time.perf_counter()
+  kappa = gaussian_domination.pbm_trial_rate(theta, CLIP, n)
+  fisher = (theta / CLIP) / math.sqrt(n * (0.25 - theta * theta))
+  return time.perf_counter() - t0, kappa / fisher
+
+
+def _rdp(theta, n):
+  from tff_quant import mechanisms  # pylint: disable=g-import-not-at-top
+  from tff_quant.accounting import composition  # pylint: disable=g-import-not-at-top
+  acc = composition.RoundAccountant(mechanisms.PBM(CLIP, 2, theta), n, TOTAL,
+                                    1 / TOTAL, DIM, l2_clip=1.0)
+  t0 = time.perf_counter()
+  _ = acc.rdp
+  return time.perf_counter() - t0, None
+
+
+def _epsilons(theta, n):
+  from tff_quant import mechanisms  # pylint: disable=g-import-not-at-top
+  from tff_quant.accounting import composition  # pylint: disable=g-import-not-at-top
+  acc = composition.RoundAccountant(mechanisms.PBM(CLIP, 2, theta), n, TOTAL,
+                                    1 / TOTAL, DIM, l2_clip=1.0)
+  generic = composition.RoundAccountant.from_round_rdp(
+      dict(acc.rdp), n, TOTAL, 1 / TOTAL, DIM, 'RDP curve')
+  return (acc.epsilon_rdp(ROUNDS)[0], generic.epsilon_profile(ROUNDS)[0],
+          acc.epsilon_profile(ROUNDS)[0])
+
+
+def _stats(values):
+  return (f'{min(values):.3g} / {float(np.median(values)):.3g} / '
+          f'{max(values):.3g}')
+
+
+def main():
+  repeats, clients = 3, (10, 100, 1000)
+  for arg in sys.argv[1:]:
+    if arg.startswith('--repeats='):
+      repeats = int(arg.split('=', 1)[1])
+    elif arg.startswith('--clients='):
+      clients = tuple(int(v) for v in arg.split('=', 1)[1].split(','))
+    else:
+      raise SystemExit(f'unknown argument {arg!r}; see the module docstring')
+  theta = 0.0106   # PBM at 1 level bit, ε = 1 on the profile route, n = 100
+  times = {(n, what): [] for n in clients for what in ('rate', 'rdp')}
+  ratio = {}
+  for _ in range(repeats):
+    for n in clients:
+      for what, fn in (('rate', _rate), ('rdp', _rdp)):
+        out = isolated.call_in_child(fn, (theta, n), 600)
+        if out.ended != isolated.RETURNED:
+          raise SystemExit(f'{what} at n = {n} did not finish')
+        seconds, value = out.value
+        times[n, what].append(seconds)
+        if value is not None:
+          ratio[n] = value
+  print('PBM, 1 level bit, θ = 0.0106, c = 2/√d, d = 61,706, ℓ2 route; '
+        'seconds min / median / max over', repeats, 'cold passes')
+  print('| n | κ₁ / Fisher | rate (s) | RDP curve, the baseline (s) | '
+        'ε: RDP route / RDP curve → profile / Gaussian domination |')
+  print('|---|---|---|---|---|')
+  for n in clients:
+    eps = isolated.call_in_child(_epsilons, (theta, n), 600).value
+    print(f'| {n} | {ratio[n]:.5f} | {_stats(times[n, "rate"])} | '
+          f'{_stats(times[n, "rdp"])} | '
+          + ' / '.join(f'{e:.4g}' for e in eps) + ' |')
+
+
+if __name__ == '__main__':
+  main()
