@@ -106,7 +106,7 @@ def main(argv):
         setting.clients_per_round, setting.total_clients, setting.rounds,
         setting.wire_bits, FLAGS.mechanisms, ks,
         FLAGS.max_seconds_per_mechanism, FLAGS.optimistic, FLAGS.rtol,
-        FLAGS.workers, progress)
+        FLAGS.workers, progress, setting.use_profile)
     text = which_mechanism.report(rows, setting)
     child_cpu = sum(r.proved.cpu_seconds + r.optimistic.cpu_seconds
                     for r in rows)

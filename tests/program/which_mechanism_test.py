@@ -152,9 +152,18 @@ def test_kinds():
     (dict(coordinate_clip_multiples=[0.0]), '`coordinate_clip_multiples`'),
     (dict(max_seconds_per_mechanism=0), '`max_seconds_per_mechanism`'),
     (dict(workers=0), r'`workers`.*\[1, inf\)'),
+    (dict(use_profile='yes'), '`use_profile`'),
 ])
 def test_bad_arguments_name_the_parameter_and_range(bad, match):
   args = dict(SETTING, wire_bits=6, mechanism_names=['pbm'])
   args.update(bad)
-  with pytest.raises(ValueError, match=match):
+  with pytest.raises((ValueError, TypeError), match=match):
     wm.answer(**args)
+
+
+def test_the_profile_route_reaches_every_calibration():
+  """use_profile: the schedule every calibration gets carries it."""
+  setting = wm.Setting(**SETTING, wire_bits=6, use_profile=True)
+  assert setting.schedule(0.01, 'proved')['use_profile'] is True
+  assert wm.Setting(**SETTING, wire_bits=6).schedule(
+      0.01, 'proved')['use_profile'] is False

@@ -445,7 +445,8 @@ def answer(epsilon: float, delta: float, dim: int, clients_per_round: int,
            max_seconds_per_mechanism: float = DEFAULT_MAX_SECONDS,
            optimistic: bool = True, rtol: float = DEFAULT_RTOL,
            workers: int = 1,
-           progress: Optional[Callable[[Row], None]] = None) -> List[Row]:
+           progress: Optional[Callable[[Row], None]] = None,
+           use_profile: bool = False) -> List[Row]:
   """Every mechanism at one setting and wire budget (module docstring).
 
   Args:
@@ -460,6 +461,8 @@ def answer(epsilon: float, delta: float, dim: int, clients_per_round: int,
     rtol: the calibration's relative width, in (0, 0.5].
     workers: mechanisms computed at once (>= 1), each end a process.
     progress: called with each `Row` as it is finished.
+    use_profile: the `Setting`'s (every calibration on the profile route
+      too).
 
   Returns:
     The rows, in the order of `mechanism_names`.
@@ -468,7 +471,7 @@ def answer(epsilon: float, delta: float, dim: int, clients_per_round: int,
     ValueError: a bad number or name (named, with the range).
   """
   setting = Setting(epsilon, delta, dim, clients_per_round, total_clients,
-                    rounds, wire_bits)
+                    rounds, wire_bits, use_profile)
   names = list(mechanism_names or default_mechanisms())
   if not names:
     raise ValueError('`mechanism_names`: give at least one mechanism.')
