@@ -159,3 +159,27 @@ def test_parameters_without_privacy_are_refused_before_calibrating():
         mechanism='qmgeo', target_epsilon=10.0,
         mechanism_params=dict(full_support=False)), NUM_PARAMS, logs.append)
   assert logs == []   # no calibration started
+
+
+def test_a_profile_route_plan_calibrates_and_reports_on_that_route():
+  """use_profile: the central Gaussian peer at a given noise is accounted
+  by its exact profile (below its RDP route: its calibration there is
+  peers_test's), and a PBM plan's summary ε is its calibration's, on the
+  profile route."""
+  base = dict(rounds=20, clients_per_round=10, total_clients=200)
+  gauss = dict(base, mechanism='gaussian',
+               mechanism_params=dict(noise_multiplier=2.0))
+  profile = privacy_plan.make(small_config(use_profile=True, **gauss),
+                              NUM_PARAMS).summary(20)
+  plain = privacy_plan.make(small_config(**gauss), NUM_PARAMS).summary(20)
+  assert profile['epsilon_route'] == 'profile'
+  assert profile['epsilon'] < plain['epsilon']
+  base['target_epsilon'] = 1.0
+  pbm = privacy_plan.make(small_config(
+      use_profile=True, mechanism='pbm', mechanism_params=dict(num_levels=4),
+      **base), NUM_PARAMS)
+  summary = pbm.summary(20)
+  assert pbm.setting.use_profile
+  assert summary['epsilon'] == pytest.approx(pbm.calibration.epsilon,
+                                             rel=1e-12)
+  assert summary['epsilon_route'] == 'profile'

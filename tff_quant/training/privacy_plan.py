@@ -410,7 +410,8 @@ def build_peer(config: config_lib.TrainingConfig, dim: int,
     peer = _calibrated_peer(config.mechanism, config.target_epsilon,
                             config.target_delta, config.rounds,
                             config.clients_per_round, config.total_clients,
-                            dim, config.clip_norm, bits)
+                            dim, config.clip_norm, bits,
+                            use_profile=config.use_profile)
     log(f'Calibrated {peer} to whole-model ε <= {config.target_epsilon:g} '
         f'(δ={config.target_delta:.3g}, {config.rounds} rounds; '
         f'{time.time() - t0:.0f} s)')
@@ -422,13 +423,14 @@ def build_peer(config: config_lib.TrainingConfig, dim: int,
 _PEER_CALIBRATIONS = {}
 
 
-def _calibrated_peer(*args) -> peers.Peer:
-  """peers.calibrate(*args), computed once per process for the same
-  arguments (a tuning's runs share them; a bisection takes ~5-10 s), a
-  fresh copy each time."""
-  if args not in _PEER_CALIBRATIONS:
-    _PEER_CALIBRATIONS[args] = peers.calibrate(*args)
-  return dataclasses.replace(_PEER_CALIBRATIONS[args])
+def _calibrated_peer(*args, use_profile: bool = False) -> peers.Peer:
+  """peers.calibrate(*args, use_profile=...), computed once per process for
+  the same arguments (a tuning's runs share them; a bisection takes ~5-10
+  s), a fresh copy each time."""
+  key = args + (use_profile,)
+  if key not in _PEER_CALIBRATIONS:
+    _PEER_CALIBRATIONS[key] = peers.calibrate(*args, use_profile=use_profile)
+  return dataclasses.replace(_PEER_CALIBRATIONS[key])
 
 
 def peer_bits_per_client(peer: peers.Peer) -> int:
