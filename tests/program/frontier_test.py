@@ -268,6 +268,8 @@ def test_on_the_profile_route_the_penalty_is_the_rdp_curves_conversion():
   text = frontier.penalty_text(('1.0', str(1 / 3400), '61706', '100',
                                 '3400', '300'), use_profile=True)
   assert f'{penalty:.3g}×' in text and 'no accounting penalty (1.0)' in text
+  assert 'not served above' in frontier.penalty_text(
+      ('1.0', str(1 / 3400), '61706', '3400', '3400', '300'), use_profile=True)
   assert 'WBK19 Thm 9' in frontier.penalty_text(
       ('1.0', str(1 / 3400), '61706', '100', '3400', '300'))
 

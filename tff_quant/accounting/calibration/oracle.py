@@ -90,7 +90,7 @@ class Epsilon:
   (`EpsilonEstimate.lower_bound`), so a search sees the same side of the
   target either way (what it saves: docs/performance.md). Not with the PLD
   or profile routes (the bound is the RDP route's, and those routes may give
-  less: the profile route is on unless the schedule says use_profile=False)
+  less; the profile route is off unless the schedule says use_profile=True)
   nor bound='attained'.
 
   On the ℓ2 route the accountant bounds each target pair by the smaller of
