@@ -3,9 +3,13 @@ curve, the baseline the profile route otherwise converts (both cold: caches
 cleared, each in a fresh process), and the ε each gives at the frontier's
 setting (d = 61,706, ℓ2 route, 100 of 3,400 clients, 300 rounds,
 δ = 1/3,400; θ as calibrated to ε = 1 on the profile route at 1 level bit).
-Rows interleaved over --repeats passes; min/median/max per row.
+Rows interleaved over --repeats passes; min/median/max per row. With
+--calibrations, also PBM calibrated at the FL table's setting (d = 8,192,
+100 of 3,400, 300 rounds, c = 3/√d) on each route, one pass, each in a
+fresh process: seconds and × Gaussian (each against the Gaussian on the
+same routes).
   python -m benchmarks.gaussian_domination [--repeats=3]
-      [--clients=10,100,1000]
+      [--clients=10,100,1000] [--calibrations]
 """
 
 import math
@@ -49,15 +53,42 @@ def _epsilons(theta, n):
           acc.epsilon_profile(ROUNDS)[0])
 
 
+def _calibration(eps, bits, use_profile):
+  from tff_quant import accounting  # pylint: disable=g-import-not-at-top
+  dim = 8192
+  t0 = time.perf_counter()
+  rep = accounting.calibration_report(
+      'pbm', eps, 1 / TOTAL, ROUNDS, 100, TOTAL, dim, bits=bits, l2_clip=1.0,
+      coordinate_clip=3 / math.sqrt(dim), use_profile=use_profile)
+  return time.perf_counter() - t0, rep.ratio_to_gaussian, rep.mechanism.theta
+
+
+def _calibrations():
+  print('PBM calibrated at d = 8,192, 100 of 3,400, 300 rounds, c = 3/√d')
+  print('| ε | level bits | seconds: RDP route / profile route | '
+        '× Gaussian: RDP route / profile route | θ: RDP route / profile '
+        'route |')
+  print('|---|---|---|---|---|')
+  for eps in (1.0, 10.0):
+    for bits in (4, 8):
+      got = [isolated.call_in_child(_calibration, (eps, bits, p), 900).value
+             for p in (False, True)]
+      print(f'| {eps:g} | {bits} | {got[0][0]:.1f} / {got[1][0]:.1f} | '
+            f'{got[0][1]:.4g} / {got[1][1]:.4g} | {got[0][2]:.4g} / '
+            f'{got[1][2]:.4g} |')
+
+
 def _stats(values):
   return (f'{min(values):.3g} / {float(np.median(values)):.3g} / '
           f'{max(values):.3g}')
 
 
 def main():
-  repeats, clients = 3, (10, 100, 1000)
+  repeats, clients, calibrations = 3, (10, 100, 1000), False
   for arg in sys.argv[1:]:
-    if arg.startswith('--repeats='):
+    if arg == '--calibrations':
+      calibrations = True
+    elif arg.startswith('--repeats='):
       repeats = int(arg.split('=', 1)[1])
     elif arg.startswith('--clients='):
       clients = tuple(int(v) for v in arg.split('=', 1)[1].split(','))
@@ -86,6 +117,8 @@ def main():
     print(f'| {n} | {ratio[n]:.5f} | {_stats(times[n, "rate"])} | '
           f'{_stats(times[n, "rdp"])} | '
           + ' / '.join(f'{e:.4g}' for e in eps) + ' |')
+  if calibrations:
+    _calibrations()
 
 
 if __name__ == '__main__':
