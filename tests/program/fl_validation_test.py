@@ -406,6 +406,11 @@ def test_the_committed_cells_run_their_parameters_at_their_wire_budget():
   assert not any(a.startswith('--wire_bits') for a in args)
   assert any(a.startswith('--mechanism_params=') and 'bits=13' in a
              for a in args)
+  # A modular sum's field is its modulus (fl_emnist refuses --wire_bits).
+  modular = fv.cell_args(fv.SETTING, fv.TRAINING[3.0],
+                         by_name['ddgauss_eps3_w11'], 100, '/r/runs/y')
+  assert not any(a.startswith('--wire_bits') for a in modular)
+  assert any('num_levels=2048' in a for a in modular)
   fields = fv.cell_fields(qmgeo)
   assert set(fields) == set(fv.FIELDS) and fields['validation_kind'] == fv.CELL
   assert fields['predicted_ratio'] == qmgeo.dose != qmgeo.ratio

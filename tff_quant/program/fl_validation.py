@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from scipy import stats
 
+from tff_quant import mechanisms
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.program import comparisons, fl_table, results_io
@@ -349,7 +350,11 @@ def cell_args(setting: Mapping, training: Mapping, cell: PlannedCell,
   Returns:
     The flags, in a fixed order.
   """
-  extra = () if cell.mechanism in peers.PEERS else (f'--wire_bits={cell.wire_bits}',)
+  # TFF's peers and the modular sums (ddgauss, skellam) carry their field in
+  # their own parameters (fl_emnist refuses --wire_bits for them).
+  own_field = (cell.mechanism in peers.PEERS or
+               mechanisms.get(cell.mechanism).modulus is not None)
+  extra = () if own_field else (f'--wire_bits={cell.wire_bits}',)
   return _run_args(setting, training, cell.mechanism, cell.params_text, seed,
                    run_dir, data_dir, extra)
 
