@@ -141,6 +141,14 @@ class Peer:
                                self.noise_multiplier * self.clip_norm /
                                math.sqrt(self.clients_per_round))
 
+  def epsilon(self, total_clients: int, delta: float, rounds: int,
+              use_profile: bool = False) -> float:
+    """The whole run's ε: its accountant's RDP route, and with
+    `use_profile` the lesser of it and the profile route."""
+    acc = self.accountant(total_clients, delta)
+    eps = acc.epsilon_rdp(rounds)[0]
+    return min(eps, acc.epsilon_profile(rounds)[0]) if use_profile else eps
+
   def accountant(self, total_clients: int, delta: float):
     """The `accounting.RoundAccountant` of a run with this peer."""
     if self.name == 'gaussian':
@@ -231,11 +239,9 @@ def calibrate(name: str, epsilon: float, delta: float, rounds: int,
   """
   validation.check_positive('epsilon', epsilon)
   validation.check_integer('rounds', rounds, 1)
-  def eps_at(z):
-    acc = Peer(name, z, clip_norm, clients_per_round, dim, bits).accountant(
-        total_clients, delta)
-    eps = acc.epsilon_rdp(rounds)[0]
-    return min(eps, acc.epsilon_profile(rounds)[0]) if use_profile else eps
+  eps_at = lambda z: Peer(name, z, clip_norm, clients_per_round, dim,
+                          bits).epsilon(total_clients, delta, rounds,
+                                        use_profile)
   lo, hi = _Z_RANGE
   best = eps_at(hi)
   if best > epsilon:

@@ -531,18 +531,11 @@ def _peer_row(row, cell, gauss, t0, use_profile=False):
              debiased_error_per_coordinate=err,
              ratio_to_gaussian=err / gauss.debiased_error, slope=1.0,
              mse_per_coordinate=err, mse_ratio_to_gaussian=err / gauss.mse,
-             epsilon_achieved=_peer_epsilon(peer, total, delta, rounds,
-                                            use_profile),
+             epsilon_achieved=peer.epsilon(total, delta, rounds,
+                                           use_profile),
              bits_used=bits, clip_bias_sq=0.0, reason=PEER_REASON,
              seconds=time.time() - t0)
   return row
-
-
-def _peer_epsilon(peer, total, delta, rounds, use_profile=False) -> float:
-  """A calibrated peer's ε, on the routes it was calibrated on."""
-  acc = peer.accountant(total, delta)
-  eps = acc.epsilon_rdp(rounds)[0]
-  return min(eps, acc.epsilon_profile(rounds)[0]) if use_profile else eps
 
 
 def _number(value):
