@@ -30,19 +30,15 @@ choice.json, norms.json) is rewritten after every run
   python -m experiments.fl_tune --report_only
 """
 
-# TensorFlow first and without its CUDA start-up noise (no GPU here).
-from tff_quant.program import quiet  # pylint: disable=g-bad-import-order
-quiet.import_tensorflow()
-
-from absl import app  # pylint: disable=g-import-not-at-top,g-bad-import-order
+from absl import app
 from absl import flags
 from absl import logging
 
 from tff_quant.program import cli, results_io, runtime
-from tff_quant.training import tuning
+from tff_quant.training import tuning_settings
 
 FLAGS = flags.FLAGS
-_D = tuning.Settings('')
+_D = tuning_settings.Settings('')
 flags.DEFINE_string('output_dir', 'results/fl_tune', 'Results folder.')
 flags.DEFINE_list('epsilons', [f'{v:g}' for v in _D.epsilons],
                   'Whole-model ε targets.')
@@ -97,9 +93,17 @@ flags.DEFINE_integer('tf_threads', 0, 'TensorFlow intra/inter-op threads '
 flags.DEFINE_bool('report_only', False, 'Write the report from finished runs.')
 
 
-def settings() -> tuning.Settings:
-  floats = lambda name: tuple(float(v) for v in FLAGS[name].value)
-  return tuning.Settings(
+def settings() -> tuning_settings.Settings:
+  """The tuning the flags ask for (checked by `check_flags`)."""
+
+  def floats(name):
+    try:
+      return tuple(float(v) for v in FLAGS[name].value)
+    except ValueError:
+      raise ValueError(f'--{name} must be a list of numbers, got '
+                       f'{",".join(FLAGS[name].value)!r}.') from None
+
+  return tuning_settings.Settings(
       output_dir=FLAGS.output_dir, epsilons=floats('epsilons'),
       client_lrs=floats('client_lrs'), server_momenta=floats('server_momenta'),
       clip_multiples=floats('clip_multiples'), server_lrs=floats('server_lrs'),
@@ -118,12 +122,25 @@ def settings() -> tuning.Settings:
       data_dir=FLAGS.data_dir)
 
 
+def check_flags() -> None:
+  """Refuses bad flags before TensorFlow starts (`cli.run`'s check): a
+  list value that is not a number, the settings' ranges, the grid.
+
+  Raises:
+    ValueError: naming the flag.
+  """
+  settings().check()
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
+    check_flags()
+    # pylint: disable-next=g-import-not-at-top
+    from tff_quant.training import tuning   # TensorFlow's modules
     if FLAGS.tf_threads:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       tf.config.threading.set_intra_op_parallelism_threads(FLAGS.tf_threads)
@@ -140,7 +157,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-fl-tune` (setup.py): runs `main` as
   `python -m experiments.fl_tune` does, from any folder."""
-  cli.run(main)
+  cli.run(main, check=check_flags)
 
 
 if __name__ == '__main__':

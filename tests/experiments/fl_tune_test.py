@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tff_quant.training import tuning
+from tff_quant.training import tuning_settings
 
 pytestmark = pytest.mark.usefixtures('tff_context')
 
@@ -32,7 +33,7 @@ FLAGS = ['--epsilons=10', '--client_lrs=0.1', '--server_momenta=0,0.9',
 def tuned(tmp_path_factory):
   out = str(tmp_path_factory.mktemp('tune'))
   lines = []
-  text = tuning.Tuning(tuning.Settings(out, **TINY), log=lines.append).run_all()
+  text = tuning.Tuning(tuning_settings.Settings(out, **TINY), log=lines.append).run_all()
   return out, text, lines
 
 
@@ -69,12 +70,12 @@ def test_a_tiny_tuning_writes_its_results_and_chooses_by_the_rule(tuned):
 def test_a_second_start_skips_every_finished_run(tuned):
   out = tuned[0]
   lines = []
-  text = tuning.Tuning(tuning.Settings(out, **TINY),
+  text = tuning.Tuning(tuning_settings.Settings(out, **TINY),
                        log=lines.append).run_all()
   assert not any('[fl_tune] run ' in l or 'update norms (pooled)' in l
                  for l in lines)
   assert text == tuned[1]
-  other = tuning.Tuning(tuning.Settings(out, **dict(TINY, rounds=3)))
+  other = tuning.Tuning(tuning_settings.Settings(out, **dict(TINY, rounds=3)))
   with pytest.raises(ValueError, match='other settings'):
     other.run_all()
 
@@ -87,3 +88,22 @@ def test_the_binary_reads_its_flags_and_refuses_other_settings(tuned):
       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert other.returncode == 2 and 'other settings' in other.stderr
   assert "'rounds': 2" in other.stderr   # the folder's, from the same flags
+
+
+def test_the_binary_loads_without_tensorflow_and_refuses_bad_flags_by_name(
+    tmp_path):
+  code = ('import sys; import experiments.fl_tune; '
+          'print("tensorflow" in sys.modules)')
+  loaded = subprocess.run([sys.executable, '-c', code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          check=True)
+  assert loaded.stdout.strip() == 'False'
+  for flag, name in (('--client_lrs=0.1,x', '--client_lrs'),
+                     ('--deadline=25:00', 'deadline'),
+                     ('--server_momenta=1.5', 'server_momenta')):
+    out = tmp_path / name.strip('-')
+    bad = subprocess.run(
+        [sys.executable, '-m', 'experiments.fl_tune', f'--output_dir={out}',
+         *FLAGS, flag], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and name in bad.stderr, bad.stderr
+    assert not out.exists()   # refused before writing anything

@@ -1,4 +1,4 @@
-"""Tests for tff_quant.training.tuning: the grid, the choice rule, the trend,
+"""Tests for tff_quant.training.tuning: the choice rule, the trend,
 the quantiles, and the client updates it measures (equal to the global step
 of a noise-free, unclipped FedAvg round)."""
 
@@ -11,47 +11,15 @@ from tff_quant import data as data_lib
 from tff_quant import models
 from tff_quant.program import fl_table
 from tff_quant.training import tuning
+from tff_quant.training import tuning_settings
 from tff_quant.training import federated_training as ft
 
 
-def test_grid_interleaves_epsilons_and_puts_the_median_clip_first():
-  points = tuning.grid([3, 10], [0.05, 0.2], [0, 0.9], [0.5, 1, 2])
-  assert len(points) == 24 and len(set(points)) == 24
-  assert [p.epsilon for p in points[:4]] == [3, 10, 3, 10]
-  assert all(p.clip_multiple == 1 for p in points[:8])
-  assert points[0] == tuning.Point(3.0, 0.05, 0.0, 1.0)   # the simplest
-  assert points[0].name == 'eps3_lr0.05_mom0_clip1x'
-  assert tuning.Point(3, 0.05, 0, 1, 2.0).name.endswith('_slr2')
-  with pytest.raises(ValueError, match='server_momenta'):
-    tuning.grid([3], [0.1], [1.0], [1])
-  with pytest.raises(ValueError, match='server_lr_schedules'):
-    tuning.grid([3], [0.1], [0], [1], [1.0], ['linear'])
-  with pytest.raises(ValueError, match='empty'):
-    tuning.grid([3], [], [0], [1])
-
-
-def test_a_point_is_read_back_from_its_name():
-  for p in tuning.grid([3, 10], [0.05, 0.2], [0, 0.9], [0.5, 1, 2], [1, 0.1],
-                       ['constant', 'cosine']):
-    assert tuning.Point.from_name(p.name) == p
-  assert tuning.Point(3, 0.2, 0, 1, 1, 'cosine').name == (
-      'eps3_lr0.2_mom0_clip1x_cosine')
-  with pytest.raises(ValueError, match='schedules'):
-    tuning.grid([3], [0.1], [0], [1], [1], ['linear'])
-  assert tuning.Point.from_name('noise_free_lr0.05') is None
-
-
-def test_clip_norm_is_the_multiple_of_the_median_at_its_lr():
-  medians = {0.05: 0.1234, 0.2: 0.5}
-  assert tuning.Point(3, 0.05, 0, 2).clip_norm(medians) == 0.247
-  assert tuning.Point(3, 0.2, 0.9, 0.5).clip_norm(medians) == 0.25
-
-
 def test_choose_takes_the_argmax_and_breaks_ties_toward_the_simpler():
-  simple = tuning.Point(3, 0.05, 0.0, 1.0)
-  momentum = tuning.Point(3, 0.05, 0.9, 1.0)
-  big_lr = tuning.Point(3, 0.2, 0.0, 1.0)
-  wide_clip = tuning.Point(3, 0.05, 0.0, 2.0)
+  simple = tuning_settings.Point(3, 0.05, 0.0, 1.0)
+  momentum = tuning_settings.Point(3, 0.05, 0.9, 1.0)
+  big_lr = tuning_settings.Point(3, 0.2, 0.0, 1.0)
+  wide_clip = tuning_settings.Point(3, 0.05, 0.0, 2.0)
   # A clear winner: the argmax, however complex.
   chosen, tied = tuning.choose({simple: [0.60], momentum: [0.70],
                                 big_lr: [0.65]})
@@ -65,7 +33,7 @@ def test_choose_takes_the_argmax_and_breaks_ties_toward_the_simpler():
                              wide_clip: [0.698]})
   assert chosen == wide_clip
   # A constant server lr is simpler than a decaying one.
-  cosine = tuning.Point(3, 0.05, 0.0, 1.0, 1.0, 'cosine')
+  cosine = tuning_settings.Point(3, 0.05, 0.0, 1.0, 1.0, 'cosine')
   assert tuning.choose({cosine: [0.70], simple: [0.695]})[0] == simple
   assert tuning.choose({cosine: [0.72], simple: [0.70]})[0] == cosine
   # A point's figure is the mean over its seeds.
@@ -75,7 +43,7 @@ def test_choose_takes_the_argmax_and_breaks_ties_toward_the_simpler():
   assert tuning.choose({simple: [0.695], momentum: [0.70]},
                        tolerance=0.001)[0] == momentum
   with pytest.raises(ValueError, match='one ε'):
-    tuning.choose({simple: [0.7], tuning.Point(10, 0.05, 0, 1): [0.7]})
+    tuning.choose({simple: [0.7], tuning_settings.Point(10, 0.05, 0, 1): [0.7]})
   with pytest.raises(ValueError, match='no finished run'):
     tuning.choose({simple: []})
 
@@ -149,12 +117,10 @@ def test_client_updates_are_the_runs_own(small_data, tmp_path):
 
 
 def test_max_runs_stops_after_that_many_started_runs(tmp_path):
-  s = tuning.Settings(output_dir=str(tmp_path), max_runs=1)
+  s = tuning_settings.Settings(output_dir=str(tmp_path), max_runs=1)
   t = tuning.Tuning(s, data=object())
   assert not t.stopping()
   t.trained = 1
   assert t.stopping()
-  assert not tuning.Tuning(tuning.Settings(output_dir=str(tmp_path)),
+  assert not tuning.Tuning(tuning_settings.Settings(output_dir=str(tmp_path)),
                            data=object()).stopping()
-  with pytest.raises(ValueError, match='max_runs'):
-    tuning.Settings(output_dir=str(tmp_path), max_runs=0).check()
