@@ -765,3 +765,40 @@ def test_a_profile_route_calibration_is_what_the_run_recomputes():
   assert not plain.setting.use_profile
   assert plain.debiased_error > 1.5 * rep.debiased_error
   assert rep.gaussian.sigma < plain.gaussian.sigma
+
+
+# --- Searches the profile route's Gaussian domination opens
+# (`Mechanism.calibrated_at`, `Mechanism.profile_searches`).
+
+_SMALL = dict(delta=1e-3, rounds=20, clients_per_round=10, total_clients=100,
+              dim=100, l2_clip=1.0, coordinate_clip=0.2, use_profile=True)
+
+
+def test_rqm_at_two_levels_bisects_delta_alone():
+  """q does not enter RQM's law at 2 levels: Δ is bisected (not scanned
+  over its powers of 2), q stays at its default, and ε is tight."""
+  cls = mechanisms.get('rqm')
+  assert cls.calibrated_at({'num_levels': 2}) == ('delta_ratio',)
+  assert cls.calibrated_at({'num_levels': 4}) == cls.CALIBRATED
+  report = calibration.calibration_report('rqm', 1.0, bits=1, **_SMALL)
+  params = dict(report.setting.tunables)
+  assert params['q'] == cls.tunable('q').default
+  assert not math.log2(params['delta_ratio']).is_integer()
+  assert 0.97 <= report.epsilon <= 1.0
+  assert report.ratio_to_gaussian < 1.6
+
+
+def test_qmgeo_on_the_profile_route_also_searches_its_range_without_walk():
+  """The further search (p = WALKLESS_P, W bisected) wins where the
+  domination binds, and beats the default search's answer; it is not run
+  off the profile route or where the caller fixed p."""
+  cls = mechanisms.get('qmgeo')
+  assert cls.profile_searches({}) == ((('range_ratio',),
+                                       {'p': cls.WALKLESS_P}),)
+  assert cls.profile_searches({'p': 0.5}) == ()
+  both = calibration.calibration_report('qmgeo', 1.0, bits=1, **_SMALL)
+  default = calibration.calibration_report('qmgeo', 1.0, bits=1,
+                                           tune=cls.CALIBRATED, **_SMALL)
+  assert dict(both.setting.tunables)['p'] == cls.WALKLESS_P
+  assert both.debiased_error < 0.95 * default.debiased_error
+  assert 0.97 <= both.epsilon <= 1.0

@@ -279,6 +279,24 @@ def test_profile_route_from_a_given_rdp_curve():
   assert 'conditioned' in acc.guarantee(3, use_profile=True).profile_note
 
 
+def test_epsilon_from_curve_is_the_lesser_of_the_curve_routes():
+  """The one place "RDP route, or the lesser of it and the profile route"
+  is taken (TFF's peers, the frontier's Gaussian references)."""
+  rdp = {a: a / 8 for a in range(2, 257)}
+  rdp[math.inf] = math.inf
+  acc = C.RoundAccountant.from_round_rdp(rdp, 100, 3400, 1 / 3400, 1, 'given')
+  eps_rdp, eps_prof = acc.epsilon_rdp(300)[0], acc.epsilon_profile(300)[0]
+  assert eps_prof < eps_rdp
+  assert acc.epsilon_from_curve(300) == eps_rdp
+  assert acc.epsilon_from_curve(300, use_profile=True) == eps_prof
+  # Where the profile route does not apply, the RDP route's ε stands.
+  cond = _BQ.conditioned_sum(2, 1e-9)
+  acc = C.RoundAccountant.from_round_rdp(rdp, 2, 20, 1e-5, 1, 'given',
+                                         conditioned=cond)
+  assert acc.epsilon_profile(3)[0] is None
+  assert acc.epsilon_from_curve(3, use_profile=True) == acc.epsilon_rdp(3)[0]
+
+
 def test_profile_route_with_dropouts_is_the_sum_of_n_min_sampled_at_n():
   """n_min < n: the round's profile is that of the n_min-client sum (data
   processing), sampled at γ = n/N: between the full cohort's ε and the

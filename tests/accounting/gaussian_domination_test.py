@@ -146,6 +146,128 @@ def test_trial_rate_is_near_the_fisher_value_at_the_frontier():
   assert 1.0 < G.pbm_trial_rate(theta, clip, n) / fisher < 1.004
 
 
+# --- RQM at two levels: PBM's law, so PBM's rate.
+
+@pytest.mark.parametrize('delta', [0.01, 1.0, 30.0])
+def test_rqm_at_two_levels_is_the_one_trial_pbm_at_theta_c_over_2x(delta):
+  """The reduction's content, from RQM's own pmf (Lemma 5.1's code): at
+  every input its law is PBM's at θ = c/(2X); the rate is PBM's."""
+  rqm = mechanisms.RQM(1.0, delta, 2, 0.3)
+  same = mechanisms.PBM(1.0, 2, 1.0 / (2 * (1.0 + delta)))
+  for x in np.linspace(-1, 1, 41):
+    np.testing.assert_allclose(rqm.pmf(x), same.pmf(x), rtol=1e-12,
+                               atol=1e-15)
+  rate = G.rate(rqm, 20)
+  assert rate.rate == pytest.approx(G.rate(same, 20).rate, rel=1e-12)
+  assert rate.slack == pytest.approx(G.rate(same, 20).slack, rel=1e-9)
+  assert 'rqm at 2 levels' in rate.why and G.unavailable(rqm, 20) == ''
+
+
+def _most_over_bound(mech, n, rate, seed, trials=60):
+  """max μ*/(κΔ + s) over random pairs of `mech`'s n-client sums: targets
+  and shifts random, others interior, at the ends and mixed (asserted <= 1
+  up to float)."""
+  rng = np.random.default_rng(seed)
+  most = 0.0
+  for trial in range(trials):
+    delta = rng.uniform(1e-3, 2.0) if trial % 3 else 2.0 * rng.uniform() ** 4
+    x = rng.uniform(-1 + delta, 1)
+    others = rng.choice([-1.0, 1.0, rng.uniform(-1, 1)], size=n - 1)
+    base = _sum_law(mech, others)
+    mu = G.tradeoff_mu(np.convolve(base, mech.pmf(x)),
+                       np.convolve(base, mech.pmf(x - delta)))
+    bound = rate.rate * delta + rate.slack
+    assert mu <= bound * (1 + 1e-9)
+    most = max(most, mu / bound)
+  return most
+
+
+@pytest.mark.parametrize('n', [1, 3, 6])
+def test_rqm_two_level_rate_bounds_pairs_of_any_inputs(n):
+  """Soundness on RQM's own laws: μ* <= κΔ + s for the n-client sum."""
+  rqm = mechanisms.RQM(1.0, 0.5, 2, 0.42)
+  assert _most_over_bound(rqm, n, G.rate(rqm, n), 7 + n, trials=80) > 0.25
+
+
+@pytest.mark.parametrize('delta, why', [(1e-16, '0 or 1'),   # X = c: θ = ½
+                                        (4e-15, 'rqm at 2 levels')])
+def test_rqm_with_theta_at_half_has_no_rate_and_says_why(delta, why):
+  rqm = mechanisms.RQM(1.0, delta, 2, 0.3)
+  assert G.rate(rqm, 10) is None
+  assert why in G.unavailable(rqm, 10)
+
+
+# --- QMGeo in its central bin: a walk after one trial.
+
+def _qmgeo(levels, ratio, p=0.6, full_support=True):
+  return mechanisms.QMGeo(1.0, levels, p, full_support=full_support,
+                          level_range=ratio)
+
+
+@pytest.mark.parametrize('full_support', [True, False])
+def test_qmgeo_central_bin_law_is_one_trial_then_a_fixed_walk(full_support):
+  """From QMGeo's own pmf: at every input its law is (1 − p(x))·L₀ +
+  p(x)·L₁ with p(x) = ½ + x/h and L₀, L₁ not depending on x, so the n-client
+  sum is Σ_K P(K)·L₁^{*K} * L₀^{*(n−K)}, K the count of successes: a
+  randomized function of the one-trial PBM sum."""
+  mech = _qmgeo(8, 20.0, full_support=full_support)
+  h = mech.level_step
+  low = mech.pmf(-1.0)
+  up = mech.pmf(1.0)
+  p_low, p_up = 0.5 - 1.0 / h, 0.5 + 1.0 / h
+  walk_up = (up * (1 - p_low) - low * (1 - p_up)) / (p_up - p_low)
+  walk_down = (low - p_low * walk_up) / (1 - p_low)
+  assert np.all(walk_up >= -1e-15) and np.all(walk_down >= -1e-15)
+  for x in np.linspace(-1, 1, 17):
+    p = 0.5 + x / h
+    np.testing.assert_allclose(mech.pmf(x), (1 - p) * walk_down + p * walk_up,
+                               rtol=1e-9, atol=1e-15)
+  rng = np.random.default_rng(3)
+  inputs = rng.uniform(-1, 1, size=4)
+  count = _sum_law(mechanisms.PBM(1.0, 2, 1.0 / h), inputs)
+  mixed = sum(count[k] * _sum_law_of([walk_up] * k + [walk_down] * (4 - k))
+              for k in range(5))
+  np.testing.assert_allclose(_sum_law(mech, inputs), mixed, rtol=1e-9,
+                             atol=1e-15)
+
+
+def _sum_law_of(laws):
+  law = np.ones(1)
+  for one in laws:
+    law = np.convolve(law, one)
+  return law
+
+
+@pytest.mark.parametrize('n', [1, 3, 5])
+@pytest.mark.parametrize('full_support', [True, False])
+def test_qmgeo_rate_bounds_pairs_of_any_inputs(n, full_support):
+  """Soundness on QMGeo's own laws (4 levels, W = 20c): μ* <= κΔ + s; the
+  walk's noise is not counted, so the bound is looser than PBM's."""
+  mech = _qmgeo(4, 20.0, p=0.7, full_support=full_support)
+  most = _most_over_bound(mech, n, G.rate(mech, n), 11 * n + full_support)
+  assert most > 0.05
+
+
+def test_qmgeo_rate_is_the_one_trial_pbm_at_c_over_h_whatever_p():
+  rates = [G.rate(_qmgeo(16, 64.0, p=p), 100) for p in (0.1, 0.5, 0.99)]
+  one_trial = G.rate(mechanisms.PBM(1.0, 2, 1.0 / _qmgeo(16, 64.0).level_step),
+                     100)
+  for r in rates:
+    assert r.rate == pytest.approx(one_trial.rate, rel=1e-12)
+    assert 'qmgeo in its central bin' in r.why
+  assert rates[0].slack > one_trial.slack   # t's extent is R − 1, not 1
+
+
+@pytest.mark.parametrize('levels, ratio, why', [
+    (5, 40.0, 'odd number of levels'),
+    (8, 6.0, 'levels inside'),          # h/2 = 6/7 < c
+    (4, 1.0, 'levels inside')])         # the paper's W = c
+def test_qmgeo_outside_one_bin_has_no_rate_and_says_why(levels, ratio, why):
+  mech = _qmgeo(levels, ratio)
+  assert G.rate(mech, 10) is None
+  assert why in G.unavailable(mech, 10)
+
+
 def test_rate_covers_pbm_only_where_proved():
   pbm = mechanisms.PBM(1.0, 16, 0.1)
   rate = G.rate(pbm, 10)
@@ -158,6 +280,7 @@ def test_rate_covers_pbm_only_where_proved():
   assert G.rate(mechanisms.PBM(1.0, 4, 0.5), 10) is None   # D∞ = inf
   assert G.rate(pbm, G.MAX_CLIENTS + 1) is None
   assert G.rate(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10) is None
+  assert G.rate(mechanisms.QuantizedGaussian(1.0, 4, 0.5), 10) is None
   assert G.unavailable(pbm, 10) == ''
   assert 'rqm' in G.unavailable(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10)
   assert str(G.MAX_CLIENTS) in G.unavailable(pbm, G.MAX_CLIENTS + 1)
@@ -185,15 +308,23 @@ def _vector_round_law(mech, inputs, cohort_size):
   return law / len(cohorts)
 
 
+# Each reduces to the one-trial PBM at θ = 0.08.
+_BINARY = {'pbm': mechanisms.PBM(1.0, 2, 0.08),
+           'rqm2': mechanisms.RQM(1.0, 5.25, 2, 0.3),
+           'qmgeo4': mechanisms.QMGeo(1.0, 4, 0.9999, full_support=True,
+                                      level_range=18.75)}
+
+
+@pytest.mark.parametrize('name', sorted(_BINARY))
 @pytest.mark.parametrize('cohort, rounds', [(2, 3), (3, 2)])
 def test_route_holds_against_every_cohort_with_the_domination_binding(
-    cohort, rounds):
+    name, cohort, rounds):
   """N = 6, replace-one, fixed-size cohorts, two coordinates on the ℓ2
   route (c = 1 > l2_clip/√2): targets on the ℓ2 sphere and interior, the
   others interior and mixed. The accountant's profile route (where the
   Gaussian domination is below the RDP curve's profile: checked) is at or
   above the exact ε of every run."""
-  mech, total, delta = mechanisms.PBM(1.0, 2, 0.08), 6, 1e-3
+  mech, total, delta = _BINARY[name], 6, 1e-3
   acc = C.RoundAccountant(mech, cohort, total, delta, dim=2, l2_clip=1.0)
   proved = acc.epsilon_profile(rounds)[0]
   from_rdp = C.RoundAccountant.from_round_rdp(

@@ -396,6 +396,32 @@ class RoundAccountant:
     validation.check_integer('rounds', rounds, 1)
     return self._epsilon(self._sub, rounds)
 
+  def epsilon_from_curve(self, rounds: int, use_profile: bool = False,
+                         interval: float = profile_route.DEFAULT_INTERVAL
+                         ) -> float:
+    """The proved ε after `rounds` rounds from the round's RDP curve alone
+    (no PLD route): the RDP route, and with `use_profile` the lesser of it
+    and the profile route where that applies (as `guarantee` takes them).
+
+    Args:
+      rounds: T >= 1, rounds composed.
+      use_profile: also the profile route (`epsilon_profile`).
+      interval: the profile route's PLD loss grid spacing.
+
+    Returns:
+      ε at self.delta.
+
+    Raises:
+      TypeError: `rounds` not an integer.
+      ValueError: `rounds` < 1.
+    """
+    eps = self.epsilon_rdp(rounds)[0]
+    if use_profile:
+      eps_prof = self.epsilon_profile(rounds, interval)[0]
+      if eps_prof is not None:
+        eps = min(eps, eps_prof)
+    return eps
+
   def _epsilon(self, sub, rounds: int):
     """(ε, order) at self.delta from per-round subsampled RDP `sub`; for a
     conditioned sum, the conditioned process's (ε', δ - T·d·η) plus T·d·λ

@@ -43,6 +43,30 @@ For one trial per client at n clients, a = p(+c), b = p(−c):
   sup_{0 < η <= 1} μ*(η)/η = max_k max(D_k/φ(Φ⁻¹(P_k)), Φ⁻¹(P_k + D_k) −
   Φ⁻¹(P_k)): the limit η -> 0 and η = 1 (Δ = 2c), a finite computation.
 
+Binary reductions (`_trials`): the rate covers every mechanism whose
+n-client sum is a function of `trials` independent one-trial sums in which a
+client's trial succeeds with a probability p(x) affine in its input, plus
+randomness that does not depend on any input:
+
+* PBM: m − 1 trials at p(x) = ½ + θx/c;
+* RQM at two levels: its levels are ±X (X = c + Δ, no interior level to
+  keep or drop) and it rounds up with probability (x + X)/(2X): one trial;
+* QMGeo with [−c, c] inside its central bin (R even, W/(R − 1) > c): a
+  client goes up with probability p(x) = (x + W)/h − r (h the level step, r
+  = R/2 − 1) and then walks from r or r + 1 by a law that does not depend
+  on x; given the count K of clients that went up, the sum is K walks from
+  r + 1 and n − K from r, all independent of the inputs, so the sum is a
+  randomized function of K: one trial (data processing).
+
+The float p each sampler computes is within e = SNAP_ULPS·2⁻⁵³·max(E, 1)
+of the affine value (E the computed point's extent: 1 for p or t in [0, 1],
+R − 1 for QMGeo's t; the same few roundings `base.snap_to_integers`
+bounds). The family is taken at half-width θ' >= |α − ½| + β·c + e (α + βx
+the affine p, computed exactly from the float parameters) raised past the
+family's own roundings, so every computed p lies in it; two inputs Δ apart
+give laws η <= Δ/(2c) + e/(βc) apart, so κ = √trials·κ₁(θ') and each
+coordinate's μ gains s = κ·2e/β (`Rate.slack`).
+
 Every term is bounded above with its rounding carried: the binomials'
 proved log error (`exact_laws.log_binomial`), the convolution's and
 prefix sums' relative error (non-negative terms), Φ⁻¹ certified through
@@ -52,6 +76,7 @@ together in closed form through the monotone p/φ(Φ⁻¹(p)).
 """
 
 import dataclasses
+import fractions
 import functools
 import math
 from typing import Optional
@@ -61,7 +86,10 @@ from scipy import special
 
 from tff_quant.common import exact_laws
 from tff_quant.common import validation
+from tff_quant.mechanisms import base
 from tff_quant.mechanisms import pbm
+from tff_quant.mechanisms import qmgeo
+from tff_quant.mechanisms import rqm
 
 _U = exact_laws.U
 _LIB = 2 * exact_laws.ELEMENTARY_ULPS * exact_laws.U   # one elementary function
@@ -321,6 +349,82 @@ def pbm_trial_rate(theta: float, clip: float, num_clients: int) -> float:
   return best / (2 * clip) * (1 + 2 * _U)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Trials:
+  """A mechanism's sum as `trials` one-trial PBM sums (module docstring):
+  a client's trial succeeds with probability α + β·x (x in [−c, c]),
+  computed within `error`; `half_width` >= |α − ½| + β·c + error and the
+  family's half-width; `slope` <= β."""
+  trials: int
+  clip: float
+  half_width: float
+  slope: float
+  error: float
+  why: str
+
+
+def _up(value) -> float:
+  """A float >= the exact rational `value`."""
+  f = float(value)
+  return f if fractions.Fraction(f) >= value else math.nextafter(f, math.inf)
+
+
+def _down(value) -> float:
+  """A float <= the exact rational `value`."""
+  f = float(value)
+  return f if fractions.Fraction(f) <= value else math.nextafter(f, -math.inf)
+
+
+def _affine(trials, clip, alpha, beta, extent, why):
+  """The `_Trials` of p(x) = α + β·x (exact rationals) computed in float64
+  on a point of extent `extent`, or the reason there is none."""
+  error = base.SNAP_ULPS * 2.0**-53 * max(float(extent), 1.0)
+  width = abs(alpha - fractions.Fraction(1, 2)) + beta * fractions.Fraction(
+      clip) + fractions.Fraction(error)
+  # Past the family's own roundings (`pbm.PBM.success_prob` at ±c: within
+  # 2.01·θ'u + u of ½ ± θ'), so every computed p lies in its [b, a].
+  half = _up((width * (1 + fractions.Fraction(4 * _U)) +
+              fractions.Fraction(2 * _U)))
+  if not half < 0.5 - error:   # a trial probability reaches 0 or 1
+    return None, ('no finite Gaussian domination: a trial probability '
+                  f'reaches 0 or 1 ({why}, half-width {half:.17g})')
+  return _Trials(trials, clip, half, _down(beta), error, why), ''
+
+
+def _trials(mech):
+  """`mech`'s binary reduction (module docstring) and '', or None and why
+  there is none (in words)."""
+  frac = fractions.Fraction
+  if isinstance(mech, pbm.PBM):
+    return _affine(mech.num_levels - 1, mech.clip, frac(1, 2),
+                   frac(mech.theta) / frac(mech.clip), 1.0,
+                   f'pbm: {mech.num_levels - 1} trials at ½ + θx/c')
+  if isinstance(mech, rqm.RQM) and mech.num_levels == 2:
+    step = frac(mech.level_step)
+    return _affine(1, mech.clip, frac(mech.x_max) / step, 1 / step, 1.0,
+                   'rqm at 2 levels: one trial at (x + X)/(2X)')
+  if isinstance(mech, qmgeo.QMGeo):
+    levels = mech.num_levels
+    if levels % 2:
+      return None, (f'no proved Gaussian domination for qmgeo at an odd '
+                    f'number of levels ({levels}): a level at 0 splits the '
+                    'inputs over two bins')
+    step, r = frac(mech.level_step), levels // 2 - 1
+    found, why = _affine(1, mech.clip, frac(mech.level_range) / step - r,
+                         1 / step, levels - 1,
+                         f'qmgeo in its central bin: one trial at (x + W)/h '
+                         f'− {r}, the walks independent of the inputs')
+    if found is None:
+      return None, (f'no proved Gaussian domination for qmgeo with levels '
+                    f'inside [−c, c] (W/(R − 1) = '
+                    f'{mech.level_range / (levels - 1):.4g} <= c = '
+                    f'{mech.clip:.4g}): ' + why)
+    return found, ''
+  return None, (f'no proved Gaussian domination for {mech.name} (its worst '
+                'family over the others\' inputs is not finite and small: '
+                'docs/privacy.md, "Gaussian domination")')
+
+
 def unavailable(mech, num_clients: int) -> str:
   """Why `rate` has no rate for `mech`'s n-client sum ('' where it has).
 
@@ -331,21 +435,24 @@ def unavailable(mech, num_clients: int) -> str:
   Returns:
     The reason in words, for the guarantee's text.
   """
-  if not isinstance(mech, pbm.PBM):
-    return (f'no proved Gaussian domination for {mech.name} (its worst '
-            'family over the others\' inputs is not finite and small: '
-            'docs/privacy.md, "Gaussian domination")')
-  if not mech.positive_everywhere():
-    return 'no finite Gaussian domination: a trial probability is 0 or 1'
+  found, why = _trials(mech)
+  if found is None:
+    return why
   if num_clients > MAX_CLIENTS:
     return (f'no Gaussian domination above {MAX_CLIENTS} clients (the tail '
             f'bound would bind; {num_clients} here)')
+  try:
+    pbm.PBM(found.clip, 2, found.half_width)
+  except ValueError as err:   # within the sampler's snap radius of ½
+    return f'no finite Gaussian domination: {err}'
   return ''
 
 
 def rate(mech, num_clients: int) -> Optional[Rate]:
   """The proved per-coordinate Gaussian-domination rate of `mech`'s
-  n-client secure sum, where one is known.
+  n-client secure sum, where one is known: PBM, RQM at two levels and
+  QMGeo in its central bin, through the one-trial PBM sum each reduces to
+  (module docstring).
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism`.
@@ -359,18 +466,13 @@ def rate(mech, num_clients: int) -> Optional[Rate]:
     ValueError: `num_clients` < 1.
   """
   n = validation.check_integer('num_clients', num_clients, 1)
-  if (not isinstance(mech, pbm.PBM) or not mech.positive_everywhere() or
-      n > MAX_CLIENTS):
+  if unavailable(mech, n):
     return None
-  trials = mech.num_levels - 1
-  kappa = (math.sqrt(trials) * (1 + _U) *
-           pbm_trial_rate(mech.theta, mech.clip, n))
-  # p(x) = 1/2 + θ·x/c in float64 is within 3u of its exact value (x/c, the
-  # product, the sum; clipping is exact) and a − b >= 2θ − 2u, so the laws'
-  # shift η = (p(x) − p(x'))/(a − b) <= Δ/(2c)·(1 + 2.01u/θ) + 3.01u/θ.
-  theta = mech.theta
-  return Rate(kappa * (1 + 2.01 * _U / theta), (
-      f'per-coordinate Gaussian domination at rate κ = {kappa:.6g} (√{trials} '
-      'one-trial sums, each T >= G_{κ₁Δ} for any others and positions, '
-      'proved in closed form with rounding carried)'),
-              slack=kappa * 2 * mech.clip * 3.01 * _U / theta)
+  t = _trials(mech)[0]
+  kappa = (math.sqrt(t.trials) * (1 + 2 * _U) *
+           pbm_trial_rate(t.half_width, t.clip, n))
+  return Rate(kappa, (
+      f'per-coordinate Gaussian domination at rate κ = {kappa:.6g} '
+      f'({t.why}; each one-trial sum T >= G_{{κ₁Δ}} for any others and '
+      'positions, proved in closed form with rounding carried)'),
+              slack=kappa * 2 * t.error / t.slope * (1 + 4 * _U))

@@ -145,9 +145,8 @@ class Peer:
               use_profile: bool = False) -> float:
     """The whole run's ε: its accountant's RDP route, and with
     `use_profile` the lesser of it and the profile route."""
-    acc = self.accountant(total_clients, delta)
-    eps = acc.epsilon_rdp(rounds)[0]
-    return min(eps, acc.epsilon_profile(rounds)[0]) if use_profile else eps
+    return self.accountant(total_clients, delta).epsilon_from_curve(
+        rounds, use_profile)
 
   def accountant(self, total_clients: int, delta: float):
     """The `accounting.RoundAccountant` of a run with this peer."""

@@ -600,6 +600,38 @@ class Mechanism(abc.ABC):
     return {t.name: t.check(params.get(t.name, t.default)) for t in cls.TUNABLES}
 
   @classmethod
+  def calibrated_at(cls, params: Dict[str, object]) -> Tuple[str, ...]:
+    """The parameters calibration searches by default at these fixed ones:
+    `CALIBRATED`, less any that cannot change the law there.
+
+    Args:
+      params: the other parameters (num_levels among them where the class
+        has it).
+
+    Returns:
+      Names, the last bisected and the others scanned (`CALIBRATED`'s
+      convention).
+    """
+    del params
+    return cls.CALIBRATED
+
+  @classmethod
+  def profile_searches(cls, params: Dict[str, object]
+                       ) -> Tuple[Tuple[Tuple[str, ...], Dict[str, object]], ...]:
+    """Further searches calibration runs on the profile route, beside the
+    default one, where a setting its grid cannot reach has a proved Gaussian
+    domination (`accounting.gaussian_domination`); the best answer wins.
+
+    Args:
+      params: the parameters the caller fixed.
+
+    Returns:
+      (tune, fixed parameters) pairs; none by default.
+    """
+    del params
+    return ()
+
+  @classmethod
   def gaussian_matched(cls, sigma: float, c_inf: float,
                        params: Dict[str, object]) -> Optional[float]:
     """A first guess of the last calibrated parameter: its value at which one

@@ -85,6 +85,21 @@ class QMGeo(base.SymmetricLevels, base.Mechanism):
     # Affine in the mixing weight within a bin; continuous only with full support.
     self.piecewise_affine = self.full_support
 
+  #: The walk's p of the profile route's further search
+  #: (`profile_searches`): one client in about 5,000 leaves its start level.
+  WALKLESS_P = 0.9999
+
+  @classmethod
+  def profile_searches(cls, params):
+    """In its central bin QMGeo is one PBM trial at θ = c/h followed by a
+    walk the Gaussian domination does not count (`accounting.
+    gaussian_domination`): with the walk nearly gone (p = WALKLESS_P), W is
+    bisected, not scanned over its powers of 2, as PBM's θ is. Skipped
+    where the caller fixed p or W."""
+    if 'p' in params or 'range_ratio' in params:
+      return ()
+    return ((('range_ratio',), {'p': cls.WALKLESS_P}),)
+
   @classmethod
   def for_coordinate_bound(cls, c_inf, **params):
     p = cls.complete_params(params)

@@ -61,6 +61,15 @@ class RQM(base.SymmetricLevels, base.Mechanism):
     self.x_max = self.clip + self.delta
 
   @classmethod
+  def calibrated_at(cls, params):
+    """At two levels there is no interior level to keep or drop, so q does
+    not enter the law: Δ alone is searched, by bisection rather than over
+    its grid (the law is PBM's at θ = c/(2(c + Δ)))."""
+    if params.get('num_levels') == 2:
+      return ('delta_ratio',)
+    return cls.CALIBRATED
+
+  @classmethod
   def for_coordinate_bound(cls, c_inf, **params):
     p = cls.complete_params(params)
     return cls(c_inf, p['delta_ratio'] * c_inf, p['num_levels'], p['q'])

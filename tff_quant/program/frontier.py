@@ -404,8 +404,8 @@ def generic_subsampling_penalty(eps, delta, rounds, n, total, dim,
   profile route from the RDP curve (CKS20 Prop. 12, what a mechanism
   without a proved Gaussian domination gets), own = the lesser of Thm 27
   and its exact profile sampled and composed. A mechanism with a proved
-  Gaussian domination (PBM, `accounting.gaussian_domination`) pays none of
-  it.
+  Gaussian domination (PBM, RQM at two levels;
+  `accounting.gaussian_domination`) pays none of it.
 
   Args:
     eps, delta, rounds, n, total, dim: the setting (as in a cell).
@@ -423,10 +423,7 @@ def generic_subsampling_penalty(eps, delta, rounds, n, total, dim,
     if generic:
       acc = composition.RoundAccountant.from_round_rdp(
           dict(acc.rdp), n, total, delta, dim, 'the Gaussian\'s RDP curve')
-    eps_now = acc.epsilon_rdp(rounds)[0]
-    if use_profile:
-      eps_now = min(eps_now, acc.epsilon_profile(rounds)[0])
-    return eps_now
+    return acc.epsilon_from_curve(rounds, use_profile)
 
   def least_sigma(generic):
     lo, hi = 1e-3, 1.0
@@ -878,9 +875,10 @@ def penalty_text(setting, use_profile=False) -> str:
             f'27), would be {penalty:.3g}× its reference: that much of every '
             'ratio here is the subsampling theorem, not the mechanism.')
   if int(n) <= gaussian_domination.MAX_CLIENTS:
-    pbm = ('PBM\'s rounds are a proved Gaussian domination (docs/privacy.md, '
-           '"Gaussian domination"): no accounting penalty (1.0); what it '
-           'keeps is its rate over the Fisher value, squared. ')
+    pbm = ('PBM\'s rounds (and RQM\'s at 1 level bit, the same law) are a '
+           'proved Gaussian domination (docs/privacy.md, "Gaussian '
+           'domination"): no accounting penalty (1.0); what they keep is '
+           'the rate over the Fisher value, squared. ')
   else:
     pbm = (f'PBM\'s Gaussian domination is not served above '
            f'{gaussian_domination.MAX_CLIENTS} clients: it is '

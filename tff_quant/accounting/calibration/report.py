@@ -222,7 +222,8 @@ def calibrate(mechanism: str, epsilon: float, delta: float, rounds: int,
       (a FutureWarning says so: it is not the factories' ℓ2 `clip_norm`,
       which is `l2_clip` here). Default 1, or l2_clip/√dim when `l2_clip` is
       given.
-    tune: the parameter(s) to search; default the class's `CALIBRATED`. The
+    tune: the parameter(s) to search; default the class's `calibrated_at`
+      the fixed parameters (`CALIBRATED` less any without effect there). The
       last is searched along its `more_private` direction; earlier ones are
       scanned over their `grid` (or the integers within `bits`).
     bits: bits per coordinate: 2^bits levels (unless `num_levels` is given),
@@ -437,17 +438,26 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                                compare_gaussian=False, limits=limits,
                                min_clients_per_round=fewest,
                                use_profile=use_profile)
-  scan = scan_lib.Scan(
-      mechanism, epsilon, clip, tune, bits, rtol, params,
-      oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant),
-      # The signal the debiased error is judged on (package docstring).
-      clip if l2_clip is None else min(
-          clip, setting_lib.coordinate_clip(l2_clip, dim)),
-      clients_per_round, limits.search,
-      gaussian_sigma=None if gauss is None else gauss.mechanism.sigma)
-  scan.run(progress, limits.progress_after)
-  if scan.best is None:
-    raise refusals.no_answer(scan, bound, use_pld)
+  epsilon_of = oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant)
+  searches = [(tune, params)]
+  if use_profile and tune is None:
+    searches += [(more, dict(params, **fixed)) for more, fixed in
+                 mechanisms.get(mechanism).profile_searches(params)]
+  scans = []
+  for search_tune, search_params in searches:
+    scans.append(scan_lib.Scan(
+        mechanism, epsilon, clip, search_tune, bits, rtol, search_params,
+        epsilon_of,
+        # The signal the debiased error is judged on (package docstring).
+        clip if l2_clip is None else min(
+            clip, setting_lib.coordinate_clip(l2_clip, dim)),
+        clients_per_round, limits.search,
+        gaussian_sigma=None if gauss is None else gauss.mechanism.sigma))
+    scans[-1].run(progress, limits.progress_after)
+  answered = [s for s in scans if s.best is not None]
+  if not answered:
+    raise refusals.no_answer(scans[0], bound, use_pld)
+  scan = min(answered, key=lambda s: s.best.utility.error)
   report = _report(scan, schedule, mechanism, epsilon, bound)
   _attach_attained(report, scan, schedule, bound, limits.accountant)
   if compare_gaussian:

@@ -151,7 +151,8 @@ class Scan:
     mechanism: the registry name.
     epsilon: the target ε.
     clip: c∞, the coordinate bound mechanisms are built for.
-    tune: the searched parameters (None: the class's `CALIBRATED`).
+    tune: the searched parameters (None: the class's `calibrated_at` the
+      fixed parameters: `CALIBRATED`, less those without effect there).
     bits: the bit budget (None: any).
     rtol: the width the answer is searched to.
     params: the fixed parameters.
@@ -177,6 +178,9 @@ class Scan:
     self.gaussian_sigma = gaussian_sigma
     self.guess_scale, self.guess_rate = 1.0, None   # `_learn_scale`
     self.cls = cls = mechanisms.get(mechanism)
+    if tune is None:   # the class's, less what cannot change the law here
+      tune = cls.calibrated_at(levels_from_bits(cls, params, cls.CALIBRATED,
+                                                bits))
     self.tune, self.specs = _tuned(cls, mechanism, tune, bits)
     self.last = self.specs[-1]
     params = {k: v for k, v in params.items() if k not in self.tune}
