@@ -802,3 +802,14 @@ def test_qmgeo_on_the_profile_route_also_searches_its_range_without_walk():
   assert dict(both.setting.tunables)['p'] == cls.WALKLESS_P
   assert both.debiased_error < 0.95 * default.debiased_error
   assert 0.97 <= both.epsilon <= 1.0
+
+
+def test_rqm_profile_search_keeps_every_level_where_a_central_bin_can_apply():
+  cls = mechanisms.get('rqm')
+  assert cls.profile_searches({'num_levels': 16}) == (
+      (('delta_ratio',), {'q': cls.KEEP_ALL_Q}),)
+  for fixed in ({'num_levels': 2}, {'num_levels': 7},
+                {'num_levels': 16, 'q': 0.5},
+                {'num_levels': 16, 'delta_ratio': 4.0}):
+    assert cls.profile_searches(fixed) == ()
+  assert mechanisms.get('qmgeo').profile_searches({'num_levels': 5}) == ()

@@ -160,7 +160,7 @@ def test_rqm_at_two_levels_is_the_one_trial_pbm_at_theta_c_over_2x(delta):
   rate = G.rate(rqm, 20)
   assert rate.rate == pytest.approx(G.rate(same, 20).rate, rel=1e-12)
   assert rate.slack == pytest.approx(G.rate(same, 20).slack, rel=1e-9)
-  assert 'rqm at 2 levels' in rate.why and G.unavailable(rqm, 20) == ''
+  assert 'rqm in its central bin' in rate.why and G.unavailable(rqm, 20) == ''
 
 
 def _most_over_bound(mech, n, rate, seed, trials=60):
@@ -183,18 +183,22 @@ def _most_over_bound(mech, n, rate, seed, trials=60):
 
 
 @pytest.mark.parametrize('n', [1, 3, 6])
-def test_rqm_two_level_rate_bounds_pairs_of_any_inputs(n):
-  """Soundness on RQM's own laws: μ* <= κΔ + s for the n-client sum."""
-  rqm = mechanisms.RQM(1.0, 0.5, 2, 0.42)
-  assert _most_over_bound(rqm, n, G.rate(rqm, n), 7 + n, trials=80) > 0.25
+@pytest.mark.parametrize('levels, delta, q, least', [
+    (2, 0.5, 0.42, 0.25), (4, 3.0, 0.95, 0.25), (8, 19.0, 0.3, 0.02)])
+def test_rqm_rate_bounds_pairs_of_any_inputs(n, levels, delta, q, least):
+  """Soundness on RQM's own laws (2 levels, and 4 and 8 with [−c, c] in the
+  central bin): μ* <= κΔ + s for the n-client sum; the dropped levels'
+  noise is not counted, so at q = 0.3 the bound is loose."""
+  rqm = mechanisms.RQM(1.0, delta, levels, q)
+  most = _most_over_bound(rqm, n, G.rate(rqm, n), 7 + n + levels, trials=60)
+  assert most > least
 
 
-@pytest.mark.parametrize('delta, why', [(1e-16, '0 or 1'),   # X = c: θ = ½
-                                        (4e-15, 'rqm at 2 levels')])
-def test_rqm_with_theta_at_half_has_no_rate_and_says_why(delta, why):
+@pytest.mark.parametrize('delta', [1e-16, 4e-15])   # X = c: θ = ½; θ ≈ ½
+def test_rqm_with_theta_at_half_has_no_rate_and_says_why(delta):
   rqm = mechanisms.RQM(1.0, delta, 2, 0.3)
   assert G.rate(rqm, 10) is None
-  assert why in G.unavailable(rqm, 10)
+  assert 'not inside its central bin' in G.unavailable(rqm, 10)
 
 
 # --- QMGeo in its central bin: a walk after one trial.
@@ -204,31 +208,38 @@ def _qmgeo(levels, ratio, p=0.6, full_support=True):
                           level_range=ratio)
 
 
-@pytest.mark.parametrize('full_support', [True, False])
-def test_qmgeo_central_bin_law_is_one_trial_then_a_fixed_walk(full_support):
-  """From QMGeo's own pmf: at every input its law is (1 − p(x))·L₀ +
-  p(x)·L₁ with p(x) = ½ + x/h and L₀, L₁ not depending on x, so the n-client
-  sum is Σ_K P(K)·L₁^{*K} * L₀^{*(n−K)}, K the count of successes: a
-  randomized function of the one-trial PBM sum."""
-  mech = _qmgeo(8, 20.0, full_support=full_support)
+@pytest.mark.parametrize('mech', [
+    _qmgeo(8, 20.0, full_support=True), _qmgeo(8, 20.0, full_support=False),
+    mechanisms.RQM(1.0, 19.0, 8, 0.3), mechanisms.RQM(1.0, 3.0, 4, 0.9)],
+                         ids=['qmgeo', 'qmgeo_as_written', 'rqm8', 'rqm4'])
+def test_central_bin_law_is_one_trial_then_input_free_noise(mech):
+  """From the mechanism's own pmf (RQM: Lemma 5.1's code): at every input
+  its law is (1 − λ)·p_u + λ·p_v with λ = ½ + x/h and p_u, p_v laws that
+  no input moves (recovered from ±c), so the n-client sum is
+  Σ_K P(K)·p_v^{*K} * p_u^{*(n−K)}, K the count of successes: a randomized
+  function of the one-trial PBM sum at θ = c/h."""
   h = mech.level_step
-  low = mech.pmf(-1.0)
-  up = mech.pmf(1.0)
-  p_low, p_up = 0.5 - 1.0 / h, 0.5 + 1.0 / h
-  walk_up = (up * (1 - p_low) - low * (1 - p_up)) / (p_up - p_low)
-  walk_down = (low - p_low * walk_up) / (1 - p_low)
-  assert np.all(walk_up >= -1e-15) and np.all(walk_down >= -1e-15)
+  low, up = mech.pmf(-1.0), mech.pmf(1.0)
+  lam_low, lam_up = 0.5 - 1.0 / h, 0.5 + 1.0 / h
+  p_v = (up * (1 - lam_low) - low * (1 - lam_up)) / (lam_up - lam_low)
+  p_u = (low - lam_low * p_v) / (1 - lam_low)
+  for law in (p_u, p_v):   # laws: no negative mass, total 1
+    assert np.all(law >= -1e-14) and abs(law.sum() - 1) < 1e-12
   for x in np.linspace(-1, 1, 17):
-    p = 0.5 + x / h
-    np.testing.assert_allclose(mech.pmf(x), (1 - p) * walk_down + p * walk_up,
-                               rtol=1e-9, atol=1e-15)
+    lam = 0.5 + x / h
+    np.testing.assert_allclose(mech.pmf(x), (1 - lam) * p_u + lam * p_v,
+                               rtol=1e-9, atol=1e-14)
   rng = np.random.default_rng(3)
   inputs = rng.uniform(-1, 1, size=4)
   count = _sum_law(mechanisms.PBM(1.0, 2, 1.0 / h), inputs)
-  mixed = sum(count[k] * _sum_law_of([walk_up] * k + [walk_down] * (4 - k))
+  mixed = sum(count[k] * _sum_law_of([p_v] * k + [p_u] * (4 - k))
               for k in range(5))
   np.testing.assert_allclose(_sum_law(mech, inputs), mixed, rtol=1e-9,
-                             atol=1e-15)
+                             atol=1e-14)
+  rate = G.rate(mech, 4)
+  assert rate.rate == pytest.approx(
+      G.rate(mechanisms.PBM(1.0, 2, 1.0 / h), 4).rate, rel=1e-12)
+  assert 'central bin' in rate.why
 
 
 def _sum_law_of(laws):
@@ -258,12 +269,13 @@ def test_qmgeo_rate_is_the_one_trial_pbm_at_c_over_h_whatever_p():
   assert rates[0].slack > one_trial.slack   # t's extent is R − 1, not 1
 
 
-@pytest.mark.parametrize('levels, ratio, why', [
-    (5, 40.0, 'odd number of levels'),
-    (8, 6.0, 'levels inside'),          # h/2 = 6/7 < c
-    (4, 1.0, 'levels inside')])         # the paper's W = c
-def test_qmgeo_outside_one_bin_has_no_rate_and_says_why(levels, ratio, why):
-  mech = _qmgeo(levels, ratio)
+@pytest.mark.parametrize('mech, why', [
+    (_qmgeo(5, 40.0), 'odd number of levels'),
+    (_qmgeo(8, 6.0), 'a level inside'),          # h/2 = 6/7 < c
+    (_qmgeo(4, 1.0), 'a level inside'),          # the paper's W = c
+    (mechanisms.RQM(1.0, 30.0, 7, 0.5), 'odd number of levels'),
+    (mechanisms.RQM(1.0, 1.0, 4, 0.3), 'a level inside')])   # h/2 = 2/3
+def test_outside_one_bin_there_is_no_rate_and_the_reason(mech, why):
   assert G.rate(mech, 10) is None
   assert why in G.unavailable(mech, 10)
 
@@ -279,7 +291,7 @@ def test_rate_covers_pbm_only_where_proved():
   assert 'Gaussian domination' in rate.why
   assert G.rate(mechanisms.PBM(1.0, 4, 0.5), 10) is None   # D∞ = inf
   assert G.rate(pbm, G.MAX_CLIENTS + 1) is None
-  assert G.rate(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10) is None
+  assert G.rate(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10) is None   # h/2 < c
   assert G.rate(mechanisms.QuantizedGaussian(1.0, 4, 0.5), 10) is None
   assert G.unavailable(pbm, 10) == ''
   assert 'rqm' in G.unavailable(mechanisms.RQM(1.0, 1.0, 4, 0.3), 10)
@@ -312,7 +324,8 @@ def _vector_round_law(mech, inputs, cohort_size):
 _BINARY = {'pbm': mechanisms.PBM(1.0, 2, 0.08),
            'rqm2': mechanisms.RQM(1.0, 5.25, 2, 0.3),
            'qmgeo4': mechanisms.QMGeo(1.0, 4, 0.9999, full_support=True,
-                                      level_range=18.75)}
+                                      level_range=18.75),
+           'rqm4': mechanisms.RQM(1.0, 17.75, 4, 0.9999)}
 
 
 @pytest.mark.parametrize('name', sorted(_BINARY))

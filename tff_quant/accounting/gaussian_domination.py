@@ -49,19 +49,25 @@ client's trial succeeds with a probability p(x) affine in its input, plus
 randomness that does not depend on any input:
 
 * PBM: m − 1 trials at p(x) = ½ + θx/c;
-* RQM at two levels: its levels are ±X (X = c + Δ, no interior level to
-  keep or drop) and it rounds up with probability (x + X)/(2X): one trial;
-* QMGeo with [−c, c] inside its central bin (R even, W/(R − 1) > c): a
-  client goes up with probability p(x) = (x + W)/h − r (h the level step, r
-  = R/2 − 1) and then walks from r or r + 1 by a law that does not depend
-  on x; given the count K of clients that went up, the sum is K walks from
-  r + 1 and n − K from r, all independent of the inputs, so the sum is a
-  randomized function of K: one trial (data processing).
+* a law affine in the input over one bin [u, v] ⊇ [−c, c]: p_x = (1 − λ)·p_u
+  + λ·p_v, λ = (x − u)/(v − u). Clients are independent, so each may be
+  drawn as "go up with probability λ(x), then draw from p_v, else from p_u"
+  without changing the sum's law, and given the count K that went up the
+  sum is K draws from p_v and n − K from p_u, none of which any input
+  moves: a randomized function of K, the one-trial PBM sum at λ (data
+  processing). RQM's law is affine over each bin between consecutive levels
+  (its kept levels do not depend on x within a bin), and with R even the
+  central bin [−h/2, h/2] holds [−c, c] when h > 2c: θ = c/h (at two levels
+  h = 2X, so θ = c/(2X)). QMGeo's is affine over its bins too (a walk from
+  r or r + 1 after one trial at p(x) = (x + W)/h − r, r = R/2 − 1). The
+  noise of the gaps or walks is not counted.
 
 The float p each sampler computes is within e = SNAP_ULPS·2⁻⁵³·max(E, 1)
-of the affine value (E the computed point's extent: 1 for p or t in [0, 1],
-R − 1 for QMGeo's t; the same few roundings `base.snap_to_integers`
-bounds). The family is taken at half-width θ' >= |α − ½| + β·c + e (α + βx
+of the affine value (E the computed point's extent: 1 for PBM's p, R − 1
+for RQM's and QMGeo's t; the same few roundings `base.snap_to_integers`
+bounds). The rounding of RQM's p_up = (t − L)/(U − L) given its kept levels
+is an inverse-CDF step of the kind docs/privacy.md ("What the samplers
+draw") does not claim, as for every sampler. The family is taken at half-width θ' >= |α − ½| + β·c + e (α + βx
 the affine p, computed exactly from the float parameters) raised past the
 family's own roundings, so every computed p lies in it; two inputs Δ apart
 give laws η <= Δ/(2c) + e/(βc) apart, so κ = √trials·κ₁(θ') and each
@@ -391,6 +397,30 @@ def _affine(trials, clip, alpha, beta, extent, why):
   return _Trials(trials, clip, half, _down(beta), error, why), ''
 
 
+def _central_bin(mech):
+  """RQM's or QMGeo's `_Trials` where [−c, c] lies inside the central bin
+  [−h/2, h/2] of its R (even) levels over ±L (module docstring): t =
+  (x + L)/h, one trial at t − r, r = R/2 − 1."""
+  levels, name = mech.num_levels, mech.name
+  if levels % 2:
+    return None, (f'no proved Gaussian domination for {name} at an odd '
+                  f'number of levels ({levels}): a level at 0 splits the '
+                  'inputs over two bins')
+  frac = fractions.Fraction
+  step, r = frac(mech.level_step), levels // 2 - 1
+  walk = 'its kept levels' if name == 'rqm' else 'its walk'
+  found, why = _affine(
+      1, mech.clip, frac(mech.level_range) / step - r, 1 / step, levels - 1,
+      f'{name} in its central bin: one trial at (x + L)/h − {r}, then '
+      f'{walk}, independent of the inputs')
+  if found is None:
+    return None, (f'no proved Gaussian domination for {name}: [−c, c] is '
+                  'not inside its central bin with room for rounding (a level '
+                  f'inside or at ±c: h/2 = {mech.level_step / 2:.17g}, c = '
+                  f'{mech.clip:.17g}): ' + why)
+  return found, ''
+
+
 def _trials(mech):
   """`mech`'s binary reduction (module docstring) and '', or None and why
   there is none (in words)."""
@@ -399,27 +429,8 @@ def _trials(mech):
     return _affine(mech.num_levels - 1, mech.clip, frac(1, 2),
                    frac(mech.theta) / frac(mech.clip), 1.0,
                    f'pbm: {mech.num_levels - 1} trials at ½ + θx/c')
-  if isinstance(mech, rqm.RQM) and mech.num_levels == 2:
-    step = frac(mech.level_step)
-    return _affine(1, mech.clip, frac(mech.x_max) / step, 1 / step, 1.0,
-                   'rqm at 2 levels: one trial at (x + X)/(2X)')
-  if isinstance(mech, qmgeo.QMGeo):
-    levels = mech.num_levels
-    if levels % 2:
-      return None, (f'no proved Gaussian domination for qmgeo at an odd '
-                    f'number of levels ({levels}): a level at 0 splits the '
-                    'inputs over two bins')
-    step, r = frac(mech.level_step), levels // 2 - 1
-    found, why = _affine(1, mech.clip, frac(mech.level_range) / step - r,
-                         1 / step, levels - 1,
-                         f'qmgeo in its central bin: one trial at (x + W)/h '
-                         f'− {r}, the walks independent of the inputs')
-    if found is None:
-      return None, (f'no proved Gaussian domination for qmgeo with levels '
-                    f'inside [−c, c] (W/(R − 1) = '
-                    f'{mech.level_range / (levels - 1):.4g} <= c = '
-                    f'{mech.clip:.4g}): ' + why)
-    return found, ''
+  if isinstance(mech, (rqm.RQM, qmgeo.QMGeo)):
+    return _central_bin(mech)
   return None, (f'no proved Gaussian domination for {mech.name} (its worst '
                 'family over the others\' inputs is not finite and small: '
                 'docs/privacy.md, "Gaussian domination")')
@@ -450,8 +461,8 @@ def unavailable(mech, num_clients: int) -> str:
 
 def rate(mech, num_clients: int) -> Optional[Rate]:
   """The proved per-coordinate Gaussian-domination rate of `mech`'s
-  n-client secure sum, where one is known: PBM, RQM at two levels and
-  QMGeo in its central bin, through the one-trial PBM sum each reduces to
+  n-client secure sum, where one is known: PBM, and RQM and QMGeo in their
+  central bin, through the one-trial PBM sum each reduces to
   (module docstring).
 
   Args:

@@ -95,8 +95,10 @@ class QMGeo(base.SymmetricLevels, base.Mechanism):
     walk the Gaussian domination does not count (`accounting.
     gaussian_domination`): with the walk nearly gone (p = WALKLESS_P), W is
     bisected, not scanned over its powers of 2, as PBM's θ is. Skipped
-    where the caller fixed p or W."""
-    if 'p' in params or 'range_ratio' in params:
+    where the caller fixed p or W, and at an odd number of levels (a level
+    at 0: no central bin holds [−c, c])."""
+    if ('p' in params or 'range_ratio' in params or
+        params.get('num_levels', 2) % 2):
       return ()
     return ((('range_ratio',), {'p': cls.WALKLESS_P}),)
 

@@ -69,6 +69,24 @@ class RQM(base.SymmetricLevels, base.Mechanism):
       return ('delta_ratio',)
     return cls.CALIBRATED
 
+  #: The keep probability of the profile route's further search
+  #: (`profile_searches`): one interior level in 10,000 dropped.
+  KEEP_ALL_Q = 0.9999
+
+  @classmethod
+  def profile_searches(cls, params):
+    """With [−c, c] inside its central bin RQM is one PBM trial at θ = c/h
+    before its dropped levels' noise, which the Gaussian domination does
+    not count (`accounting.gaussian_domination`): with nearly every level
+    kept (q = KEEP_ALL_Q), Δ is bisected, not scanned over its powers of 2.
+    Skipped where the caller fixed q or Δ, at two levels (where Δ alone is
+    searched already: `calibrated_at`) and at an odd number (a level at 0:
+    no central bin holds [−c, c])."""
+    if ('q' in params or 'delta_ratio' in params or
+        params.get('num_levels', 2) == 2 or params.get('num_levels', 2) % 2):
+      return ()
+    return ((('delta_ratio',), {'q': cls.KEEP_ALL_Q}),)
+
   @classmethod
   def for_coordinate_bound(cls, c_inf, **params):
     p = cls.complete_params(params)

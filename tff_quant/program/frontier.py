@@ -404,7 +404,7 @@ def generic_subsampling_penalty(eps, delta, rounds, n, total, dim,
   profile route from the RDP curve (CKS20 Prop. 12, what a mechanism
   without a proved Gaussian domination gets), own = the lesser of Thm 27
   and its exact profile sampled and composed. A mechanism with a proved
-  Gaussian domination (PBM, RQM at two levels;
+  Gaussian domination (PBM; RQM and QMGeo in their central bin;
   `accounting.gaussian_domination`) pays none of it.
 
   Args:
@@ -875,10 +875,10 @@ def penalty_text(setting, use_profile=False) -> str:
             f'27), would be {penalty:.3g}× its reference: that much of every '
             'ratio here is the subsampling theorem, not the mechanism.')
   if int(n) <= gaussian_domination.MAX_CLIENTS:
-    pbm = ('PBM\'s rounds (and RQM\'s at 1 level bit, the same law) are a '
-           'proved Gaussian domination (docs/privacy.md, "Gaussian '
-           'domination"): no accounting penalty (1.0); what they keep is '
-           'the rate over the Fisher value, squared. ')
+    pbm = ('PBM\'s rounds, and RQM\'s and QMGeo\'s with [−c, c] in their '
+           'central bin, are a proved Gaussian domination (docs/privacy.md, '
+           '"Gaussian domination"): no accounting penalty (1.0); what they '
+           'keep is the rate over the Fisher value, squared. ')
   else:
     pbm = (f'PBM\'s Gaussian domination is not served above '
            f'{gaussian_domination.MAX_CLIENTS} clients: it is '

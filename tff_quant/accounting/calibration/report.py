@@ -441,8 +441,10 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   epsilon_of = oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant)
   searches = [(tune, params)]
   if use_profile and tune is None:
+    cls = mechanisms.get(mechanism)
     searches += [(more, dict(params, **fixed)) for more, fixed in
-                 mechanisms.get(mechanism).profile_searches(params)]
+                 cls.profile_searches(scan_lib.levels_from_bits(
+                     cls, params, cls.CALIBRATED, bits))]
   scans = []
   for search_tune, search_params in searches:
     scans.append(scan_lib.Scan(
