@@ -127,3 +127,28 @@ def test_a_grid_point_out_of_reach_at_its_least_private_end_is_pruned_on_its_eva
   hopeless = given['hopeless']
   assert hopeless(level * 1.01) and not hopeless(level * 0.9)
   assert not hopeless(1e-6)   # out of reach: no answer there either way
+
+
+def _pbm_scan(to_beat):
+  schedule = dict(SCHEDULE, dim=1, use_pld=False, l2_clip=None, others='any')
+  return scan_lib.Scan(
+      'pbm', 2.0, 1.0, None, 4, 1e-2, {},
+      calibration.oracle.Epsilon(schedule, 2.0, 'proved'), 1.0,
+      SCHEDULE['clients_per_round'], to_beat=to_beat)
+
+
+def test_an_error_to_beat_from_another_search_prunes_like_an_incumbent():
+  """`to_beat` (a profile search's answer): a bar no candidate reaches
+  prunes the grid point and leaves the scan without an answer; a bar every
+  candidate beats leaves the answer as it was, to the search's width (its
+  search starts from the bar's floor instead)."""
+  plain = _pbm_scan(None)
+  plain.run(None)
+  unbeatable = _pbm_scan(plain.best.error * 1e-3)
+  unbeatable.run(None)
+  assert unbeatable.best is None and unbeatable.pruned == 1
+  loose = _pbm_scan(plain.best.error * 1e3)
+  loose.run(None)
+  assert loose.best.params['theta'] == pytest.approx(
+      plain.best.params['theta'], rel=1e-2)
+  assert 2.0 * (1 - 1e-2) <= loose.best.epsilon <= 2.0

@@ -439,14 +439,18 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
                                min_clients_per_round=fewest,
                                use_profile=use_profile)
   epsilon_of = oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant)
-  searches = [(tune, params)]
+  # The profile route's further searches first (one bisection each): the
+  # default scan then prunes every grid point that cannot beat them.
+  searches = []
   if use_profile and tune is None:
     cls = mechanisms.get(mechanism)
-    searches += [(more, dict(params, **fixed)) for more, fixed in
-                 cls.profile_searches(scan_lib.levels_from_bits(
-                     cls, params, cls.CALIBRATED, bits))]
+    searches = [(more, dict(params, **fixed)) for more, fixed in
+                cls.profile_searches(scan_lib.levels_from_bits(
+                    cls, params, cls.CALIBRATED, bits))]
+  searches.append((tune, params))
   scans = []
   for search_tune, search_params in searches:
+    answers = [s.best.utility.error for s in scans if s.best is not None]
     scans.append(scan_lib.Scan(
         mechanism, epsilon, clip, search_tune, bits, rtol, search_params,
         epsilon_of,
@@ -454,11 +458,12 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
         clip if l2_clip is None else min(
             clip, setting_lib.coordinate_clip(l2_clip, dim)),
         clients_per_round, limits.search,
-        gaussian_sigma=None if gauss is None else gauss.mechanism.sigma))
+        gaussian_sigma=None if gauss is None else gauss.mechanism.sigma,
+        to_beat=min(answers, default=None)))
     scans[-1].run(progress, limits.progress_after)
   answered = [s for s in scans if s.best is not None]
   if not answered:
-    raise refusals.no_answer(scans[0], bound, use_pld)
+    raise refusals.no_answer(scans[-1], bound, use_pld)
   scan = min(answered, key=lambda s: s.best.utility.error)
   report = _report(scan, schedule, mechanism, epsilon, bound)
   _attach_attained(report, scan, schedule, bound, limits.accountant)

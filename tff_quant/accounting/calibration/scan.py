@@ -163,6 +163,10 @@ class Scan:
     gaussian_sigma: the continuous Gaussian's per-client std at the same
       target, or None: where the mechanism matches it
       (`Mechanism.gaussian_matched`), each grid point's search starts there.
+    to_beat: None, or a debiased error another search of the same
+      calibration already reached (`report`'s profile searches): grid points
+      that cannot beat it are pruned as if it were this scan's incumbent,
+      so this scan may end without an answer of its own.
 
   Raises:
     ValueError: no parameter to search, one without a privacy direction, an
@@ -171,11 +175,13 @@ class Scan:
 
   def __init__(self, mechanism, epsilon, clip, tune, bits, rtol, params,
                epsilon_of, signal, clients,
-               limits=interface.SearchLimits(), gaussian_sigma=None):
+               limits=interface.SearchLimits(), gaussian_sigma=None,
+               to_beat=None):
     self.mechanism, self.epsilon, self.clip = mechanism, epsilon, clip
     self.bits, self.rtol, self.epsilon_of = bits, rtol, epsilon_of
     self.signal, self.clients, self.limits = signal, clients, limits
     self.gaussian_sigma = gaussian_sigma
+    self.to_beat = to_beat
     self.guess_scale, self.guess_rate = 1.0, None   # `_learn_scale`
     self.cls = cls = mechanisms.get(mechanism)
     if tune is None:   # the class's, less what cannot change the law here
@@ -298,9 +304,9 @@ class Scan:
     decides only which candidate wins, never an ε). Discrete Gaussian at 16
     bits, ε = 10: r = 256 and 512 pruned after 2 evaluations each instead
     of searched in 6 and 4. None without an incumbent."""
-    if self.best is None:
+    level = self._bar()
+    if level is None:
       return None
-    level = self.best.error
 
     def hopeless(value):
       try:
@@ -520,13 +526,20 @@ class Scan:
     self.pruned += 1
     return Steer.PRUNED
 
+  def _bar(self) -> Optional[float]:
+    """The error a grid point must beat: the incumbent's, or `to_beat`
+    where smaller; None with neither."""
+    bars = [e for e in (None if self.best is None else self.best.error,
+                        self.to_beat) if e is not None]
+    return min(bars) if bars else None
+
   def _beat_prune(self, build, grid_point):
     """With an incumbent: the least private value whose error beats it must
     meet the target, else this grid point cannot win (ε and the error both
     fall along the privacy direction). A `_Start` there, None to search as
     usual, or a `Steer` (pruned, or refused for its cost)."""
     try:
-      floor = search.least_private_to_beat(build, self.last, self.best.error,
+      floor = search.least_private_to_beat(build, self.last, self._bar(),
                                            self.error_of,
                                            iterations=BEAT_ITERATIONS)
     except modular.UnresolvableError:
@@ -549,7 +562,7 @@ class Scan:
     it is), or the `Steer` that ends the visit before any search."""
     if self.last.kind is int:
       return None
-    if self.best is not None:
+    if self._bar() is not None:
       return self._beat_prune(build, grid_point)
     try:
       carried = self._carry_prune(build, grid_point)
