@@ -375,3 +375,16 @@ def test_profile_bounds_the_round_of_every_pair_at_one_coordinate():
       worst = np.maximum(worst, _hockey(p, q, eps))
   assert np.all(worst <= bound)
   assert np.max(worst[worst > 1e-4] / bound[worst > 1e-4]) > 0.5
+
+
+@pytest.mark.parametrize('mech', [
+    # θ·c underflows in the family's ends (independent review's case).
+    mechanisms.RQM(63 * 2.0**-1054, 2.0**-1022, 2, 0.42),
+    mechanisms.RQM(2.0**-1070, 2.0**-1070, 2, 0.42),   # 1/h overflows
+    mechanisms.PBM(2.0**-1070, 2, 0.25)])
+def test_subnormal_clips_have_no_rate_and_say_why(mech):
+  """Where the one-trial family the rate is computed on cannot hold every
+  computed trial probability (its ends underflow to ½) or a reciprocal
+  leaves float64, there is no rate, with the reason."""
+  assert G.rate(mech, 3) is None
+  assert 'Gaussian domination' in G.unavailable(mech, 3)

@@ -37,7 +37,7 @@ def test_profile_route_calibration_meets_the_target_with_less_noise(name, bits):
                          **SCHEDULE)
   acct = peer.accountant(SCHEDULE['total_clients'], SCHEDULE['delta'])
   rounds = SCHEDULE['rounds']
-  route = lambda a: min(a.epsilon_rdp(rounds)[0], a.epsilon_profile(rounds)[0])
+  route = lambda a: a.epsilon_from_curve(rounds, use_profile=True)
   assert route(acct) <= 1.0 < acct.epsilon_rdp(rounds)[0]
   less = peers.Peer(name, peer.noise_multiplier / 1.02, 1.0, 20, 500, bits)
   assert route(less.accountant(1000, 1e-3)) > 1.0

@@ -394,6 +394,16 @@ def _affine(trials, clip, alpha, beta, extent, why):
   if not half < 0.5 - error:   # a trial probability reaches 0 or 1
     return None, ('no finite Gaussian domination: a trial probability '
                   f'reaches 0 or 1 ({why}, half-width {half:.17g})')
+  try:   # the family `pbm_trial_rate` builds, checked to hold [½ ∓ width]
+    family = pbm.PBM(clip, 2, half)
+  except ValueError as err:   # within the sampler's snap radius of ½
+    return None, f'no finite Gaussian domination: {err}'
+  a, b = family.success_prob(clip), family.success_prob(-clip)
+  if not (fractions.Fraction(a) >= fractions.Fraction(1, 2) + width and
+          fractions.Fraction(b) <= fractions.Fraction(1, 2) - width):
+    return None, ('no proved Gaussian domination: the one-trial family at '
+                  f'c = {clip:.17g} does not hold every computed trial '
+                  f'probability (θ·c underflows; {why})')
   return _Trials(trials, clip, half, _down(beta), error, why), ''
 
 
@@ -424,6 +434,16 @@ def _central_bin(mech):
 def _trials(mech):
   """`mech`'s binary reduction (module docstring) and '', or None and why
   there is none (in words)."""
+  try:
+    return _reduction(mech)
+  except (OverflowError, ZeroDivisionError):   # a parameter's reciprocal
+    return None, (f'no proved Gaussian domination for {mech.name}: its '
+                  'parameters fall outside float64\'s range here '
+                  f'({mech!r})')
+
+
+def _reduction(mech):
+  """`_trials` for parameters in float64's range."""
   frac = fractions.Fraction
   if isinstance(mech, pbm.PBM):
     return _affine(mech.num_levels - 1, mech.clip, frac(1, 2),
@@ -452,10 +472,6 @@ def unavailable(mech, num_clients: int) -> str:
   if num_clients > MAX_CLIENTS:
     return (f'no Gaussian domination above {MAX_CLIENTS} clients (the tail '
             f'bound would bind; {num_clients} here)')
-  try:
-    pbm.PBM(found.clip, 2, found.half_width)
-  except ValueError as err:   # within the sampler's snap radius of ½
-    return f'no finite Gaussian domination: {err}'
   return ''
 
 
