@@ -55,6 +55,28 @@ def test_a_near_tie_at_the_scans_width_is_searched_to_rtol_before_a_rise(
   assert scan.best.params['q'] == better and scan.rising == 0
 
 
+@pytest.mark.parametrize('to_beat, rises', [(0.5, 0), (2.0, 1)])
+def test_a_point_pruned_only_by_another_searchs_bar_is_not_a_rise(
+    monkeypatch, to_beat, rises):
+  """With an incumbent at error 1 and `to_beat` below it, a grid point that
+  cannot beat `to_beat` may still beat the incumbent: the scan's own error
+  may be falling, so it does not count toward the two rises that end the
+  scan (independent review). Against the incumbent's own bar it does."""
+  scan = scan_lib.Scan('rqm', 10.0, 0.1, None, 4, 2e-3, {},
+                       _ConstantOracle(20.0), 0.1, 100, to_beat=to_beat)
+  mech = mechanisms.RQM.for_coordinate_bound(0.1, num_levels=16,
+                                             delta_ratio=8.0, q=0.2)
+  util = mech.signal_utility(100, 0.1)
+  scan.best = scan_lib.Incumbent(1.0, mech, {'q': 0.2}, 9.99, util)
+  monkeypatch.setattr(search, 'least_private_to_beat',
+                      lambda *args, **kwargs: 0.3)   # ε there: 20 > 10
+  for ratio in (16.0, 32.0):
+    assert scan.visit({'delta_ratio': ratio}) is (
+        scan_lib.Steer.STOP if rises and ratio == 32.0
+        else scan_lib.Steer.CONTINUE)
+  assert scan.pruned == 2 and scan.rising == 2 * rises
+
+
 def test_a_scan_toward_less_privacy_ends_at_the_first_point_that_misses(
     monkeypatch):
   # BQ's s (more private lower) is scanned upward: once the most private m

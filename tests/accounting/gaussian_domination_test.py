@@ -303,6 +303,70 @@ def test_rate_covers_pbm_only_where_proved():
       G.pbm_trial_rate(*args)
 
 
+# --- Two-level quantized Gaussian and one-bit randomized projection: a
+# Bernoulli per client whose up-probability is Lipschitz, odd about ½.
+
+def _two_level(name, lattice, sigma=4.83):
+  if name == 'quantized_gaussian':
+    return mechanisms.QuantizedGaussian(2.0, 2, sigma, input_bound=1.0,
+                                        lattice=lattice)
+  return mechanisms.RandomizedProjection(2.0, 1, 0.9, sigma, input_bound=1.0,
+                                         lattice=lattice)
+
+
+_SLOPES = {'quantized_gaussian': G._quantized_gaussian_slope,   # pylint: disable=protected-access
+           'randomized_projection': G._projection_slope}   # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('name', sorted(_SLOPES))
+@pytest.mark.parametrize('lattice', [0, 9])
+def test_two_level_laws_lie_in_the_family_with_the_slope_bound(name, lattice):
+  """From the mechanism's own pmf (Monte Carlo-checked against its sampler
+  in tests/mechanisms): two outputs, p(0) = ½, |p(x) − ½| <= β|x| and
+  |p(x) − p(x')| <= β|x − x'| on a grid of 201 inputs; without the lattice
+  the steepest chord reaches β within 0.1% (the bound is the slope at 0)."""
+  mech = _two_level(name, lattice)
+  beta = float(_SLOPES[name](mech))
+  xs = np.linspace(-1, 1, 201)
+  up = np.array([mech.pmf(x)[1] for x in xs])
+  assert all(len(mech.pmf(x)) == 2 for x in (-1.0, 0.3))
+  assert up[100] == pytest.approx(0.5, abs=1e-15)
+  assert np.all(np.abs(up - 0.5) <= beta * np.abs(xs) * (1 + 1e-12) + 1e-15)
+  chords = np.abs(np.diff(up)) / np.diff(xs)
+  assert np.all(chords <= beta * (1 + 1e-9))
+  if not lattice:
+    assert chords.max() > 0.999 * beta
+
+
+@pytest.mark.parametrize('name', sorted(_SLOPES))
+@pytest.mark.parametrize('lattice', [0, 9])
+@pytest.mark.parametrize('n', [1, 3, 6])
+def test_two_level_rate_bounds_pairs_of_any_inputs(name, lattice, n):
+  """Soundness on their own laws: μ* <= κΔ + s for the n-client sum, the
+  others interior, at the ends and mixed; the rate is PBM's one-trial rate
+  at θ = βc, and it is nearly attained (the laws are nearly affine)."""
+  mech = _two_level(name, lattice, sigma=1.5)
+  rate = G.rate(mech, n)
+  beta = float(_SLOPES[name](mech))
+  assert rate.rate == pytest.approx(
+      G.pbm_trial_rate(beta, 1.0, n), rel=1e-9)
+  assert f'{name} at' in rate.why
+  most = _most_over_bound(mech, n, rate, 5 * n + lattice, trials=45)
+  assert most > 0.5
+
+
+def test_two_level_rates_refuse_where_the_law_jumps_or_ignores_the_input():
+  jump = mechanisms.RandomizedProjection(2.0, 1, 0.9, 0.0, input_bound=1.0)
+  assert G.rate(jump, 5) is None and 'σ = 0' in G.unavailable(jump, 5)
+  flat = mechanisms.RandomizedProjection(2.0, 1, 0.5, 1.0, input_bound=1.0)
+  assert G.rate(flat, 5) is None and 'slope 0' in G.unavailable(flat, 5)
+  for more in (mechanisms.QuantizedGaussian(2.0, 3, 1.0, input_bound=1.0),
+               mechanisms.RandomizedProjection(2.0, 2, 0.9, 1.0,
+                                               input_bound=1.0)):
+    assert G.rate(more, 5) is None
+    assert 'not finite and small' in G.unavailable(more, 5)
+
+
 # --- The whole route against a tiny population (every cohort enumerated).
 
 def _vector_round_law(mech, inputs, cohort_size):
@@ -320,12 +384,15 @@ def _vector_round_law(mech, inputs, cohort_size):
   return law / len(cohorts)
 
 
-# Each reduces to the one-trial PBM at θ = 0.08.
+# Each reduces to the one-trial PBM at θ ≈ 0.08.
 _BINARY = {'pbm': mechanisms.PBM(1.0, 2, 0.08),
            'rqm2': mechanisms.RQM(1.0, 5.25, 2, 0.3),
            'qmgeo4': mechanisms.QMGeo(1.0, 4, 0.9999, full_support=True,
                                       level_range=18.75),
-           'rqm4': mechanisms.RQM(1.0, 17.75, 4, 0.9999)}
+           'rqm4': mechanisms.RQM(1.0, 17.75, 4, 0.9999),
+           # Lipschitz at β with βc = 0.080 (2-level QG) and 0.0798 (RP).
+           'qg2': _two_level('quantized_gaussian', 9, sigma=4.83),
+           'rp1': _two_level('randomized_projection', 9, sigma=4.0)}
 
 
 @pytest.mark.parametrize('name', sorted(_BINARY))

@@ -62,6 +62,23 @@ randomness that does not depend on any input:
   r or r + 1 after one trial at p(x) = (x + W)/h − r, r = R/2 − 1). The
   noise of the gaps or walks is not counted.
 
+Two levels, Lipschitz (`_lipschitz_binary`): the family argument needs of
+a client's trial only that its probability lies in [b, a] (then it is a
+mixture of Bern(a) and Bern(b)) and that two inputs' probabilities are at
+most η·(a − b) apart; affinity is not used. A mechanism with two output
+levels is one trial per client. If its up-probability p0 is odd about ½
+(p0(0) = ½) with |p0'| <= β on the line, then |p0(x) − ½| <= β·|x| and
+|p0(x) − p0(x')| <= β·|x − x'|, so the family at θ' = βc holds every input
+and η <= Δ/(2c): PBM's one-trial rate at θ' applies. With the input
+lattice the law is p0's chord between float lattice points, whose slopes
+are <= β too, at a position x̂ within LATTICE_ULPS·2⁻⁵³·c of x, which enters
+as e = β·(that). The two-level quantized Gaussian has p0(x) = E[(clip(x +
+σZ, ±Cq) + Cq)/(2Cq)], p0' = P(|x + σZ| < Cq)/(2Cq), largest at 0: β = (1 −
+2Φ(−Cq/σ))/(2Cq). The one-bit randomized projection keeps the sign of
+x + σZ with probability q: p0 = (1 − q) + (2q − 1)Φ(x/σ), β = |2q − 1|φ(0)/σ.
+Their samplers' own roundings (the normal draw, the clip, the last
+rounding) are the inverse-CDF class docs/privacy.md does not claim.
+
 The float p each sampler computes is within e = SNAP_ULPS·2⁻⁵³·max(E, 1)
 of the affine value (E the computed point's extent: 1 for PBM's p, R − 1
 for RQM's and QMGeo's t; the same few roundings `base.snap_to_integers`
@@ -95,6 +112,8 @@ from tff_quant.common import validation
 from tff_quant.mechanisms import base
 from tff_quant.mechanisms import pbm
 from tff_quant.mechanisms import qmgeo
+from tff_quant.mechanisms import quantized_gaussian
+from tff_quant.mechanisms import randomized_projection
 from tff_quant.mechanisms import rqm
 
 _U = exact_laws.U
@@ -381,10 +400,17 @@ def _down(value) -> float:
   return f if fractions.Fraction(f) <= value else math.nextafter(f, -math.inf)
 
 
-def _affine(trials, clip, alpha, beta, extent, why):
-  """The `_Trials` of p(x) = α + β·x (exact rationals) computed in float64
-  on a point of extent `extent`, or the reason there is none."""
-  error = base.SNAP_ULPS * 2.0**-53 * max(float(extent), 1.0)
+def _snap_error(extent) -> float:
+  """e: a float p computed on a point of extent `extent` is within e of its
+  exact value (module docstring)."""
+  return base.SNAP_ULPS * 2.0**-53 * max(float(extent), 1.0)
+
+
+def _affine(trials, clip, alpha, beta, error, why):
+  """The `_Trials` of a trial probability p(x) within `error` of α + β·x
+  (exact rationals), or, for a p that is not affine, with |p(x) − ½| <=
+  |α − ½| + β·|x| + error and |p(x) − p(x')| <= β·|x − x'| + 2·error; or
+  None and the reason there is none."""
   width = abs(alpha - fractions.Fraction(1, 2)) + beta * fractions.Fraction(
       clip) + fractions.Fraction(error)
   # Past the family's own roundings (`pbm.PBM.success_prob` at ±c: within
@@ -420,7 +446,8 @@ def _central_bin(mech):
   step, r = frac(mech.level_step), levels // 2 - 1
   walk = 'its kept levels' if name == 'rqm' else 'its walk'
   found, why = _affine(
-      1, mech.clip, frac(mech.level_range) / step - r, 1 / step, levels - 1,
+      1, mech.clip, frac(mech.level_range) / step - r, 1 / step,
+      _snap_error(levels - 1),
       f'{name} in its central bin: one trial at (x + L)/h − {r}, then '
       f'{walk}, independent of the inputs')
   if found is None:
@@ -429,6 +456,50 @@ def _central_bin(mech):
                   f'inside or at ±c: h/2 = {mech.level_step / 2:.17g}, c = '
                   f'{mech.clip:.17g}): ' + why)
   return found, ''
+
+
+#: An upper bound on φ(0) = 1/√(2π) = 0.398942280401432677939...
+_PHI_ZERO_UP = fractions.Fraction('0.39894228040143268')
+#: |x̂ − x| <= LATTICE_ULPS·2⁻⁵³·c: the lattice position the sampler mixes
+#: (`base.lattice_round`: t = (x + c)/h within 8·2⁻⁵³·(L − 1) of exact,
+#: snapped by at most SNAP_ULPS·2⁻⁵³·(L − 1), times h = 2c/(L − 1); each
+#: float lattice point −c + i·h within 5.1·2⁻⁵³·c of exact).
+LATTICE_ULPS = 2 * (8 + base.SNAP_ULPS) + 6
+
+
+def _lipschitz_binary(mech, slope, why):
+  """The `_Trials` of a two-level mechanism whose up-probability p0(x) is odd
+  about ½ (p0(0) = ½) with |p0'| <= `slope` (an exact rational), after the
+  input lattice if any (module docstring, "Two levels")."""
+  c = mech.input_bound
+  if slope <= 0:
+    return None, (f'no proved Gaussian domination for {mech.name}: its '
+                  'output does not depend on its input (slope 0)')
+  reach = fractions.Fraction(LATTICE_ULPS * _U) * fractions.Fraction(c) if (
+      mech.lattice) else fractions.Fraction(0)
+  return _affine(1, c, fractions.Fraction(1, 2), slope,
+                 _up(slope * reach), why)
+
+
+def _quantized_gaussian_slope(mech):
+  """sup |p0'| of the two-level quantized Gaussian: p0(x) = E[(clip(x + σZ,
+  ±Cq) + Cq)/(2Cq)], p0'(x) = P(|x + σZ| < Cq)/(2Cq) <= (1 − 2Φ(−Cq/σ))/(2Cq),
+  Φ(−t) bounded below through the ndtr assumption at t rounded up."""
+  frac = fractions.Fraction
+  t = _up(frac(mech.clip) / frac(mech.sigma))
+  tail = frac(0)
+  if t <= -exact_laws.NDTR_NORMAL_FROM:
+    tail = frac(float(special.ndtr(-t))) * (
+        1 - frac(float(exact_laws.ndtr_relative_error(t))))
+  return min(1 - 2 * tail, frac(1)) / (2 * frac(mech.clip))
+
+
+def _projection_slope(mech):
+  """sup |p0'| of the one-bit randomized projection: the nearest of ±M is
+  the sign of x + σZ, kept with probability q, so p0(x) = (1 − q) + (2q −
+  1)·Φ(x/σ) and |p0'| <= |2q − 1|·φ(0)/σ."""
+  frac = fractions.Fraction
+  return abs(2 * frac(mech.q) - 1) * _PHI_ZERO_UP / frac(mech.sigma)
 
 
 def _trials(mech):
@@ -447,13 +518,29 @@ def _reduction(mech):
   frac = fractions.Fraction
   if isinstance(mech, pbm.PBM):
     return _affine(mech.num_levels - 1, mech.clip, frac(1, 2),
-                   frac(mech.theta) / frac(mech.clip), 1.0,
+                   frac(mech.theta) / frac(mech.clip), _snap_error(1),
                    f'pbm: {mech.num_levels - 1} trials at ½ + θx/c')
   if isinstance(mech, (rqm.RQM, qmgeo.QMGeo)):
     return _central_bin(mech)
-  return None, (f'no proved Gaussian domination for {mech.name} (its worst '
-                'family over the others\' inputs is not finite and small: '
-                'docs/privacy.md, "Gaussian domination")')
+  if isinstance(mech, quantized_gaussian.QuantizedGaussian) and mech.k == 2:
+    return _lipschitz_binary(
+        mech, _quantized_gaussian_slope(mech),
+        'quantized_gaussian at two levels: one trial at p0(x) = E[(clip(x + '
+        'σZ, ±Cq) + Cq)/(2Cq)], |p0\'| <= (2Φ(Cq/σ) − 1)/(2Cq)')
+  if (isinstance(mech, randomized_projection.RandomizedProjection) and
+      mech.bits == 1):
+    if mech.sigma == 0:
+      return None, ('no proved Gaussian domination for randomized_projection '
+                    'at σ = 0: its up-probability jumps at 0')
+    return _lipschitz_binary(
+        mech, _projection_slope(mech),
+        'randomized_projection at one bit: one trial at p0(x) = (1 − q) + '
+        '(2q − 1)Φ(x/σ), |p0\'| <= |2q − 1|φ(0)/σ')
+  return None, (f'no proved Gaussian domination for {mech.name} here (its '
+                'worst family over the others\' inputs is not finite and '
+                'small: docs/privacy.md, "Gaussian domination"; the quantized '
+                'Gaussian at two levels and the randomized projection at one '
+                'bit have one)')
 
 
 def unavailable(mech, num_clients: int) -> str:
@@ -477,9 +564,10 @@ def unavailable(mech, num_clients: int) -> str:
 
 def rate(mech, num_clients: int) -> Optional[Rate]:
   """The proved per-coordinate Gaussian-domination rate of `mech`'s
-  n-client secure sum, where one is known: PBM, and RQM and QMGeo in their
-  central bin, through the one-trial PBM sum each reduces to
-  (module docstring).
+  n-client secure sum, where one is known: PBM, RQM and QMGeo in their
+  central bin, the two-level quantized Gaussian and the one-bit randomized
+  projection, through the one-trial PBM sum each reduces to (module
+  docstring).
 
   Args:
     mech: a `tff_quant.mechanisms.Mechanism`.

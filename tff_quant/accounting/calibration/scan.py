@@ -554,7 +554,11 @@ class Scan:
       return Steer.CONTINUE
     if floor is None or floor_eps > self.epsilon:
       self.pruned += 1
-      return self._rose()
+      if self.best is not None and self.best.error <= self._bar():
+        return self._rose()
+      # Pruned against `to_beat` alone: its error may still fall below the
+      # incumbent's, so it is no sign that the scan's own error rose.
+      return Steer.CONTINUE
     return _Start(floor, floor_eps)
 
   def _start(self, build, grid_point):
