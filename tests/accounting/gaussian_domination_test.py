@@ -448,10 +448,14 @@ def test_profile_bounds_the_round_of_every_pair_at_one_coordinate():
     # θ·c underflows in the family's ends (independent review's case).
     mechanisms.RQM(63 * 2.0**-1054, 2.0**-1022, 2, 0.42),
     mechanisms.RQM(2.0**-1070, 2.0**-1070, 2, 0.42),   # 1/h overflows
-    mechanisms.PBM(2.0**-1070, 2, 0.25)])
-def test_subnormal_clips_have_no_rate_and_say_why(mech):
+    mechanisms.PBM(2.0**-1070, 2, 0.25),
+    # 2c overflows, so 1/(2c) rounded to a rate of 0 (independent review 3).
+    mechanisms.RandomizedProjection(1.0, 1, 0.9, 8.99e307,
+                                    input_bound=8.99e307),
+    mechanisms.PBM(8.99e307, 2, 0.25)])
+def test_clips_at_float64s_ends_have_no_rate_and_say_why(mech):
   """Where the one-trial family the rate is computed on cannot hold every
-  computed trial probability (its ends underflow to ½) or a reciprocal
-  leaves float64, there is no rate, with the reason."""
+  computed trial probability (its ends underflow to ½), a reciprocal
+  leaves float64 or 2c overflows, there is no rate, with the reason."""
   assert G.rate(mech, 3) is None
   assert 'Gaussian domination' in G.unavailable(mech, 3)

@@ -371,7 +371,7 @@ def pbm_trial_rate(theta: float, clip: float, num_clients: int) -> float:
                _top_pair_terms(o, rel, absolute, a, 1 - a, b, 1 - b, diff),
                _top_pair_terms(o[:, ::-1], rel, absolute, 1 - b, b, 1 - a, a,
                                diff))
-  return best / (2 * clip) * (1 + 2 * _U)
+  return best / 2 / clip * (1 + 2 * _U)   # 2·c may overflow; best/2 is exact
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,6 +411,9 @@ def _affine(trials, clip, alpha, beta, error, why):
   (exact rationals), or, for a p that is not affine, with |p(x) − ½| <=
   |α − ½| + β·|x| + error and |p(x) − p(x')| <= β·|x − x'| + 2·error; or
   None and the reason there is none."""
+  if not math.isfinite(2.0 * clip):   # the rate's 1/(2c) would round to 0
+    return None, ('no proved Gaussian domination: 2c leaves float64 (c = '
+                  f'{clip:.17g}; {why})')
   width = abs(alpha - fractions.Fraction(1, 2)) + beta * fractions.Fraction(
       clip) + fractions.Fraction(error)
   # Past the family's own roundings (`pbm.PBM.success_prob` at ±c: within
