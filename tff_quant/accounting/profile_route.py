@@ -226,8 +226,8 @@ def _grid_top(profile: Profile, gamma: float, floor: float,
 def _lower_hull(t: np.ndarray, y: np.ndarray) -> np.ndarray:
   """Indices of the lower convex hull of the points (t, y), t increasing
   (Andrew's monotone chain; only the tightness of the route rests on it).
-  On Python floats: the same IEEE products as numpy's float64 scalars, at a
-  tenth of their cost per operation."""
+  On Python floats: the same IEEE products as numpy's float64 scalars, and
+  4x faster than on them over a 60,001-point profile."""
   t, y = np.asarray(t, np.float64).tolist(), np.asarray(y, np.float64).tolist()
   hull = []
   for i in range(len(t)):
