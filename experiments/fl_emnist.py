@@ -40,6 +40,7 @@ from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.training import config as config_lib
 from tff_quant.program import cli
+from tff_quant.program import network
 from tff_quant.program import runtime
 
 _D = config_lib.TrainingConfig()
@@ -223,7 +224,11 @@ def check_flags() -> None:
   Raises:
     ValueError, FileNotFoundError: the input and what to change.
   """
-  config_from_flags(announce=False).validate()
+  config = config_from_flags(announce=False).validate()
+  config_lib.check_packing(config, FLAGS.clients_per_slot)
+  if FLAGS.workers:
+    network.check_worker_addresses(runtime.parse_workers(FLAGS.workers),
+                                   FLAGS.trusted_network)
   if resolve_dataset(FLAGS.dataset) == 'emnist':
     data_lib.existing_emnist_cache(FLAGS.emnist_cache_dir)
 
@@ -266,7 +271,6 @@ def main(argv):
     config = config_from_flags().validate()
     dataset = resolve_dataset(FLAGS.dataset)
     from tff_quant.training import federated_training as ft  # pylint: disable=g-import-not-at-top
-    ft.check_packing(config, FLAGS.clients_per_slot)
     if dataset != 'emnist' and config.model == 'emnist_cnn':
       print(f'[fl_emnist] dataset={dataset}: real EMNIST not found at '
             f'{data_lib.emnist_cache_path(FLAGS.emnist_cache_dir)}; using {dataset}.')

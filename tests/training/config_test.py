@@ -105,3 +105,19 @@ def test_the_record_leaves_later_options_out_at_their_defaults():
       server_momentum=0.9, target_epsilon=8.0, min_clients_per_round=3))
   assert record['server_momentum'] == 0.9
   assert record['min_clients_per_round'] == 3
+
+
+@pytest.mark.parametrize('slot, expected', [(None, None), (0, None), (1, 1),
+                                            (2, 2), (4, 4)])
+def test_packing_divides_the_cohort_or_is_automatic(slot, expected):
+  assert config_lib.check_packing(small_config(), slot) == expected
+
+
+@pytest.mark.parametrize('slot, error, message', [
+    (3, ValueError, r'clients_per_round \(4\) must be a multiple of '
+                    r'clients_per_slot \(3\)'),
+    (-1, ValueError, r'`clients_per_slot` must be 0 or None'),
+    (2.0, TypeError, r'\(float\)'), (True, TypeError, r'\(bool\)')])
+def test_bad_packing_names_the_parameter(slot, error, message):
+  with pytest.raises(error, match=message):
+    config_lib.check_packing(small_config(), slot)

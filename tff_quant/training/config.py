@@ -10,6 +10,8 @@ the calibrated parameters; the config a caller passes is left as it was.
 import dataclasses
 from typing import Dict, Optional
 
+import numpy as np
+
 from tff_quant import mechanisms, models
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
@@ -244,3 +246,40 @@ def config_record(config: TrainingConfig) -> Dict[str, object]:
     if record[name] is None:
       del record[name]
   return record
+
+
+def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
+                  ) -> Optional[int]:
+  """`clients_per_slot`, checked without TensorFlow: None or 0 (automatic),
+  else K >= 1 dividing clients_per_round (every mechanism and peer takes
+  packed clients).
+
+  Args:
+    config: the run's config.
+    clients_per_slot: None, 0, or K.
+
+  Returns:
+    None (automatic packing) or K.
+
+  Raises:
+    TypeError: not an integer.
+    ValueError: negative, or not a divisor of clients_per_round.
+  """
+  if clients_per_slot is None:
+    return None
+  allowed = ('`clients_per_slot` must be 0 or None (automatic) or an integer in '
+             f'[1, clients_per_round], got {clients_per_slot!r}')
+  if (isinstance(clients_per_slot, (bool, np.bool_)) or
+      not isinstance(clients_per_slot, (int, np.integer))):
+    raise TypeError(f'{allowed} ({type(clients_per_slot).__name__}).')
+  k = int(clients_per_slot)
+  if k == 0:
+    return None
+  if k < 0:
+    raise ValueError(f'{allowed}.')
+  if k == 1:
+    return k
+  if config.clients_per_round % k:
+    raise ValueError(f'clients_per_round ({config.clients_per_round}) must be a '
+                     f'multiple of clients_per_slot ({k}).')
+  return k

@@ -41,8 +41,9 @@ from tff_quant.training import privacy_plan
 # names stay importable from here for the callers of this module.
 from tff_quant.training.config import (DEFAULT_TARGET_EPSILON, NO_PRIVACY,  # pylint: disable=unused-import
                                        PEER_PARAMS, SERVER_LR_SCHEDULES,
-                                       TrainingConfig, config_record,
-                                       peer_params, with_default_target)
+                                       TrainingConfig, check_packing,
+                                       config_record, peer_params,
+                                       with_default_target)
 from tff_quant.training.privacy_plan import CALIBRATION_FILE  # pylint: disable=unused-import
 
 
@@ -198,30 +199,6 @@ def build_aggregator(plan: privacy_plan.PrivacyPlan,
       max_clients_per_round=(config.clients_per_round
                              if config.wire_bits is not None else None),
       diagnostics=True)   # a simulation: the clipping counts are logged
-
-
-def check_packing(config: TrainingConfig, clients_per_slot: Optional[int]
-                  ) -> Optional[int]:
-  """`clients_per_slot`, checked: None or 0 (automatic), else K >= 1 dividing
-  clients_per_round (every mechanism and peer takes packed clients)."""
-  if clients_per_slot is None:
-    return None
-  allowed = ('`clients_per_slot` must be 0 or None (automatic) or an integer in '
-             f'[1, clients_per_round], got {clients_per_slot!r}')
-  if (isinstance(clients_per_slot, (bool, np.bool_)) or
-      not isinstance(clients_per_slot, (int, np.integer))):
-    raise TypeError(f'{allowed} ({type(clients_per_slot).__name__}).')
-  k = int(clients_per_slot)
-  if k == 0:
-    return None
-  if k < 0:
-    raise ValueError(f'{allowed}.')
-  if k == 1:
-    return k
-  if config.clients_per_round % k:
-    raise ValueError(f'clients_per_round ({config.clients_per_round}) must be a '
-                     f'multiple of clients_per_slot ({k}).')
-  return k
 
 
 @dataclasses.dataclass(frozen=True)
