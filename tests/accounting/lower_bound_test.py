@@ -12,6 +12,7 @@ from tff_quant import mechanisms
 from tff_quant.accounting import attained
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
+from tff_quant.accounting import gaussian_domination
 from tff_quant.accounting import lower_bound
 from tff_quant.accounting import per_round
 from tff_quant.accounting import secure_sum
@@ -52,6 +53,31 @@ def test_never_above_the_accountant(name, l2_clip, others):
   assert eps <= accountant.epsilon_rdp(50)[0] * (1 + 1e-12)
   # BQ: both are of the sum conditioned on its window (finite).
   assert 0 < eps < math.inf
+
+
+@pytest.mark.parametrize('name, screens_more', [
+    ('rqm', True), ('quantized_gaussian', True),
+    ('randomized_projection', False)])
+def test_the_profile_routes_floor_is_below_the_accountants_profile_route(
+    name, screens_more):
+  """For mechanisms without a Gaussian-domination rate the floor with
+  use_profile is at most both of the accountant's routes after 300 rounds,
+  and at most the RDP route's floor; for RQM and the quantized Gaussian here
+  it is below it (their profile route is the smaller, so it screens more)."""
+  c = 3 / math.sqrt(DIM)
+  mech = (mechanisms.QuantizedGaussian(2 * c, 4, c)   # 4 levels: seconds
+          if name == 'quantized_gaussian' else MECHANISMS[name](c))
+  assert gaussian_domination.unavailable(mech, SCHEDULE['clients_per_round'])
+  accountant = composition.RoundAccountant(mech, dim=DIM, orders=ORDERS,
+                                           l2_clip=1.0, **SCHEDULE)
+  profile, why = accountant.epsilon_profile(300)
+  assert not why
+  kwargs = dict(dim=DIM, orders=ORDERS, l2_clip=1.0, **SCHEDULE)
+  floor = lower_bound.epsilon_at_least(mech, 300, use_profile=True, **kwargs)
+  rdp_floor = lower_bound.epsilon_at_least(mech, 300, **kwargs)
+  assert 0 < floor <= min(profile, accountant.epsilon_rdp(300)[0])
+  assert floor <= rdp_floor
+  assert (floor < rdp_floor) == screens_more
 
 
 @pytest.mark.parametrize('name', ['rqm', 'qmgeo', 'pbm'])

@@ -11,7 +11,16 @@ clipped updates can have, so the figure is a floor for any sound bound on
 the same route (`Calibration.rdp_floor`). WBK19 subsampling and the
 RDP-to-ε conversion are non-decreasing in every per-round value, so the ε
 composed from these is at most the accountant's ε at any subset of the
-orders. Only the RDP route: the PLD route may be smaller.
+orders. The PLD route may be smaller: it is not bounded.
+
+The profile route (`use_profile`) of a mechanism without a Gaussian-domination
+rate is a function of the same curve too: CKS20's conversion is a minimum over
+orders of terms non-decreasing in each ρ(α), amplification by sampling and
+the lower convex hull are monotone in the profile, and composing dominating
+pairs preserves their order. Its computed value carries a pessimistic
+discretization whose grid depends on the profile, so the floor's profile-route
+ε is taken PROFILE_MARGIN below its computed value. A mechanism with a rate is
+not bounded here: its profile is the dominating Gaussian's, not the curve's.
 """
 
 from typing import Optional, Sequence
@@ -28,6 +37,10 @@ from tff_quant.mechanisms import base
 # against 3.2e8; RQM: 9e9 against 3.2e8 at n = 100; at n = 1,000 by the FFT
 # route 3.1e9 against 3.0e10). Their times: docs/performance.md.
 WORTHWHILE_RATIO = 5
+#: The floor's profile-route ε counts this fraction below its computed value
+#: (module docstring): two profiles' discretizations differ by far less (the
+#: grid spacing is 1e-4 in the loss, the tail share 1e-6 of δ).
+PROFILE_MARGIN = 1e-3
 
 
 def operations(mech, clients_per_round: int,
@@ -140,14 +153,17 @@ def epsilon_at_least(mech, rounds: int, clients_per_round: int,
                      orders: Sequence[int] = rdp_route.DEFAULT_ORDERS,
                      l2_clip: Optional[float] = None,
                      attainable: bool = False,
-                     limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS
-                     ) -> Optional[float]:
+                     limits: secure_sum.Limits = secure_sum.DEFAULT_LIMITS,
+                     use_profile: bool = False) -> Optional[float]:
   """A lower bound on the RDP-route ε `composition.training_guarantee` reports
   for these arguments at any subset of `orders` (`attainable`: on the ε any
   sound per-round bound gives on this route, `round_rdp_at_least`); None when
   the bound does not apply (`applies`). The per-round figures are subsampled
   by WBK19, Thm 9 and converted as the accountant converts them
-  (docs/references.md).
+  (docs/references.md). With `use_profile`, the least of that and the
+  profile route's ε from the same figures, PROFILE_MARGIN below (module
+  docstring): a lower bound on what the accountant reports with
+  use_profile=True for a mechanism without a Gaussian-domination rate.
 
   Args:
     mech: the mechanism each coordinate goes through.
@@ -160,6 +176,7 @@ def epsilon_at_least(mech, rounds: int, clients_per_round: int,
     l2_clip: each update's ℓ2 bound, > 0 (None: the coordinate route).
     attainable: inputs clipped updates can have, instead of the box.
     limits: the `secure_sum.Limits` (`attained.round_rdp`).
+    use_profile: also bound the profile route (module docstring).
 
   Returns:
     A float lower bound on ε (inf possible), or None.
@@ -181,4 +198,9 @@ def epsilon_at_least(mech, rounds: int, clients_per_round: int,
       rdp, clients_per_round, total_clients, delta, dim,
       'lower bound: one input configuration', orders,
       _conditioned(mech, clients_per_round))
-  return accountant.epsilon_rdp(rounds)[0]
+  eps = accountant.epsilon_rdp(rounds)[0]
+  if use_profile:
+    profile, _ = accountant.epsilon_profile(rounds)
+    if profile is not None:
+      eps = min(eps, profile * (1 - PROFILE_MARGIN))
+  return eps

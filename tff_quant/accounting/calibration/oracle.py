@@ -5,9 +5,10 @@
 subsampled by WBK19 Thm 9, composed and converted, Mironov 2017, and the
 profile route, the round's profile from the same orders amplified by
 sampling and composed as a PLD, `profile_route`) and its cheap lower bound
-(`lower_bound.epsilon_at_least`, used only with use_profile=False: it bounds
-the RDP route); with bound='attained', over the per-round divergences named
-inputs attain (`RoundAccountant.epsilon_attained`, both routes).
+(`lower_bound.epsilon_at_least`: it bounds the RDP route, and the profile
+route of a candidate without a Gaussian-domination rate); with
+bound='attained', over the per-round divergences named inputs attain
+(`RoundAccountant.epsilon_attained`, both routes).
 """
 
 import dataclasses
@@ -17,6 +18,7 @@ from typing import Dict, Optional, Tuple
 from tff_quant.accounting import attained as attained_lib
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
+from tff_quant.accounting import gaussian_domination
 from tff_quant.accounting import lower_bound
 from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import interface
@@ -89,9 +91,10 @@ class Epsilon:
   configuration: when that already exceeds the target, the bound answers
   (`EpsilonEstimate.lower_bound`), so a search sees the same side of the
   target either way (what it saves: docs/performance.md). Not with the PLD
-  or profile routes (the bound is the RDP route's, and those routes may give
-  less; the profile route is off unless the schedule says use_profile=True)
-  nor bound='attained'.
+  route (which may give less) nor bound='attained'; on the profile route
+  (use_profile=True) only for candidates without a Gaussian-domination rate
+  (whose profile route is a function of the same RDP curve:
+  `lower_bound`).
 
   On the ℓ2 route the accountant bounds each target pair by the smaller of
   the mixture bound and the ±c mixes (`secure_sum.PairBounds`). At the
@@ -127,7 +130,8 @@ class Epsilon:
     self.pair_bounds = pair_bounds or secure_sum.PairBounds()
     self.bound = bound
     self.target = (None if schedule.get('use_pld') or bound == 'attained'
-                   or schedule.get('use_profile', False) else target)
+                   else target)
+    self.use_profile = bool(schedule.get('use_profile', False))
     # bound='attained' only (the report names the inputs from it).
     self.attained_ends: Dict[str, AttainedEnd] = {}   # repr(mechanism) ->
     self.unresolved = ''   # why the last out-of-reach law was (for the error)
@@ -188,12 +192,15 @@ class Epsilon:
     """
     key = repr(mech)
     if key not in self._floors:
+      n = self.schedule['clients_per_round']
+      dominated = self.use_profile and not gaussian_domination.unavailable(
+          mech, self.schedule.get('min_clients_per_round', n))
       self._floors[key] = (
-          None if self.target is None or not lower_bound.worthwhile(
-              mech, self.schedule['clients_per_round'], len(self.orders),
-              self.limits)
+          None if self.target is None or dominated or not lower_bound.worthwhile(
+              mech, n, len(self.orders), self.limits)
           else lower_bound.epsilon_at_least(mech, orders=FAST_ORDERS,
                                             limits=self.limits,
+                                            use_profile=self.use_profile,
                                             **self._bound_schedule))
     return self._floors[key]
 
