@@ -103,7 +103,7 @@ def test_cost_limit_writes_inf_with_the_reason(tmp_path):
   out = tmp_path / 'f'
   res = run_binary(['--mechanisms=qmgeo', '--bits=8', '--epsilons=10',
                     '--dims=1000',
-                    '--clients=40', '--rounds=10', '--total_clients=100',
+                    '--clients=4', '--rounds=10', '--total_clients=100',
                     '--coordinate_clip_multiples=3', '--max_operations=1e4',
                     f'--output_dir={out}'])   # not even one client's search fits
   assert res.returncode == 0, res.stderr[-2000:]
