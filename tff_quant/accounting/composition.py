@@ -46,12 +46,14 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from tff_quant.accounting import attained as attained_lib
+from tff_quant.accounting import blanket_domination
 from tff_quant.accounting import gaussian_domination
 from tff_quant.accounting import per_round
 from tff_quant.accounting import pld_route
 from tff_quant.accounting import profile_route
 from tff_quant.accounting import rdp_route
 from tff_quant.accounting import secure_sum
+from tff_quant.common import exact_laws
 from tff_quant.common import validation
 from tff_quant.mechanisms import gaussian
 
@@ -457,10 +459,11 @@ class RoundAccountant:
   @functools.cached_property
   def dominating_rate(self) -> Optional[gaussian_domination.Rate]:
     """The mechanism's per-coordinate Gaussian-domination rate at the
-    summed clients (`gaussian_domination.rate`), None where it has none."""
+    summed clients (`blanket_domination.rate`: two levels in closed form,
+    more through the blanket mixture), None where it has none."""
     if self.mech is None:
       return None
-    return gaussian_domination.rate(self.mech, self.summed)
+    return blanket_domination.rate(self.mech, self.summed)
 
   def _gaussian_mu(self) -> Optional[float]:
     """μ of a Gaussian pair that dominates the un-sampled round: for the
@@ -477,12 +480,18 @@ class RoundAccountant:
     """The un-sampled round's δ_M from the RDP curve `rdp` (CKS20 Prop.
     12), and where smaller the profile of a dominating Gaussian pair
     (`_gaussian_mu`: the central Gaussian's closed form, or a proved
-    per-coordinate domination, `gaussian_domination`)."""
+    per-coordinate domination, `blanket_domination`)."""
     mu = self._gaussian_mu()
     if mu is None:
       return lambda eps: profile_route.rdp_profile(rdp, eps)
-    return lambda eps: np.minimum(profile_route.gaussian_profile(mu, eps),
-                                  profile_route.rdp_profile(rdp, eps))
+    rate = self.dominating_rate
+    tail = 0.0 if rate is None else rate.tail
+    # The pair ((1 − t)N(0, 1) + t·δ_⊥, (1 − t)N(μ, 1) + t·δ_⊤) where the
+    # domination holds but with probability t (`blanket_domination`, C).
+    return lambda eps: np.minimum(
+        np.minimum((profile_route.gaussian_profile(mu, eps) + tail) *
+                   (1 + 2 * exact_laws.U), 1.0),
+        profile_route.rdp_profile(rdp, eps))
 
   def epsilon_profile(self, rounds: int,
                       interval: float = profile_route.DEFAULT_INTERVAL):
@@ -657,7 +666,7 @@ class RoundAccountant:
                '(docs/privacy.md, "Gaussian domination").')
     elif profile and not isinstance(self.mech, gaussian.Gaussian):
       text += (' Profile route: the round\'s profile from its RDP curve '
-               '(CKS20 Prop. 12); ' + gaussian_domination.unavailable(
+               '(CKS20 Prop. 12); ' + blanket_domination.unavailable(
                    self.mech, self.summed) + '.')
     method = getattr(self.rdp, 'method', '')
     if method:   # what the ℓ2 route's curve did (a sub-sum, a local bound)

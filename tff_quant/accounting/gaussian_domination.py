@@ -142,10 +142,13 @@ class Rate:
       computed in float64 from the input, so two inputs Δ apart may give
       laws a few ulps further apart than Δ says. Over d coordinates the
       round's μ is at most κ·‖Δ‖₂ + s·√d (Minkowski).
+    tail: t, added to the round's Gaussian profile at every ε (0 here;
+      `blanket_domination.MixtureRate`'s concentration step).
   """
   rate: float
   why: str
   slack: float = 0.0
+  tail: float = 0.0
 
   def round_mu(self, sensitivity: float, dim: int) -> float:
     """μ of the Gaussian pair dominating a round whose change has ℓ2

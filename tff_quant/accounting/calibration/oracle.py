@@ -18,7 +18,7 @@ from typing import Dict, Optional, Tuple
 from tff_quant.accounting import attained as attained_lib
 from tff_quant.accounting import composition
 from tff_quant.accounting import divergence
-from tff_quant.accounting import gaussian_domination
+from tff_quant.accounting import blanket_domination
 from tff_quant.accounting import lower_bound
 from tff_quant.accounting import secure_sum
 from tff_quant.accounting.calibration import interface
@@ -193,7 +193,7 @@ class Epsilon:
     key = repr(mech)
     if key not in self._floors:
       n = self.schedule['clients_per_round']
-      dominated = self.use_profile and not gaussian_domination.unavailable(
+      dominated = self.use_profile and not blanket_domination.unavailable(
           mech, self.schedule.get('min_clients_per_round', n))
       self._floors[key] = (
           None if self.target is None or dominated or not lower_bound.worthwhile(
