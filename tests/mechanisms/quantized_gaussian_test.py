@@ -119,8 +119,9 @@ def test_lattice_local_bound_holds_and_is_the_chord_between_multiples(params):
 
 def test_lattice_law_is_the_mixture_of_the_papers_laws_at_lattice_points():
   """L points on [-c, c]: the law at x is (1-w)·law(b_i) + w·law(b_{i+1}),
-  affine between lattice points (the vertices), continuous, and L = 0 is
-  the paper's law; the registry default is the lattice variant."""
+  affine between lattice points (the vertices, `lattice_log_pmfs`),
+  continuous, and L = 0 is the paper's law; the registry default is the
+  lattice variant."""
   mech = qg.QuantizedGaussian(clip=2.0, num_levels=16, sigma=0.4,
                               input_bound=0.5, lattice=5)
   paper = qg.QuantizedGaussian(clip=2.0, num_levels=16, sigma=0.4,
@@ -132,6 +133,12 @@ def test_lattice_law_is_the_mixture_of_the_papers_laws_at_lattice_points():
           paper.local_divergences([2.0], [0.1])[2.0])
   for x in (-0.5, 0.0, 0.25):   # on the lattice: the paper's law
     np.testing.assert_allclose(mech.pmf(x), paper.pmf(x), rtol=1e-12)
+  # The vertex laws, as `lattice_log_pmfs` lists them (the blanket's rows).
+  np.testing.assert_allclose(
+      mech.lattice_log_pmfs(),
+      [paper.log_pmf(v) for v in (-0.5, -0.25, 0.0, 0.25, 0.5)], rtol=1e-13)
+  with pytest.raises(ValueError, match='lattice'):
+    paper.lattice_log_pmfs()
   x, w = 0.1, 0.4   # 0.1 = 0 + 0.4·0.25
   np.testing.assert_allclose(mech.pmf(x),
                              0.6 * paper.pmf(0.0) + 0.4 * paper.pmf(0.25),

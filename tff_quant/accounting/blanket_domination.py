@@ -416,8 +416,7 @@ def _blanket(kind, params):
   minimum is 0 everywhere."""
   mech = kind(**dict(params))
   eta = numerics.law_error(mech)
-  vertices = np.stack([np.asarray(mech.log_pmf(float(x)), np.float64)
-                       for x in mech.critical_inputs()])
+  vertices = np.asarray(mech.lattice_log_pmfs(), np.float64)
   # Lower bounds on the exact vertex laws; their minimum m defines R = m/Σm
   # exactly, and every vertex law is >= (Σm)·R.
   low = vertices - eta - 2 * _U * np.abs(vertices)

@@ -662,7 +662,8 @@ class RoundAccountant:
         'D∞ = sup over all inputs.')
     if profile and self.dominating_rate is not None:
       text += (' Profile route: the round\'s profile is also bounded by '
-               f'{self.dominating_rate.why}, μ = κ·{self._sensitivity:.4g} '
+               f'{self.dominating_rate.why}; μ = {self._gaussian_mu():.6g} '
+               f'at an ℓ2 change of {self._sensitivity:.4g} '
                '(docs/privacy.md, "Gaussian domination").')
     elif profile and not isinstance(self.mech, gaussian.Gaussian):
       text += (' Profile route: the round\'s profile from its RDP curve '

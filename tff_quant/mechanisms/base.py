@@ -357,6 +357,21 @@ class InputLattice:
     return lattice_log_pmf(self._lattice_law, x, self.input_bound,
                            self.lattice)
 
+  def lattice_log_pmfs(self) -> np.ndarray:
+    """The vertex laws: the paper's log-laws at the float lattice points
+    −input_bound + i·h, whose consecutive pairs every input's law mixes
+    (`lattice_log_pmf`).
+
+    Returns:
+      [lattice, num_levels] log-pmfs.
+
+    Raises:
+      ValueError: the mechanism has no input lattice.
+    """
+    if not self.lattice:
+      raise ValueError(f'{self.name} has no input lattice (lattice = 0).')
+    return np.stack([self._lattice_law(i) for i in range(self.lattice)])
+
   def _lattice_law(self, i: int) -> np.ndarray:
     """The paper's log-law at lattice point i (cached)."""
     if i not in self._at_lattice:
