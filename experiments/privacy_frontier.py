@@ -24,7 +24,8 @@ the smallest debiased error + clipping bias², the bias under the usual model
 of a rotated update of norm 1 (coordinates ≈ N(0, 1/d)): E[(|Z| - k)_+²]/d.
 
 Cost: a cell whose exact search is estimated (before it starts) above
---max_operations per ε evaluation is written as inf with the estimate; so is a
+--max_operations per ε evaluation is written as inf with the estimate (the
+proved end; the optimistic end has only --max_seconds_per_cell); so is a
 target no setting reaches (with the best ε), bits a mechanism cannot use, or a
 mechanism that cannot carry the signal there (a modular sum wider than its
 modulus: the reason names the bits it needs; a decoded mean with slope < 1/2).
@@ -71,7 +72,9 @@ flags.DEFINE_list('coordinate_clip_multiples', ['2', '3', '4'],
 flags.DEFINE_float('max_operations', frontier.DEFAULT_MAX_OPERATIONS,
                    'Per-evaluation cost limit of the exact search over the '
                    'other clients (the accountant\'s own default, so a cell '
-                   'gets the bound a user of the library gets).')
+                   'gets the bound a user of the library gets). It shapes '
+                   'the proved end only: the optimistic end (bound='
+                   '\'attained\') is bounded by --max_seconds_per_cell.')
 flags.DEFINE_float('rtol', 1e-2, 'Relative width at which calibration stops.')
 flags.DEFINE_integer('workers', 1, 'Processes computing cells in parallel.',
                      lower_bound=1)

@@ -160,3 +160,13 @@ def test_two_levels_take_the_closed_form_and_the_rest_say_why():
   assert B.unavailable(other, 3) == G.unavailable(other, 3)
   with pytest.raises(ValueError, match='num_clients'):
     B.rate(two, 0)
+
+
+def test_rates_never_rise_with_the_count():
+  """κ(R^{*m}) bounds every count above m (data processing), so the rates
+  used are non-increasing in the count even where the computed ones are not
+  (nearly deterministic laws: the clusters' least outcome dominates)."""
+  for mech, n in ((_qg(4, 0.15), 3), (_MECHS['rp3'], 3), (_MECHS['qg8'], 40)):
+    squares = np.asarray(B.rate(mech, n).squares)
+    assert np.all(np.diff(squares) <= 0)
+    assert np.all(np.isfinite(squares))

@@ -71,11 +71,13 @@ def vector_round_law(mech, inputs, cohort_size):
 
 
 #: Two-coordinate targets on the ℓ2 sphere of radius 1 and interior, and
-#: five others (all at a corner; interior and mixed), for N = 6.
+#: five others (all at one point of the sphere; interior and mixed), for
+#: N = 6. Every input lies in the ℓ2 ball the accountant assumes: a client
+#: outside it would be replaced by the target at ℓ2 distance above 2.
 L2_PAIRS = (((0.6, 0.8), (-0.6, -0.8)), ((1.0, 0.0), (-1.0, 0.0)),
             ((0.7071, 0.7071), (-0.7071, -0.7071)), ((0.3, -0.2), (-0.5, 0.4)))
-L2_OTHERS = (((1.0, 1.0),) * 5, ((-1.0, 1.0), (0.3, -0.7), (1.0, -1.0),
-                                 (-0.2, 0.1), (0.9, 0.9)))
+L2_OTHERS = (((0.7071, 0.7071),) * 5,
+             ((-1.0, 0.0), (0.3, -0.7), (0.6, -0.8), (-0.2, 0.1), (0.0, 1.0)))
 
 
 def worst_l2_epsilon(mech, cohort_size, rounds, delta):

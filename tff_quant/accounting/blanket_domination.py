@@ -312,12 +312,16 @@ class MixtureRate(gaussian_domination.Rate):
     spread = max(float(z[-1] if z.size else 0.0), 1e-300)
     lam = np.logspace(-3, 9, _LAMBDAS)[:, None] / spread   # λ/N
     with np.errstate(all='ignore'):
-      g = np.expm1(lam * (z[None, :] - c0))
+      y = lam * (z[None, :] - c0)
+      g = np.expm1(y)
       # E e^{λ(Z − c0)/N} − 1 = Σ w·(e^... − 1) (Σ w = 1), each weight taken
-      # at the end that makes its term largest, rounding added.
+      # at the end that makes its term largest; each term's rounding (the
+      # product and difference in y: 3u·|y| through expm1, then expm1, the
+      # weight's product and the sum) added.
       terms = np.where(g > 0, w_high[None, :] * g, w_low[None, :] * g)
-      v = np.sum(terms, axis=1)
-    v = v + np.sum(np.abs(terms), axis=1) * (_LIB + (z.size + 4) * _U)
+      v = np.sum(terms, axis=1) + np.sum(
+          np.abs(terms) * (_LIB + (z.size + 4) * _U + 3 * _U * np.abs(y) *
+                           np.exp(np.minimum(np.abs(y), 700.0))), axis=1)
     with np.errstate(all='ignore'):
       log_mgf = np.where(v > -1, np.log1p(v) * (1 + _LIB) + _U, math.inf)
       need = (math.log(1 / ROUND_TAIL) + np.maximum(0.0, n_eff * log_mgf)
@@ -362,6 +366,10 @@ def unavailable(mech, num_clients: int) -> str:
     return (f'no Gaussian domination for {mech.name} here: its blanket '
             f'mixture would evaluate {terms:.3g} log-space terms, above '
             f'MAX_TERMS = {MAX_TERMS:.3g}')
+  if _mixture_rate(type(mech), _key(mech), n) is None:
+    return (f'no finite Gaussian domination for {mech.name} here: its vertex '
+            'laws have no common part, or a per-count rate leaves float64 '
+            '(laws nearly deterministic)')
   return ''
 
 
@@ -370,7 +378,7 @@ def _cost(mech, num_clients: int) -> float:
   clients: the others' sum built one client at a time (two passes of
   |R|·(m(|R| − 1) + 1) terms each), and at each evaluated count g every
   vertex law convolved with R^{*g}."""
-  blanket = _blanket(type(mech), tuple(sorted(mech.params().items())))
+  blanket = _blanket(type(mech), _key(mech))
   if blanket is None:
     return 0.0
   vertices, _, log_r, _, beta = blanket
@@ -405,7 +413,12 @@ def rate(mech, num_clients: int) -> Optional[gaussian_domination.Rate]:
     return gaussian_domination.rate(mech, n)
   if unavailable(mech, n):
     return None
-  return _mixture_rate(type(mech), tuple(sorted(mech.params().items())), n)
+  return _mixture_rate(type(mech), _key(mech), n)
+
+
+def _key(mech) -> tuple:
+  """The cache key of `mech`'s laws: its parameters."""
+  return tuple(sorted(mech.params().items()))
 
 
 @functools.lru_cache(maxsize=64)
@@ -461,7 +474,9 @@ def _mixture_rate(kind, params, num_clients: int) -> Optional[MixtureRate]:
       kappas[m] = _count_rate(log_o, e_o, vertices, e_v, float(step))
     if m < others:
       log_o, e_o = _log_convolve(log_r, e_r, log_o, e_o)
-  kappa = np.array([kappas[m] for m in counts.tolist()])
+  # κ(R^{*m}) bounds every count above m (data processing), so each count
+  # may take the least bound at or below it.
+  kappa = np.minimum.accumulate(np.array([kappas[m] for m in counts.tolist()]))
   if not np.all(np.isfinite(kappa)):
     return None
   # P(g(M) = g): the binomial's mass on [g, next g), within its log errors.

@@ -476,6 +476,17 @@ class RoundAccountant:
     return (None if rate is None else
             rate.round_mu(self._sensitivity, self.dim))
 
+  def _domination_profile(self, mu: float):
+    """The round's δ_M from a dominating Gaussian pair at `mu`, with the
+    rate's tail t: the pair ((1 − t)N(0, 1) + t·δ_⊥, (1 − t)N(μ, 1) +
+    t·δ_⊤) where the domination holds but with probability t
+    (`blanket_domination`, C; t = 0 otherwise)."""
+    rate = self.dominating_rate
+    tail = 0.0 if rate is None else rate.tail
+    return lambda eps: np.minimum(
+        (profile_route.gaussian_profile(mu, eps) + tail) *
+        (1 + 2 * exact_laws.U), 1.0)
+
   def _round_profile(self, rdp):
     """The un-sampled round's δ_M from the RDP curve `rdp` (CKS20 Prop.
     12), and where smaller the profile of a dominating Gaussian pair
@@ -484,14 +495,40 @@ class RoundAccountant:
     mu = self._gaussian_mu()
     if mu is None:
       return lambda eps: profile_route.rdp_profile(rdp, eps)
-    rate = self.dominating_rate
-    tail = 0.0 if rate is None else rate.tail
-    # The pair ((1 − t)N(0, 1) + t·δ_⊥, (1 − t)N(μ, 1) + t·δ_⊤) where the
-    # domination holds but with probability t (`blanket_domination`, C).
-    return lambda eps: np.minimum(
-        np.minimum((profile_route.gaussian_profile(mu, eps) + tail) *
-                   (1 + 2 * exact_laws.U), 1.0),
-        profile_route.rdp_profile(rdp, eps))
+    dominated = self._domination_profile(mu)
+    return lambda eps: np.minimum(dominated(eps),
+                                  profile_route.rdp_profile(rdp, eps))
+
+  def epsilon_domination(self, rounds: int,
+                         interval: float = profile_route.DEFAULT_INTERVAL
+                         ) -> Optional[float]:
+    """The profile route's ε from the Gaussian domination alone, without
+    the RDP curve (whose profile `epsilon_profile` also takes where it is
+    smaller): at or above `epsilon_profile`'s ε, and a proved ε by itself.
+    Calibration searches with it where a domination exists (its RDP curve
+    is most of a candidate's cost; `calibration.oracle`).
+
+    Args:
+      rounds: T >= 1, rounds composed.
+      interval: the PLD loss grid's spacing, > 0.
+
+    Returns:
+      ε, or None where there is no dominating Gaussian pair (or the round
+      is accounted conditioned on a window).
+
+    Raises:
+      TypeError: `rounds` not an integer.
+      ValueError: `rounds` < 1 or `interval` <= 0.
+    """
+    validation.check_integer('rounds', rounds, 1)
+    if self.conditioned is not None:
+      return None
+    mu = self._gaussian_mu()
+    if mu is None:
+      return None
+    return profile_route.profile_epsilon(
+        self._domination_profile(mu), self.gamma, rounds, self.delta,
+        interval)
 
   def epsilon_profile(self, rounds: int,
                       interval: float = profile_route.DEFAULT_INTERVAL):

@@ -33,6 +33,10 @@ ATTAINED_NOTE = (
     'the same route\'s ε from the divergences that named inputs attain), the '
     'optimistic end of what a perfect bound over the other clients\' inputs '
     'could allow; the proved ε of this mechanism may exceed the target.')
+#: How a candidate searched by its Gaussian domination alone was evaluated
+#: (replaced by its guarantee's text once `Epsilon.full` evaluates it).
+DOMINATION_NOTE = ('searched by its Gaussian domination alone on the profile '
+                   'route (at or above the whole accountant\'s ε)')
 
 
 class AttainedUnavailable(ValueError):
@@ -95,6 +99,14 @@ class Epsilon:
   (use_profile=True) only for candidates without a Gaussian-domination rate
   (whose profile route is a function of the same RDP curve:
   `lower_bound`).
+
+  On the profile route a candidate with a Gaussian domination
+  (`blanket_domination`) is searched by that domination's ε alone
+  (`RoundAccountant.epsilon_domination`), without its RDP curve: a proved
+  ε at or above the whole accountant's, which takes the smaller of the two
+  profiles and the RDP route. The answer is evaluated by the whole
+  accountant (`full`); where that lies below the window the search is run
+  again with the whole accountant (`mixes_matter` set, as for the mixes).
 
   On the ℓ2 route the accountant bounds each target pair by the smaller of
   the mixture bound and the ±c mixes (`secure_sum.PairBounds`). At the
@@ -221,6 +233,10 @@ class Epsilon:
     """
     if self.bound == 'attained':
       return self._attained(mech)
+    if self.use_profile and not self.mixes_matter:
+      eps = self._dominated(mech)
+      if eps is not None:
+        return eps
     try:
       g = self._guarantee(mech)
       if self.orders != FAST_ORDERS and not _order(g) < max(self.orders):
@@ -232,6 +248,30 @@ class Epsilon:
     self.seen[repr(mech)] = Evaluated(g.assumptions, tuple(self.orders))
     self._cap(_order(g))
     return g.epsilon
+
+  def _accountant(self, mech) -> composition.RoundAccountant:
+    """The `composition.RoundAccountant` of `mech` on the schedule, at the
+    current orders."""
+    s = self.schedule
+    return composition.RoundAccountant(
+        mech, s['clients_per_round'], s['total_clients'], s['delta'],
+        s['dim'], self.orders, s['l2_clip'], s['others'], limits=self.limits,
+        min_clients_per_round=s.get('min_clients_per_round'))
+
+  def _dominated(self, mech) -> Optional[float]:
+    """On the profile route, `mech`'s ε from its Gaussian domination alone
+    (`RoundAccountant.epsilon_domination`: no RDP curve), or None where it
+    has none (class docstring)."""
+    n = self.schedule.get('min_clients_per_round',
+                          self.schedule['clients_per_round'])
+    if blanket_domination.unavailable(mech, n):
+      return None
+    eps = self._accountant(mech).epsilon_domination(self.schedule['rounds'])
+    if eps is None:
+      return None
+    self.seen[repr(mech)] = Evaluated(DOMINATION_NOTE, tuple(self.orders))
+    self.partial.add(repr(mech))   # `full` gives the answer's ε
+    return eps
 
   def _guarantee(self, mech):
     """The proved guarantee at the current orders, of the mixture bound
@@ -288,11 +328,7 @@ class Epsilon:
     s = self.schedule
 
     def run():
-      acc = composition.RoundAccountant(
-          mech, s['clients_per_round'], s['total_clients'], s['delta'],
-          s['dim'], self.orders, s['l2_clip'], s['others'],
-          limits=self.limits,
-          min_clients_per_round=s.get('min_clients_per_round'))
+      acc = self._accountant(mech)
       return (acc,) + acc.epsilon_attained(s['rounds'],
                                            s.get('use_profile', False))
 
