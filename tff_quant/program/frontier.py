@@ -875,14 +875,19 @@ def penalty_text(setting, use_profile=False) -> str:
             f'27), would be {penalty:.3g}× its reference: that much of every '
             'ratio here is the subsampling theorem, not the mechanism.')
   if int(n) <= gaussian_domination.MAX_CLIENTS:
-    pbm = ('PBM\'s rounds, and RQM\'s and QMGeo\'s with [−c, c] in their '
-           'central bin, are a proved Gaussian domination (docs/privacy.md, '
-           '"Gaussian domination"): no accounting penalty (1.0); what they '
-           'keep is the rate over the Fisher value, squared. ')
+    pbm = ('PBM\'s rounds, RQM\'s and QMGeo\'s with [−c, c] in their '
+           'central bin, and the quantized Gaussian\'s and randomized '
+           'projection\'s with the input lattice are a proved Gaussian '
+           'domination (docs/privacy.md, "Gaussian domination"; above two '
+           'levels through the others\' blanket, "Above two levels"): no '
+           'accounting penalty (1.0); what they keep is the rate over the '
+           'Fisher value, squared. ')
   else:
     pbm = (f'PBM\'s Gaussian domination is not served above '
            f'{gaussian_domination.MAX_CLIENTS} clients: it is '
-           'accounted from its RDP curve too. ')
+           'accounted from its RDP curve too (the quantized Gaussian\'s and '
+           'randomized projection\'s blanket mixture is, within its cost '
+           'limit). ')
   return ('Profile route: the reference is the Gaussian by the lesser of Thm 27 '
           'and its exact profile. ' + pbm + 'The Gaussian accounted from its '
           'RDP curve alone, as every other mechanism is, would be '
