@@ -8,6 +8,8 @@ the baseline; --repeats passes, interleaved, and min/median/max per row.
       [--limit_s=600]   (a calibration still running then is stopped and
                          its row says so) [--mechanisms=rqm,qmgeo] (default:
                          every registry mechanism; the Gaussian always)
+      [--epsilon=10] [--bits=8] [--use_profile] (every calibration, the
+                         Gaussian's too, on the profile route)
 """
 
 import math
@@ -25,13 +27,13 @@ DIM = 61_706
 TARGET = 10.0
 
 
-def _one(name, clients):
+def _one(name, clients, target=TARGET, bits=8, use_profile=False):
   t0 = time.perf_counter()
   try:
     r = accounting.calibration_report(
-        name, TARGET, 1 / 3400, 300, clients, 3400, DIM,
-        bits=None if name == 'gaussian' else 8, l2_clip=1.0,
-        coordinate_clip=3 / math.sqrt(DIM))
+        name, target, 1 / 3400, 300, clients, 3400, DIM,
+        bits=None if name == 'gaussian' else bits, l2_clip=1.0,
+        coordinate_clip=3 / math.sqrt(DIM), use_profile=use_profile)
     low = r.epsilon_attained
     what = (f'{r.mechanism!r}; ε ∈ [{low:.4g}, {r.epsilon:.4g}]'
             if low is not None else f'{r.mechanism!r}; ε = {r.epsilon:.4g}')
@@ -42,11 +44,12 @@ def _one(name, clients):
   return time.perf_counter() - t0, what
 
 
-def timed(name, clients, limit_s):
+def timed(name, clients, limit_s, target=TARGET, bits=8, use_profile=False):
   """(seconds, answer) of one calibration in a fresh process, stopped after
   `limit_s` (then the seconds are the limit and the answer says so); a
   process that dies without answering is said at once."""
-  out = isolated.call_in_child(_one, (name, clients), limit_s)
+  out = isolated.call_in_child(_one, (name, clients, target, bits,
+                                      use_profile), limit_s)
   if out.ended == isolated.RETURNED:
     return out.value
   if out.ended == isolated.DIED:
@@ -59,7 +62,14 @@ def main():
   clients = (100, 1000)
   limit_s = 600.0
   chosen = None
+  target, bits, use_profile = TARGET, 8, False
   for arg in sys.argv[1:]:
+    if arg.startswith('--epsilon='):
+      target = float(arg.split('=')[1])
+    if arg.startswith('--bits='):
+      bits = int(arg.split('=')[1])
+    if arg == '--use_profile':
+      use_profile = True
     if arg.startswith('--repeats='):
       repeats = int(arg.split('=')[1])
     if arg.startswith('--clients='):
@@ -72,7 +82,9 @@ def main():
         mechanisms.get(name)   # an unknown name: the registry's error
   names = ['gaussian'] + [n for n in mechanisms.registry() if n != 'gaussian'
                           and (chosen is None or n in chosen)]
-  print(f'Calibration at 8 bits, d = {DIM}, ε = {TARGET:g}, 300 rounds '
+  route = 'the profile route' if use_profile else 'the RDP route'
+  print(f'Calibration at {bits} bits on {route}, d = {DIM}, ε = {target:g}, '
+        '300 rounds '
         f'({os.cpu_count()} cores; load average at start '
         f'{os.getloadavg()[0]:.1f}); seconds over {repeats} interleaved passes.\n')
   print('| mechanism | n | min s | median s | max s | answer |\n|---|---|---|---|---|---|')
@@ -81,7 +93,8 @@ def main():
     answer = {}
     for repeat in range(repeats):
       for name in names:
-        seconds, answer[name] = timed(name, n, limit_s)
+        seconds, answer[name] = timed(name, n, limit_s, target, bits,
+                                      use_profile)
         times[name].append(seconds)
         if repeat == repeats - 1:   # its row, as soon as it is complete
           t = np.array(times[name])
