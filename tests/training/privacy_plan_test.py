@@ -83,6 +83,24 @@ def test_a_calibrated_plan_meets_its_target_and_the_summary_reads_it(
   assert f'{summary["epsilon"]:.4g}' in line
 
 
+def test_a_plan_serves_only_the_run_it_was_made_for(calibrated):
+  """A plan made beforehand (a binary makes it before TensorFlow starts) is
+  checked against the run's config and model size
+  (`federated_training.run(plan=...)`)."""
+  config, _, plan = calibrated
+  assert plan.request == (config.validate(), NUM_PARAMS)
+  plan.check_made_for(config, NUM_PARAMS)   # the calibrated config's request
+  with pytest.raises(ValueError, match='made for 50 parameters'):
+    plan.check_made_for(config, NUM_PARAMS + 1)
+  with pytest.raises(ValueError, match='not for 50 parameters'):
+    plan.check_made_for(small_config(target_epsilon=10.0, rounds=3),
+                        NUM_PARAMS)
+  given = small_config(mechanism_params=dict(q=0.3))
+  privacy_plan.make(given, NUM_PARAMS).check_made_for(given, NUM_PARAMS)
+  with pytest.raises(ValueError, match='made by hand'):
+    privacy_plan.PrivacyPlan(given, 64).check_made_for(given, NUM_PARAMS)
+
+
 def test_a_kept_calibration_is_reused_for_the_same_setting_only(calibrated,
                                                                 tmp_path):
   config, _, plan = calibrated

@@ -20,8 +20,8 @@ What each export is for:
   and dimension the accountant needs.
 * `find_measurements(metrics)`: the per-round measurements in a process's
   metrics; `secure_sum_bits(n, L)`: the field the secure sum needs;
-  `refuse_no_privacy(mech)`: the factories' check that a mechanism gives
-  some privacy.
+  `refuse_no_privacy(mech)` (no TensorFlow): the factories' check that a
+  mechanism gives some privacy.
 TFF's own DP aggregators as peers on the same accountant: the `peers` module;
 `packed_peers`: TFF's distributed DP sum with K clients per value (the packed
 path), each row through TFF's own per-client pipeline.
@@ -29,6 +29,8 @@ path), each row through TFF's own per-client pipeline.
 Importing the package (or `peers`) does not start TensorFlow: the factories
 are imported when first read (PEP 562), so a binary refuses a bad flag first.
 """
+
+from tff_quant.aggregators.no_privacy import refuse_no_privacy
 
 _EXPORTS = {
     'constructors': ('UniformlyWeighted', 'bq_factory', 'clipped_mean_factory',
@@ -38,10 +40,10 @@ _EXPORTS = {
                     'unsecured_aggregations'),
     'quantization_factory': ('Created', 'QuantizationFactory',
                              'find_measurements', 'mechanisms_used',
-                             'recording', 'refuse_no_privacy',
-                             'secure_sum_bits'),
+                             'recording', 'secure_sum_bits'),
 }
-__all__ = [name for names in _EXPORTS.values() for name in names]
+__all__ = ['refuse_no_privacy'] + [name for names in _EXPORTS.values()
+                                   for name in names]
 
 
 def __getattr__(name):

@@ -49,6 +49,7 @@ import tensorflow_federated as tff
 from tff_quant.accounting import setting as setting_lib
 from tff_quant.common import dims
 from tff_quant.common import validation
+from tff_quant.aggregators.no_privacy import refuse_no_privacy
 from tff_quant.mechanisms import base
 from tff_quant.mechanisms import wire
 
@@ -59,9 +60,6 @@ _STATE_TYPE = tff.TensorType(np.int64)
 # block adds its list for its duration, and only there).
 _RECORDERS = contextvars.ContextVar('tff_quant_recorders', default=())
 _ROTATION_SALT = 0x5EED_0F_2D   # second word of the rotation's (public) seed
-# A mechanism that needs δ >= this for any finite ε gives no privacy.
-NO_PRIVACY_MASS = 0.5
-
 
 
 class _DropUnusedAssertReports(logging.Filter):
@@ -99,31 +97,6 @@ class Created(NamedTuple):
   #: The `accounting.CalibratedSetting` the factory enforced (None: built
   #: without one; then no ε was promised and `training_guarantee` says it).
   calibrated_for: Optional[object] = None
-
-
-def refuse_no_privacy(mech: base.Mechanism) -> None:
-  """Refuses a mechanism that gives no privacy: one whose output laws for
-  some two inputs overlap so little that no (ε, δ) with δ < 1/2 exists
-  (`accounting.impossible_mass` >= NO_PRIVACY_MASS; e.g. PBM θ = 1/2, QMGeo
-  as written). What a factory checks (unless `allow_no_privacy`), and what a
-  training run checks of the parameters it is given before calibrating.
-
-  Args:
-    mech: the mechanism.
-
-  Raises:
-    ValueError: it gives no privacy (naming the inputs and the mass).
-  """
-  from tff_quant.accounting import divergence  # pylint: disable=g-import-not-at-top
-  mass, x, x_other = divergence.impossible_mass(mech)
-  if mass >= NO_PRIVACY_MASS:
-    where = (f' (inputs {x:.4g} and {x_other:.4g})'
-             if math.isfinite(x) and math.isfinite(x_other) else '')
-    raise ValueError(
-        f'{mech} gives no privacy: for two inputs{where}, probability '
-        f'{mass:.3g} of one\'s output is impossible for the other, so no '
-        f'(ε, δ) with δ < {mass:.3g} exists. Change its parameters, or pass '
-        'allow_no_privacy=True to study it.')
 
 
 def secure_sum_bits(num_clients: int, num_levels: int,

@@ -161,7 +161,7 @@ def load_emnist(cache_dir: Optional[str] = None, only_digits: bool = False,
       max_test_examples or -1).batch(4096):
     xs.append(e['x'].numpy())
     ys.append(e['y'].numpy())
-  classes = 10 if only_digits else 62
+  classes = 10 if only_digits else sources.SHAPES['emnist'][1]
   return FederatedData(
       'emnist', f'Federated EMNIST ({classes} classes, real, split by writer: '
       f'{len(train.client_ids)} train clients; file {path})', train,
@@ -193,7 +193,7 @@ def load(name: str, num_clients: int = 100, alpha: float = 0.5, seed: int = 0,
   data = FederatedData(
       name, f'{source}; SIMULATED federated split: {num_clients} clients, '
       f'Dirichlet(alpha={alpha}) over labels, seed {seed} (not split by writer)',
-      train, tx, ty, 10, arrays)
+      train, tx, ty, sources.SHAPES[name][1], arrays)
   if validation_fraction:
     data = hold_out_validation(data, validation_fraction, seed)
   return data

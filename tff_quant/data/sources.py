@@ -1,11 +1,17 @@
-"""Which datasets exist and where the EMNIST cache is looked for, readable
-without TensorFlow (`tff_quant.data`)."""
+"""Which datasets exist, their shapes, and where the EMNIST cache is looked
+for, readable without TensorFlow (`tff_quant.data`)."""
 
 import os
 from typing import Optional
 
 #: The datasets `tff_quant.data.load` reads.
 DATASETS = ('emnist', 'fashion_mnist', 'mnist')
+
+#: Each dataset's example shape and number of classes (`FederatedData`'s
+#: `input_shape` and `num_classes`): what a model's size is counted from
+#: before the data is read (`models.param_count`).
+SHAPES = {'emnist': ((28, 28, 1), 62), 'fashion_mnist': ((28, 28, 1), 10),
+          'mnist': ((28, 28, 1), 10)}
 
 
 def emnist_cache_path(cache_dir: Optional[str] = None) -> str:

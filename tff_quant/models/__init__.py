@@ -1,13 +1,16 @@
 """Keras models for the experiments, and their TFF learning wrapper.
 
-`MODELS` (the names) is read without TensorFlow; `get`, `num_params`,
-`update_dim` and `tff_model_fn` import it on first use (PEP 562), so a binary
-refuses a bad flag before TensorFlow starts.
+`MODELS` (the names) and `param_count` (a model's parameters, from its layer
+shapes) are read without TensorFlow; `get`, `num_params`, `update_dim` and
+`tff_model_fn` import it on first use (PEP 562), so a binary refuses a bad
+flag, or plans, before TensorFlow starts.
 """
 
 from tff_quant.models.names import MODELS
+from tff_quant.models.param_counts import param_count
 
-__all__ = ['MODELS', 'get', 'num_params', 'update_dim', 'tff_model_fn']
+__all__ = ['MODELS', 'param_count', 'get', 'num_params', 'update_dim',
+           'tff_model_fn']
 
 
 def __getattr__(name):

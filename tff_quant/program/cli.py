@@ -66,7 +66,8 @@ def _help_for_module(module_name: str) -> None:
 
 
 def run(main: Callable[[List[str]], object],
-        check: Optional[Callable[[], object]] = None) -> None:
+        check: Optional[Callable[[], object]] = None,
+        tensorflow: bool = True) -> None:
   """Runs an experiment binary's `main` under absl (`app.run`), with the
   shared flag parsing (`parse_flags`: help exits 0).
 
@@ -82,13 +83,18 @@ def run(main: Callable[[List[str]], object],
   check must stay cheap (flags, files): it runs before main, and work that
   starts children belongs in main. TensorFlow must be imported before
   `app.run` starts: Keras built inside `app.run` by a TensorFlow imported
-  there fails (TF 2.14: `Flatten(input_shape=...)` converts None).
+  there fails (TF 2.14: `Flatten(input_shape=...)` converts None). A binary
+  whose own process builds no Keras model (it plans, reports, and starts
+  the runs as processes of their own) passes `tensorflow=False` and starts
+  without it (about 6 s less a start).
 
   Args:
     main: the binary's main(argv); absl passes it the arguments left after
       the flags.
     check: None, or a no-argument callable that raises one of
       `errors.USER_ERRORS` for bad input (it may read FLAGS).
+    tensorflow: whether TensorFlow (and TFF) is imported after `check`, before
+      main (only with `check`; a binary without one imports what it needs).
 
   Raises:
     SystemExit: always, as `app.run` does (main's return value, 0 after the
@@ -104,7 +110,8 @@ def run(main: Callable[[List[str]], object],
     parse_flags(sys.argv)
     with user_errors_exit():
       check()
-    quiet.import_tensorflow()
+    if tensorflow:
+      quiet.import_tensorflow()
   app.run(main, flags_parser=parse_flags)
 
 

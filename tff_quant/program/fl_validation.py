@@ -34,9 +34,11 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from scipy import stats
 
+from tff_quant import data as data_lib
 from tff_quant import mechanisms
+from tff_quant import models
 from tff_quant.aggregators import peers
-from tff_quant.common import validation
+from tff_quant.common import dims, validation
 from tff_quant.program import comparisons, fl_table, results_io
 
 #: The block seeds (--seed s, --noise_seed NOISE_SEED_OFFSET + s): disjoint
@@ -206,12 +208,14 @@ def calibrate_gaussian(epsilon: float, setting: Mapping, clip_norm: float
   """The central Gaussian's noise multiplier z for whole-model ε over the
   setting's schedule (δ = setting['delta']), as the FL table calibrates it
   (`aggregators.peers.calibrate`, RDP of the subsampled Gaussian, z searched
-  to 0.01%). Imports TensorFlow: run it in a child
-  (`isolated.call_in_child`), as experiments/fl_table.py does.
+  to 0.01%), d counted from the model's layer shapes (`models.param_count`:
+  no TensorFlow). Run it in a child (`isolated.call_in_child`), as
+  experiments/fl_table.py does.
 
   Args:
     epsilon: the target ε (> 0).
-    setting: model, rotate, rounds, clients_per_round, total_clients, delta.
+    setting: dataset, model, rotate, rounds, clients_per_round,
+      total_clients, delta.
     clip_norm: the ℓ2 clip.
 
   Returns:
@@ -220,12 +224,9 @@ def calibrate_gaussian(epsilon: float, setting: Mapping, clip_norm: float
   Raises:
     ValueError: bad input, or a target out of reach.
   """
-  from tff_quant.program import quiet  # pylint: disable=g-import-not-at-top
-  quiet.import_tensorflow()
-  from tff_quant import models  # pylint: disable=g-import-not-at-top
-  from tff_quant.aggregators import peers  # pylint: disable=g-import-not-at-top
-  dim = models.update_dim(models.get(setting['model'], (28, 28, 1), 10),
-                          rotate=setting['rotate'])
+  dim = dims.sent_dim(models.param_count(setting['model'],
+                                         *data_lib.SHAPES[setting['dataset']]),
+                      rotate=setting['rotate'])
   return peers.calibrate('gaussian', epsilon, setting['delta'],
                          setting['rounds'], setting['clients_per_round'],
                          setting['total_clients'], dim,

@@ -350,7 +350,8 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
         workers: Optional[Sequence[str]] = None,
         clients_per_slot: Optional[int] = None,
         trusted_network: bool = False,
-        observe: Optional[Callable[[int, object], None]] = None
+        observe: Optional[Callable[[int, object], None]] = None,
+        plan: Optional[privacy_plan.PrivacyPlan] = None
         ) -> Dict[str, object]:
   """Trains (or resumes) and returns the summary dict (also in summary.json).
 
@@ -366,7 +367,10 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   global `tff.learning.models.ModelWeights` (e.g. to measure client updates
   from it; not called for rounds a resumed run skips). `config` is not
   changed: summary['config'] is the config as run (calibrated parameters
-  set).
+  set). `plan`: the run's privacy plan made beforehand
+  (`privacy_plan.make(config, num_params of the model, stored_in=run_dir
+  unless fresh)`; checked to be for this config and model), or None: made
+  here.
   """
   config = config.validate()
   check_packing(config, clients_per_slot)
@@ -385,7 +389,7 @@ def run(config: TrainingConfig, data, run_dir: str, fresh: bool = False,
   check_schedule(run_dir, config, fresh)
   rounds = _Rounds(config, data, clients_per_slot, workers, log,
                    max_test_examples, trusted_network,
-                   None if fresh else run_dir)
+                   None if fresh else run_dir, plan)
   prepare_run_dir(run_dir, rounds.config, fresh)
   rounds.plan.keep(run_dir)
   rounds.start(run_dir)
@@ -447,7 +451,8 @@ class _Rounds:
   mechanism, d, the accountant) is its `privacy_plan.PrivacyPlan`."""
 
   def __init__(self, config, data, clients_per_slot, workers, log,
-               max_test_examples, trusted_network=False, stored_in=None):
+               max_test_examples, trusted_network=False, stored_in=None,
+               plan=None):
     self.data, self.log = data, log
     self.workers, self.trusted_network = workers, trusted_network
     self.max_test_examples = max_test_examples
@@ -465,8 +470,13 @@ class _Rounds:
         len(workers or ()))
     if config.is_peer:
       check_protobuf_for_peer(config.mechanism, self.packing.clients_per_slot)
-    # d from the model, then calibrate (or take the parameters given): once.
-    self.plan = privacy_plan.make(config, num_params, log, stored_in)
+    # d from the model, then calibrate (or take the parameters given): once,
+    # here or before (then for this config and model).
+    if plan is None:
+      plan = privacy_plan.make(config, num_params, log, stored_in)
+    else:
+      plan.check_made_for(config, num_params)
+    self.plan = plan
     self.config = config = self.plan.config
     self.process = build_process(self.plan, self.keras_fn, self.input_spec,
                                  self.packing.clients_per_slot,

@@ -19,6 +19,12 @@ and its factory enforces that setting (`aggregators.mechanism_factory(...,
 calibrated_for=...)`). The calibration is kept in the run's folder
 (`PrivacyPlan.keep`, CALIBRATION_FILE) under its `calibration_key`, so the
 same command resumes it at once (`make(..., stored_in=run_dir)`).
+
+A binary may make the plan before TensorFlow starts (d counted from the
+model's layer shapes, `models.param_count`), so that a setting without
+privacy, a target out of reach or a wire budget too small is refused first,
+and hand it to `federated_training.run(plan=...)`, which checks it was made
+for that run (`PrivacyPlan.check_made_for`) instead of making it again.
 """
 
 import collections
@@ -29,7 +35,7 @@ import math
 import os
 import pickle
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from tff_quant import accounting, aggregators, mechanisms
 from tff_quant.accounting import setting as setting_lib
@@ -58,6 +64,9 @@ class PrivacyPlan:
     calibration: the `accounting.Calibration` a target ε gave (None: the
       parameters run as given).
     calibration_key: what `calibration` depends on (`calibration_key`).
+    request: (config, num_params) as `make` was given them (the config
+      validated): what a plan made beforehand is checked against
+      (`check_made_for`).
   """
   config: config_lib.TrainingConfig
   dim: int
@@ -66,6 +75,25 @@ class PrivacyPlan:
   coordinate_clip: Optional[float] = None
   calibration: Optional[accounting.Calibration] = None
   calibration_key: Optional[Dict[str, object]] = None
+  request: Optional[Tuple[config_lib.TrainingConfig, int]] = None
+
+  def check_made_for(self, config: config_lib.TrainingConfig,
+                     num_params: int) -> None:
+    """Refuses to serve a run other than the one it was made for.
+
+    Args:
+      config: the run's config.
+      num_params: the run's model's trainable parameters.
+
+    Raises:
+      ValueError: the plan was not made by `make(config, num_params)`.
+    """
+    if self.request != (config.validate(), num_params):
+      made = ('by hand' if self.request is None else
+              f'for {self.request[1]} parameters and {self.request[0]}')
+      raise ValueError(f'This privacy plan was made {made}, not for '
+                       f'{num_params} parameters and {config}: make it for '
+                       'the run (`privacy_plan.make`).')
 
   @property
   def setting(self) -> Optional[accounting.CalibratedSetting]:
@@ -261,13 +289,14 @@ def make(config: config_lib.TrainingConfig, num_params: int,
       or a target out of reach (the calibration's message).
   """
   config = config.validate()
+  request = (config, num_params)
   if config.mechanism == config_lib.NO_PRIVACY:
-    return PrivacyPlan(config, num_params)
+    return PrivacyPlan(config, num_params, request=request)
   if config.is_peer:
     peer = build_peer(config, num_params, log)
     return PrivacyPlan(dataclasses.replace(config, mechanism_params=dict(
         config.mechanism_params, noise_multiplier=peer.noise_multiplier)),
-                       num_params, peer=peer)
+                       num_params, peer=peer, request=request)
   cls = mechanisms.get(config.mechanism)
   dim = dims.sent_dim(num_params, config.rotate)
   clip = setting_lib.coordinate_clip(config.clip_norm, dim,
@@ -277,7 +306,8 @@ def make(config: config_lib.TrainingConfig, num_params: int,
   # calibration (whether or not it would choose them anew).
   aggregators.refuse_no_privacy(given)
   if config.target_epsilon is None:
-    return PrivacyPlan(config, dim, given, coordinate_clip=clip)
+    return PrivacyPlan(config, dim, given, coordinate_clip=clip,
+                       request=request)
   key = calibration_key(config, dim)
   stored = stored_calibration(stored_in, key) if stored_in else None
   calibration = _calibrate(config, dim, clip, log, stored)
@@ -286,7 +316,7 @@ def make(config: config_lib.TrainingConfig, num_params: int,
       dataclasses.replace(config, mechanism_params=cls.complete_params(
           calibration.tunables)),
       dim, setting.build_mechanism(), coordinate_clip=setting.coordinate_clip,
-      calibration=calibration, calibration_key=key)
+      calibration=calibration, calibration_key=key, request=request)
 
 
 def calibration_key(config: config_lib.TrainingConfig,
