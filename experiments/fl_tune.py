@@ -124,12 +124,15 @@ def settings() -> tuning_settings.Settings:
 
 def check_flags() -> None:
   """Refuses bad flags before TensorFlow starts (`cli.run`'s check): a
-  list value that is not a number, the settings' ranges, the grid.
+  list value that is not a number, the settings' ranges, the grid, and an
+  output folder that holds a tuning with other settings.
 
   Raises:
-    ValueError: naming the flag.
+    ValueError: naming the flag (or the folder and both settings).
   """
-  settings().check()
+  s = settings()
+  s.check()
+  s.check_folder()
 
 
 def main(argv):

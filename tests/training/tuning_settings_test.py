@@ -1,6 +1,7 @@
 """Tests for tff_quant.training.tuning_settings: the grid's order and names,
 the clip of a point, and the settings' checks (named errors, no TensorFlow)."""
 
+import json
 import subprocess
 import sys
 
@@ -68,3 +69,16 @@ def test_importing_it_does_not_start_tensorflow():
   out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                        text=True, check=True).stdout
   assert out.strip() == 'False'
+
+
+def test_check_folder_refuses_other_settings_and_writes_nothing(tmp_path):
+  """An empty folder passes (nothing is written there: the tuning writes
+  config.json itself); a folder whose config.json holds other settings is
+  refused, naming the folder's settings."""
+  first = tuning_settings.Settings(output_dir=str(tmp_path), rounds=2)
+  fixed = first.check_folder()
+  assert fixed['rounds'] == 2 and not (tmp_path / 'config.json').exists()
+  (tmp_path / 'config.json').write_text(json.dumps(fixed))
+  assert first.check_folder() == fixed
+  with pytest.raises(ValueError, match="other settings .*'rounds': 2"):
+    tuning_settings.Settings(output_dir=str(tmp_path), rounds=3).check_folder()

@@ -38,6 +38,7 @@ from tff_quant import data as data_lib
 from tff_quant import models
 from tff_quant.program import fl_table, results_io
 from tff_quant.training import federated_training as ft
+from tff_quant.training import tuning_settings
 # The grid and the settings: a TensorFlow-free module (fl_tune checks its
 # flags with them before TensorFlow starts).
 from tff_quant.training.tuning_settings import (DEFAULT_CLIENT_LR,
@@ -270,13 +271,6 @@ RESULTS_COLUMNS = ('epsilon', 'client_lr', 'server_momentum', 'server_lr',
                    'noise_multiplier', 'minutes')
 
 
-def _load_json(path):
-  if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
-  return {}
-
-
 class Tuning:
   """One tuning folder: the norm runs, the grid runs, the report.
 
@@ -294,8 +288,8 @@ class Tuning:
     os.makedirs(self.out, exist_ok=True)
     self.norms_path = os.path.join(self.out, 'norms.json')
     self.times_path = os.path.join(self.out, 'run_seconds.json')
-    self.norms = _load_json(self.norms_path)
-    self.times = _load_json(self.times_path)
+    self.norms = tuning_settings.load_json(self.norms_path)
+    self.times = tuning_settings.load_json(self.times_path)
     self.trained = 0   # runs this process started (`Settings.max_runs`)
 
   def stopping(self) -> bool:
@@ -304,14 +298,10 @@ class Tuning:
         self.s.max_runs is not None and self.trained >= self.s.max_runs)
 
   def check_folder(self) -> None:
-    """config.json: written, or ValueError if it holds other settings."""
-    path = os.path.join(self.out, 'config.json')
-    fixed = json.loads(json.dumps(self.s.fixed()))
-    old = _load_json(path)
-    if old and old != fixed:
-      raise ValueError(f'{self.out} holds a tuning with other settings '
-                       f'({old}); use another output folder.')
-    results_io.write_json(path, fixed)
+    """config.json: written, or ValueError if it holds other settings
+    (`tuning_settings.Settings.check_folder`)."""
+    results_io.write_json(os.path.join(self.out, 'config.json'),
+                          self.s.check_folder())
 
   def load_data(self):
     if self.data is None:
@@ -529,7 +519,7 @@ class Tuning:
                  f'out (seed {s.split_seed}); training on the rest; every '
                  'accuracy below is on the validation split (the test set '
                  'is not used).')
-    loaded = _load_json(os.path.join(self.out, 'data.json'))
+    loaded = tuning_settings.load_json(os.path.join(self.out, 'data.json'))
     if loaded:
       data_line += f' Loaded: {loaded["description"]}.'
     setting_line = (

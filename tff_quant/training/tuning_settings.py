@@ -8,7 +8,9 @@ The driver that runs a tuning is `tuning.Tuning`.
 
 import dataclasses
 import datetime
+import json
 import math
+import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -194,6 +196,23 @@ class Settings:
     return dict({name: getattr(self, name) for name in TRAINING},
                 delta=1 / self.total_clients, **FIXED_TRAINING)
 
+  def check_folder(self) -> Dict[str, object]:
+    """Refuses an output folder whose config.json holds a tuning with other
+    settings (before TensorFlow starts: `experiments.fl_tune`'s check).
+
+    Returns:
+      What config.json holds or will hold: `fixed()`, as JSON reads it.
+
+    Raises:
+      ValueError: config.json holds other settings (both named).
+    """
+    fixed = json.loads(json.dumps(self.fixed()))
+    old = load_json(os.path.join(self.output_dir, 'config.json'))
+    if old and old != fixed:
+      raise ValueError(f'{self.output_dir} holds a tuning with other settings '
+                       f'({old}); use another output folder.')
+    return fixed
+
   def fixed(self) -> Dict[str, object]:
     """What every run of the tuning shares: `training()`, the mechanism of
     the grid, the data and the norm runs' rounds (config.json)."""
@@ -241,3 +260,11 @@ class Settings:
     now = now or datetime.datetime.now(datetime.timezone.utc)
     hh, mm = (int(v) for v in self.deadline.split(':'))
     return (now.hour, now.minute) >= (hh, mm)
+
+
+def load_json(path: str):
+  """The JSON object in `path`, or {} where there is no such file."""
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  return {}
