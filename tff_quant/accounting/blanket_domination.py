@@ -95,6 +95,21 @@ _GEOMETRIC = 0.85
 _LAMBDAS = 400
 
 
+def _above(x, e):
+  """A float >= the real x + e for float arrays x (−inf kept) and e >= 0:
+  the sum's rounding (u·|y|) covered by 3u·|y|, itself rounded."""
+  with np.errstate(invalid='ignore'):
+    y = x + e
+    return np.where(np.isfinite(y), y + 3 * _U * np.abs(y), y)
+
+
+def _below(x, e):
+  """A float <= the real x − e (`_above`'s mirror)."""
+  with np.errstate(invalid='ignore'):
+    y = x - e
+    return np.where(np.isfinite(y), y - 3 * _U * np.abs(y), y)
+
+
 def _log_convolve(la: np.ndarray, ea: float, lb: np.ndarray, eb: float
                   ) -> Tuple[np.ndarray, float]:
   """The log of the convolution of two non-negative sequences from their
@@ -182,23 +197,22 @@ def _cell_rate(la: np.ndarray, ea: float, lb: np.ndarray, eb: float) -> float:
   if la.size < 2:
     return 0.0
   ratio = lb - la
-  e_ratio = (ea + eb + _U * float(np.max(np.abs(ratio)))) * (1 + 1e-6)
+  # |computed − exact log-ratio| <= ea + eb + u·|ratio| (the subtraction);
+  # 4u more covers the roundings of ratio ± e_ratio below.
+  e_ratio = (ea + eb + 4 * _U * float(np.max(np.abs(ratio)))) * (1 + 1e-6)
   order = np.argsort(-ratio, kind='stable')
   ratio, la, lb = ratio[order], la[order], lb[order]
   size = la.size
-  margin = 8 * _LIB   # log(expm1(·)): expm1's and log's rounding, generously
   with np.errstate(divide='ignore'):
     up = np.log(np.expm1(np.maximum(ratio + e_ratio, 0.0)))
     down = np.log(-np.expm1(np.minimum(ratio - e_ratio, 0.0)))
+  # log(expm1(·)): expm1's relative lib, then log's lib relative to its value.
+  margin_up = 2 * _LIB * (1 + np.where(np.isfinite(up), np.abs(up), 0.0))
+  margin_down = 2 * _LIB * (1 + np.where(np.isfinite(down), np.abs(down), 0.0))
   # (B − A)⁺ and (A − B)⁺ per outcome, bounded above through A's upper bound.
-  plus, minus = la + up, la + down
-  with np.errstate(invalid='ignore'):
-    plus = np.where(np.isfinite(plus),
-                    plus + ea + margin + 2 * _U * np.abs(plus),
-                    -np.inf)
-    minus = np.where(np.isfinite(minus),
-                     minus + ea + margin + 2 * _U * np.abs(minus), -np.inf)
-  a_low, b_low = la - ea, lb - eb
+  plus = _above(_above(la, up), ea + margin_up)
+  minus = _above(_above(la, down), ea + margin_down)
+  a_low, b_low = _below(la, ea), _below(lb, eb)
   # Prefix sums (the first k outcomes) and suffix sums (from k on).
   pre_a, e_pa = _accumulate(a_low, 0.0)
   pre_b, e_pb = _accumulate(b_low, 0.0)
@@ -219,24 +233,24 @@ def _cell_rate(la: np.ndarray, ea: float, lb: np.ndarray, eb: float) -> float:
   hi = np.minimum.accumulate(np.where(joined, size, cut)[::-1])[::-1]
   neg_inf = np.array([-np.inf])
   # log A(E) >= log A(L_lo); for lo = 0, E is not empty: >= its least outcome.
-  first_a = np.concatenate([neg_inf, pre_a - e_pa])[lo]
-  first_b = np.concatenate([neg_inf, pre_b - e_pb])[lo]
+  first_a = np.concatenate([neg_inf, _below(pre_a, e_pa)])[lo]
+  first_b = np.concatenate([neg_inf, _below(pre_b, e_pb)])[lo]
   least_a = np.minimum.accumulate(a_low)[hi - 1]
   least_b = np.minimum.accumulate(b_low)[hi - 1]
   low_a = np.where(lo == 0, least_a, first_a)
   low_b = np.where(lo == 0, least_b, first_b)
   # log A(Eᶜ) >= log A(L_hiᶜ); where hi is every outcome, Eᶜ is not empty
   # and lies in L_loᶜ: >= its least outcome.
-  rest_a = np.concatenate([suf_a - e_sa, neg_inf])[hi]
-  rest_b = np.concatenate([suf_b - e_sb, neg_inf])[hi]
+  rest_a = np.concatenate([_below(suf_a, e_sa), neg_inf])[hi]
+  rest_b = np.concatenate([_below(suf_b, e_sb), neg_inf])[hi]
   last_a = np.minimum.accumulate(a_low[::-1])[::-1][lo]
   last_b = np.minimum.accumulate(b_low[::-1])[::-1][lo]
   comp_a = np.where(hi == size, last_a, rest_a)
   comp_b = np.where(hi == size, last_b, rest_b)
   smallest = np.minimum(np.minimum(low_a, low_b), np.minimum(comp_a, comp_b))
   # D(E) <= Σ_{L_hi} (B − A)⁺ and <= Σ_{L_loᶜ} (A − B)⁺.
-  d_plus = pre_plus[hi - 1] + e_pp
-  d_minus = suf_minus[lo] + e_sm
+  d_plus = _above(pre_plus[hi - 1], e_pp)
+  d_minus = _above(suf_minus[lo], e_sm)
   log_d = np.minimum(d_plus, d_minus)
   with np.errstate(over='ignore', invalid='ignore'):
     diff = log_d - _log_i_low(smallest)
@@ -317,11 +331,13 @@ class MixtureRate(gaussian_domination.Rate):
       # E e^{λ(Z − c0)/N} − 1 = Σ w·(e^... − 1) (Σ w = 1), each weight taken
       # at the end that makes its term largest; each term's rounding (the
       # product and difference in y: 3u·|y| through expm1, then expm1, the
-      # weight's product and the sum) added.
+      # weight's product and the sum) added. An argument error δ moves
+      # expm1(y) by about δ·e^y, relative δ·e^y/|e^y − 1| <= 3u(|y| + 1)
+      # at δ = 3u|y| (y·e^y/(e^y − 1) <= y + 1 for y >= 0, <= 1 below).
       terms = np.where(g > 0, w_high[None, :] * g, w_low[None, :] * g)
       v = np.sum(terms, axis=1) + np.sum(
-          np.abs(terms) * (_LIB + (z.size + 4) * _U + 3 * _U * np.abs(y) *
-                           np.exp(np.minimum(np.abs(y), 700.0))), axis=1)
+          np.abs(terms) * (_LIB + (z.size + 4) * _U +
+                           3.01 * _U * (np.abs(y) + 1)), axis=1)
     with np.errstate(all='ignore'):
       log_mgf = np.where(v > -1, np.log1p(v) * (1 + _LIB) + _U, math.inf)
       need = (math.log(1 / ROUND_TAIL) + np.maximum(0.0, n_eff * log_mgf)
@@ -432,7 +448,7 @@ def _blanket(kind, params):
   vertices = np.asarray(mech.lattice_log_pmfs(), np.float64)
   # Lower bounds on the exact vertex laws; their minimum m defines R = m/Σm
   # exactly, and every vertex law is >= (Σm)·R.
-  low = vertices - eta - 2 * _U * np.abs(vertices)
+  low = _below(vertices, eta + 2 * _U * np.abs(vertices))
   low = np.where(np.isfinite(vertices), low, -np.inf)
   common = np.min(low, axis=0)
   finite = np.isfinite(common)
