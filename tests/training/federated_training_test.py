@@ -282,14 +282,17 @@ def test_the_same_config_twice_writes_the_same_metrics(mnist, tmp_path, kw):
   runs = []
   for i in range(2):
     run_dir = str(tmp_path / f'run{i}')
-    ft.run(small_config(**kw), mnist, run_dir, log=lambda _: None,
+    ft.run(small_config(rounds=1, **kw), mnist, run_dir, log=lambda _: None,
            clients_per_slot=2)
     runs.append(_metrics(run_dir))
   assert runs[0] == runs[1]
   other = str(tmp_path / 'other_noise')
-  ft.run(small_config(noise_seed=4, **kw), mnist, other, log=lambda _: None,
+  ft.run(small_config(rounds=1, noise_seed=4, **kw), mnist, other,
+         log=lambda _: None,
          clients_per_slot=2)
   assert _metrics(other)[0]['train_loss'] == runs[0][0]['train_loss']  # same init
+  # One round: its train loss is the clients' before the noisy update; the
+  # test loss after it differs with the noise.
   assert _metrics(other)[-1]['test_loss'] != runs[0][-1]['test_loss']
 
 
