@@ -45,6 +45,15 @@ def test_profile_route_calibration_meets_the_target_with_less_noise(name, bits):
   assert peer.noise_multiplier < plain.noise_multiplier
 
 
+def test_a_target_met_at_the_least_noise_searched_returns_it():
+  """The bisection's bottom, z = 1e-3, where it meets the target: returned
+  itself (asked last, once the bisection has reached it)."""
+  peer = peers.calibrate('gaussian', 1e10, **SCHEDULE)
+  assert peer.noise_multiplier == 1e-3
+  assert peer.epsilon(SCHEDULE['total_clients'], SCHEDULE['delta'],
+                      SCHEDULE['rounds']) <= 1e10
+
+
 def test_gaussian_peer_is_the_registry_gaussian_with_the_same_total_noise():
   peer = peers.Peer('gaussian', 2.0, 0.5, 10, 100)
   mech = peer.reference_mechanism()

@@ -232,27 +232,52 @@ def calibrate(name: str, epsilon: float, delta: float, rounds: int,
   width `rtol`). ε falls about 3× as fast as z rises here, so the default puts the
   run within ~0.03% below the target: comparisons at equal ε stay equal.
 
+  With `use_profile` the bisection runs on a bracket found first: the RDP
+  route's answer to 10% (it meets the target on the lesser route too), then
+  halved until the lesser route misses. A profile at a far smaller noise
+  than the answer holds an ε of thousands on a long loss grid (~9 s each,
+  against ~1 s near the target); the bracket keeps every such z out.
+
   Raises:
     ValueError: bad input, or a target not met even at z = 1e4 (names the ε
       reached there).
   """
   validation.check_positive('epsilon', epsilon)
   validation.check_integer('rounds', rounds, 1)
-  eps_at = lambda z: Peer(name, z, clip_norm, clients_per_round, dim,
-                          bits).epsilon(total_clients, delta, rounds,
-                                        use_profile)
+  meets = lambda profile: lambda z: Peer(
+      name, z, clip_norm, clients_per_round, dim, bits).epsilon(
+          total_clients, delta, rounds, profile) <= epsilon
   lo, hi = _Z_RANGE
-  best = eps_at(hi)
+  best = Peer(name, hi, clip_norm, clients_per_round, dim, bits).epsilon(
+      total_clients, delta, rounds, use_profile)
   if best > epsilon:
     raise ValueError(f'Target ε={epsilon} is not reachable for {name}: noise '
                      f'multiplier {hi:g} gives ε={best:.4g}; raise the target or '
                      'change the schedule.')
-  if eps_at(lo) <= epsilon:
-    hi = lo
+  lo_fails = False
+  if use_profile:
+    hi = _least(meets(False), lo, hi, 0.1)
+    while hi / 2 >= lo and meets(True)(hi / 2):
+      hi /= 2
+    if hi / 2 >= lo:
+      lo, lo_fails = hi / 2, True
+  return Peer(name, _least(meets(use_profile), lo, hi, rtol, lo_fails),
+              clip_norm, clients_per_round, dim, bits)
+
+
+def _least(meets, lo: float, hi: float, rtol: float,
+           lo_fails: bool = False) -> float:
+  """The geometric bisection of `calibrate`: with meets(hi) true, the least
+  z found in [lo, hi] that meets, to relative width `rtol`; lo itself where
+  the bisection reaches it and lo meets (asked only then, and not where
+  `lo_fails` says it misses)."""
+  low = lo
   while hi / lo > 1 + rtol:
     mid = math.sqrt(lo * hi)
-    if eps_at(mid) <= epsilon:
+    if meets(mid):
       hi = mid
     else:
       lo = mid
-  return Peer(name, hi, clip_norm, clients_per_round, dim, bits)
+  if lo == low and hi != lo and not lo_fails and meets(lo):
+    return lo
+  return hi
