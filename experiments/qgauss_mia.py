@@ -26,7 +26,7 @@ import numpy as np
 
 from tff_quant import aggregators, audit, data, models
 from tff_quant.common import validation
-from tff_quant.program import cli, experiment
+from tff_quant.program import cli, experiment, round_loop
 
 NONE_LEVELS = 65536
 
@@ -207,7 +207,8 @@ COLUMNS = [
 
 def check_flags():
   """The settings of the flags, refused before TensorFlow starts where a
-  flag is bad (`cli.run`'s check; main checks again).
+  flag is bad or a setting's folder holds a started run of other settings
+  (`cli.run`'s check; main checks again).
 
   Returns:
     `settings_from_flags()`.
@@ -220,7 +221,23 @@ def check_flags():
                                        'batch_size'),
                   positive=('client_lr', 'clip_norm'))
   validation.check_integer('--num_shadows', FLAGS.num_shadows, 2)
+  cfg = config_from_flags()
+  for name, k, z in setting_list:   # a folder of other settings: refused here
+    round_loop.check_run_dir(os.path.join(FLAGS.root_output_dir, name),
+                             setting_config(cfg, k, z), fresh=False)
   return setting_list
+
+
+def config_from_flags():
+  """The training every setting shares, from the flags."""
+  return {k: getattr(FLAGS, k) for k in (
+      'num_shadows', 'members', 'num_clients', 'rounds', 'local_epochs',
+      'batch_size', 'client_lr', 'clip_norm', 'model', 'seed')}
+
+
+def setting_config(cfg, k, z):
+  """What defines one setting's folder (its config.json)."""
+  return dict(cfg, levels=k, noise_multiplier=z)
 
 
 def main(argv):
@@ -229,14 +246,12 @@ def main(argv):
   with cli.user_errors_exit():
     setting_list = check_flags()
     split, desc = split_data(FLAGS.members, FLAGS.seed)
-  cfg = {k: getattr(FLAGS, k) for k in (
-      'num_shadows', 'members', 'num_clients', 'rounds', 'local_epochs', 'batch_size',
-      'client_lr', 'clip_norm', 'model', 'seed')}
+  cfg = config_from_flags()
   print(f'data: {desc}; model {cfg["model"]}; {cfg["num_clients"]} clients x '
         f'{cfg["rounds"]} rounds x {cfg["local_epochs"]} local epochs; '
         f'{cfg["num_shadows"]} shadow models per setting', flush=True)
-  settings = [experiment.Setting(name, dict(cfg, levels=k, noise_multiplier=z),
-                                 (k, z)) for name, k, z in setting_list]
+  settings = [experiment.Setting(name, setting_config(cfg, k, z), (k, z))
+              for name, k, z in setting_list]
 
   def run_one(setting, run_dir):
     del run_dir  # nothing to resume inside one setting (minutes each)

@@ -61,22 +61,15 @@ def test_smoke_two_rounds_calibrated_to_a_whole_model_target(tmp_path):
   assert not res.leftover_workers, f'worker_binary left behind: {res.leftover_workers}'
 
 
-def test_default_flags_calibrate_to_the_default_target(tmp_path):
-  """No --target_epsilon and no privacy parameter: a DP run's defaults are
-  private (ε = 10 for the whole run), and the run says so."""
-  small = ['--dataset=mnist', '--mechanism=pbm', '--model=logreg', '--rounds=1',
-           '--clients_per_round=3', '--total_clients=10', '--clip_norm=1.0',
-           f'--root_output_dir={tmp_path}']
-  res = run_binary(small + ['--eval_every=1', '--experiment_name=d'])
-  assert res.returncode == 0, res.stderr[-2000:]
-  assert 'calibrating pbm to the default whole-model ε = 10' in res.stdout
-  with open(tmp_path / 'd' / 'summary.json') as f:
-    summary = json.load(f)
-  assert summary['config']['target_epsilon'] == 10.0
-  assert summary['epsilon'] <= 10.0
-  # Parameters given: they run as given, and the run prints their ε first.
-  res = run_binary(small + ['--mechanism_params=theta=0.05',
-                            '--experiment_name=p'])
+def test_parameters_given_run_as_given(tmp_path):
+  """Parameters given (no --target_epsilon): they run as given, and the run
+  prints their ε first (no default target: that is
+  test_default_flags_and_a_wire_budget_calibrate_to_the_default_target)."""
+  res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
+                    '--rounds=1', '--clients_per_round=3',
+                    '--total_clients=10', '--clip_norm=1.0',
+                    f'--root_output_dir={tmp_path}',
+                    '--mechanism_params=theta=0.05', '--experiment_name=p'])
   assert res.returncode == 0, res.stderr[-2000:]
   assert 'Not calibrated (no target ε)' in res.stdout
   assert 'default whole-model' not in res.stdout
@@ -104,20 +97,27 @@ def test_tff_gaussian_peer_runs_through_the_same_loop_and_accountant(tmp_path):
           'convention') in res.stdout
 
 
-def test_a_wire_budget_trains_and_the_secure_sum_carries_its_bits(tmp_path):
-  """--wire_bits=8: the calibration chooses the level count under 8 wire
+def test_default_flags_and_a_wire_budget_calibrate_to_the_default_target(
+    tmp_path):
+  """One run checks both (a TensorFlow process fewer):
+
+  No --target_epsilon and no privacy parameter: a DP run's defaults are
+  private (ε = 10 for the whole run), and the run says so.
+
+  --wire_bits=8: the calibration chooses the level count under 8 wire
   bits, the run's secure sum carries 8 bits per coordinate (summary and every
   round's metrics), and its ε is the calibrated one (post-processing)."""
   res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
                     '--rounds=2', '--clients_per_round=10',
-                    '--total_clients=40', '--eval_every=2',
-                    '--target_epsilon=10', '--rotate',
+                    '--total_clients=40', '--eval_every=2', '--rotate',
                     '--coordinate_clip_multiple=3', '--wire_bits=8',
                     f'--root_output_dir={tmp_path}', '--experiment_name=w'])
   assert res.returncode == 0, res.stderr[-2000:]
+  assert 'calibrating pbm to the default whole-model ε = 10' in res.stdout
   assert 'Wire budget 8 bits:' in res.stdout
   with open(tmp_path / 'w' / 'summary.json') as f:
     summary = json.load(f)
+  assert summary['config']['target_epsilon'] == 10.0
   assert summary['secure_sum_bits'] == 8
   assert summary['config']['wire_bits'] == 8
   assert summary['upload_bits_per_client_per_round'] == 8 * 8192

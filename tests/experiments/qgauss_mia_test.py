@@ -29,6 +29,7 @@ def test_smoke_one_setting_resumes_and_rejects_bad_flags(tmp_path):
   changed = _run(tmp_path, '--levels=4', '--sigma_levels=', '--clean=false',
                  '--client_lr=0.3')
   assert changed.returncode == 2 and 'client_lr' in changed.stderr
+  assert 'data: ' not in changed.stdout   # refused before the data loads
   assert results_io.read_csv(str(tmp_path / 'summary.csv')) == rows
   bad = _run(tmp_path / 'bad', '--levels=1')
   assert bad.returncode == 2 and '--levels' in bad.stderr

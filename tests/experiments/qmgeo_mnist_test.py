@@ -14,28 +14,6 @@ def _run(tmp_path, *flags):
                       [f'--root_output_dir={tmp_path}', *flags])
 
 
-def test_smoke_two_settings_then_bad_flags(tmp_path):
-  res = _run(tmp_path, '--rounds=2', '--eval_every=1', '--settings=none,8:0.5',
-             '--noise_seed=1')
-  assert res.returncode == 0, res.stderr[-3000:]
-  assert 'Exception ignored' not in res.stderr, res.stderr[-3000:]
-  rows = results_io.read_csv(str(tmp_path / 'summary.csv'))
-  assert [r['setting'] for r in rows] == ['none', 'R8_p0.5']
-  qm = rows[1]
-  assert qm['paper_reported_eps_per_round'] == '0.784'
-  assert float(qm['paper_eq27_at_paper_kappa']) < 0  # the paper's ε is |eq. 27|
-  assert float(qm['exact_rdp2_per_round_secure_sum']) > 0
-  assert 'MNIST' in res.stdout and 'PCA to 100' in res.stdout
-  assert len(results_io.read_csv(str(tmp_path / 'R8_p0.5' / 'metrics.csv'))) == 2
-  assert os.path.getsize(tmp_path / 'accuracy_vs_rounds.png') > 0
-  assert not res.leftover_workers  # none left behind
-  bad = _run(tmp_path / 'bad', '--settings=8:1.5')
-  assert bad.returncode == 2 and '`p`' in bad.stderr
-  bad = _run(tmp_path / 'bad', '--settings=8-0.5')
-  assert bad.returncode == 2 and 'R:p' in bad.stderr
-  assert not os.path.exists(tmp_path / 'bad')
-
-
 def _group_alive(pgid):
   """PIDs of live processes in process group `pgid` (the run and its workers)."""
   alive = []
@@ -51,14 +29,23 @@ def _group_alive(pgid):
   return alive
 
 
-def test_ctrl_c_mid_run_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
-  """Ctrl-C from a terminal (SIGINT to the run and its TFF worker): one line
+def test_ctrl_c_mid_run_then_the_rerun_resumes_and_reports_two_settings(
+    tmp_path):
+  """One interrupted run and its rerun check what two runs did (a TensorFlow
+  process fewer):
+
+  Ctrl-C from a terminal (SIGINT to the run and its TFF worker): one line
   naming the setting and the round, status 130, no process of the run left;
-  the same command resumes from the round it was interrupted in."""
+  the same command resumes from the round it was interrupted in.
+
+  The smoke of two settings (R8_p0.5, then the noise-free one): the
+  summary's rows with the paper's figures, MNIST with PCA to 100, the
+  metrics of every round, the plot, no worker left; then bad flags
+  refused before anything is written."""
   import signal  # pylint: disable=g-import-not-at-top
   args = [sys.executable, '-m', 'experiments.qmgeo_mnist',
           f'--root_output_dir={tmp_path}', '--rounds=50', '--eval_every=1',
-          '--settings=8:0.5', '--noise_seed=1']
+          '--settings=8:0.5,none', '--noise_seed=1']
   child = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
@@ -85,9 +72,28 @@ def test_ctrl_c_mid_run_is_one_line_exit_130_and_the_rerun_resumes(tmp_path):
     time.sleep(0.1)
   assert not _group_alive(child.pid)
   again = _run(tmp_path, f'--rounds={stopped + 1}', '--eval_every=1',
-               '--settings=8:0.5', '--noise_seed=1')
+               '--settings=8:0.5,none', '--noise_seed=1')
   assert again.returncode == 0, again.stderr[-3000:]
+  assert 'Exception ignored' not in again.stderr, again.stderr[-3000:]
   assert f'from round {stopped - 1}' in again.stdout
-  assert 'round 1/' not in again.stdout
+  # R8_p0.5 resumed (its lines end where the noise-free setting's begin).
+  resumed = again.stdout.split('R8_p0.5: ')[1].split('\nnone: ')[0]
+  assert 'round 1/' not in resumed and f'round {stopped + 1}/' in resumed
   rows = results_io.read_csv(str(tmp_path / 'R8_p0.5' / 'metrics.csv'))
   assert [int(r['round']) for r in rows] == list(range(1, stopped + 2))
+  rows = results_io.read_csv(str(tmp_path / 'summary.csv'))
+  assert [r['setting'] for r in rows] == ['R8_p0.5', 'none']
+  qm = rows[0]
+  assert qm['paper_reported_eps_per_round'] == '0.784'
+  assert float(qm['paper_eq27_at_paper_kappa']) < 0  # the paper's ε is |eq. 27|
+  assert float(qm['exact_rdp2_per_round_secure_sum']) > 0
+  assert 'MNIST' in again.stdout and 'PCA to 100' in again.stdout
+  assert len(results_io.read_csv(str(tmp_path / 'none' / 'metrics.csv'))) == (
+      stopped + 1)
+  assert os.path.getsize(tmp_path / 'accuracy_vs_rounds.png') > 0
+  assert not again.leftover_workers  # none left behind
+  bad = _run(tmp_path / 'bad', '--settings=8:1.5')
+  assert bad.returncode == 2 and '`p`' in bad.stderr
+  bad = _run(tmp_path / 'bad', '--settings=8-0.5')
+  assert bad.returncode == 2 and 'R:p' in bad.stderr
+  assert not os.path.exists(tmp_path / 'bad')
