@@ -244,12 +244,12 @@ def calibrate(name: str, epsilon: float, delta: float, rounds: int,
   """
   validation.check_positive('epsilon', epsilon)
   validation.check_integer('rounds', rounds, 1)
-  meets = lambda profile: lambda z: Peer(
-      name, z, clip_norm, clients_per_round, dim, bits).epsilon(
-          total_clients, delta, rounds, profile) <= epsilon
+  peer_at = lambda z: Peer(name, z, clip_norm, clients_per_round, dim, bits)
+  eps_at = lambda z, profile: peer_at(z).epsilon(total_clients, delta, rounds,
+                                                 profile)
+  meets = lambda profile: lambda z: eps_at(z, profile) <= epsilon
   lo, hi = _Z_RANGE
-  best = Peer(name, hi, clip_norm, clients_per_round, dim, bits).epsilon(
-      total_clients, delta, rounds, use_profile)
+  best = eps_at(hi, use_profile)
   if best > epsilon:
     raise ValueError(f'Target ε={epsilon} is not reachable for {name}: noise '
                      f'multiplier {hi:g} gives ε={best:.4g}; raise the target or '
@@ -261,8 +261,7 @@ def calibrate(name: str, epsilon: float, delta: float, rounds: int,
       hi /= 2
     if hi / 2 >= lo:
       lo, lo_fails = hi / 2, True
-  return Peer(name, _least(meets(use_profile), lo, hi, rtol, lo_fails),
-              clip_norm, clients_per_round, dim, bits)
+  return peer_at(_least(meets(use_profile), lo, hi, rtol, lo_fails))
 
 
 def _least(meets, lo: float, hi: float, rtol: float,
