@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
@@ -52,3 +53,23 @@ def test_central_mechanism_is_listed_for_accounting_only():
     mech.log_pmf(0.0)
   with pytest.raises(ValueError, match='DifferentiallyPrivateFactory'):
     aggregators.QuantizationFactory(mech)
+
+
+@pytest.mark.parametrize('num_clients,total_clients', [
+    (1, 3400), (100, 3400), (4, 20), (999, 1000), (10, 10), (0, 10)])
+def test_sampled_rdp_equals_dp_accountings_to_the_last_bit(num_clients,
+                                                           total_clients):
+  """The forward-difference table built once serves every order with the
+  same numbers dp-accounting's `RdpAccountant` gives for one
+  `SampledWithoutReplacementDpEvent` (integer orders up to 256, and the
+  orders it hands to dp-accounting: fractional, above 256, inf), q at 0 and
+  1 too."""
+  orders = list(accounting.rdp_route.DEFAULT_ORDERS) + [1.5, 2.5, 300, math.inf]
+  for z in (0.1, 0.7, 1.46, 5.0, 43.6, 1e3):
+    accountant = rdp_privacy_accountant.RdpAccountant(
+        orders, rdp_privacy_accountant.NeighborRel.REPLACE_ONE)
+    accountant.compose(dp_event.SampledWithoutReplacementDpEvent(
+        total_clients, num_clients, dp_event.GaussianDpEvent(z)))
+    got = mechanisms.gaussian.sampled_without_replacement_rdp(
+        num_clients / total_clients, z, orders)
+    np.testing.assert_array_equal(got, accountant._rdp)  # pylint: disable=protected-access
