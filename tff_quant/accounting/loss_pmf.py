@@ -110,8 +110,13 @@ def window_points(p: np.ndarray, k_lo: int, times: int, tail: float) -> int:
   Returns:
     N, a power of 2 >= max(b − a + 1, len(p)).
   """
-  lo, hi = sum_window(p, k_lo, times, tail)
-  return 1 << max(int(hi - lo).bit_length(), (p.size - 1).bit_length(), 1)
+  return _fft_size(sum_window(p, k_lo, times, tail), p.size)
+
+
+def _fft_size(window: Tuple[int, int], size: int) -> int:
+  """The least power of 2 >= max(b − a + 1, size), window = (a, b)."""
+  lo, hi = window
+  return 1 << max(int(hi - lo).bit_length(), (size - 1).bit_length(), 1)
 
 
 def circular_power(p: np.ndarray, k_lo: int, times: int, tail: float
@@ -135,8 +140,8 @@ def circular_power(p: np.ndarray, k_lo: int, times: int, tail: float
     (a, values, error): values[j] for index a + j, j < N (computed), and the
     bound on the 2-norm of values − (exact circular convolution).
   """
-  lo, _ = sum_window(p, k_lo, times, tail)
-  n_fft = window_points(p, k_lo, times, tail)
+  window = sum_window(p, k_lo, times, tail)
+  lo, n_fft = window[0], _fft_size(window, p.size)
   circular = np.fft.irfft(laws.complex_power(np.fft.rfft(p, n_fft), times),
                           n_fft)
   error = laws.fft_error([(p, times)], [(0.0, 0, float(np.linalg.norm(p)),
