@@ -63,10 +63,12 @@ flags.DEFINE_bool('optimistic', True, 'Also calibrate on the attained ε (the '
                   'optimistic end of each interval); --nooptimistic is faster '
                   'and leaves those ends unknown (no ranking against them '
                   'holds).')
-flags.DEFINE_bool('use_profile', False, 'Calibrate every mechanism and the '
-                  'Gaussian reference on the profile route too (PBM by its '
-                  'proved Gaussian domination; docs/privacy.md, "Gaussian '
-                  'domination").')
+flags.DEFINE_bool('use_profile', True, 'Calibrate every mechanism on the '
+                  'profile route too, the lesser of it and the RDP route (PBM '
+                  'by its proved Gaussian domination; docs/privacy.md, '
+                  '"Gaussian domination"); --nouse_profile: the RDP route '
+                  'alone, faster and conservative for the mechanisms. The '
+                  'Gaussian reference takes its best route either way.')
 flags.DEFINE_string('output', None, 'Also write the Markdown here (a .md '
                     'path).')
 

@@ -16,6 +16,9 @@ def test_help_exits_0_and_names_the_flags():
   assert res.returncode == 0, res.stderr[-2000:]
   assert '--wire_bits' in res.stdout and '--max_seconds_per_mechanism' in (
       res.stdout)
+  # The profile route by default; --nouse_profile for the RDP route alone.
+  assert "--[no]use_profile" in res.stdout
+  assert "(default: 'true')" in res.stdout.split('--[no]use_profile')[1][:700]
 
 
 def test_bad_flags_exit_2_with_one_line():
@@ -33,12 +36,14 @@ def test_bad_flags_exit_2_with_one_line():
 
 def test_a_tiny_answer_end_to_end(tmp_path):
   out = tmp_path / 'answer.md'
+  # The RDP route alone (ten times faster here than the default).
   res = binaries.run(MODULE, TINY + [
-      '--wire_bits=6', '--mechanisms=pbm,ddgauss',
+      '--wire_bits=6', '--mechanisms=pbm,ddgauss', '--nouse_profile',
       '--coordinate_clip_multiples=3', f'--output={out}'], timeout=600)
   assert res.returncode == 0, res.stderr[-2000:]
   assert res.leftover_workers == []
   assert 'Data: none (exact accounting' in res.stdout
+  assert 'Accounting: every mechanism by the RDP route alone' in res.stdout
   assert '| pbm | ' in res.stdout and '| ddgauss | 6 | 6 | ' in res.stdout
   assert '**Recommendation**: Least proved × Gaussian: ' in res.stdout
   assert out.read_text() in res.stdout
