@@ -7,7 +7,9 @@ calibration (`registry(include_central=True)`), and TFF's
 `DifferentiallyPrivateFactory.gaussian_fixed` is its aggregator. Its round RDP
 is closed form: D_α(N(0, nσ²) || N(t, nσ²)) = α t² / (2nσ²), D∞ = inf. Under
 sampling, dp-accounting's Gaussian-specific bound for sampling without
-replacement (WBK19 Thm 27) is tighter than the generic one, and is used too.
+replacement (WBK19 Thm 27) is tighter than the generic one, and is used too
+(`sampled_without_replacement_rdp`: dp-accounting's numbers, its table of
+forward differences built once for every order).
 """
 
 import math
@@ -95,7 +97,6 @@ class Gaussian(base.Mechanism):
     return sampled_without_replacement_rdp(num_clients / total_clients, z,
                                            orders)
 
-
   @property
   def divergence_breakpoint_step(self) -> float:
     """0: exp((α-1)·α t²/(2nσ²)) is convex in t everywhere."""
@@ -136,6 +137,10 @@ def sampled_without_replacement_rdp(q: float, z: float, orders) -> np.ndarray:
 
   Returns:
     The per-round RDP at each order (float64 array; inf where unbounded).
+
+  Raises:
+    AssertionError: q outside [0, 1] or an order below 1 (dp-accounting's
+      own checks).
   """
   from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib  # pylint: disable=g-import-not-at-top
   # pylint: disable=protected-access
