@@ -596,6 +596,24 @@ def _seconds_text(row: Row) -> str:
   return f'{row.seconds:.0f} (CPU {cpu:.0f})'
 
 
+def accounting_line(setting: Setting) -> str:
+  """The report's line naming the routes: the mechanisms' (the setting's)
+  and the Gaussian reference's (its best, whatever theirs).
+
+  Args:
+    setting: the `Setting` answered.
+
+  Returns:
+    One line of Markdown.
+  """
+  ours = ('every mechanism by the lesser of the RDP and profile routes'
+          if setting.use_profile else 'every mechanism by the RDP route '
+          'alone (--nouse_profile: faster, conservative for them)')
+  return (f'Accounting: {ours}; the Gaussian reference by its best sound '
+          'method (the lesser of WBK19 Thm 27 and its exact profile sampled '
+          'and composed).')
+
+
 def report(rows: Sequence[Row], setting: Setting) -> str:
   """Markdown: the setting, the data used, a table of every mechanism at
   the budget, the recommendation and how to read the figures.
@@ -619,12 +637,7 @@ def report(rows: Sequence[Row], setting: Setting) -> str:
       'Data: none (exact accounting; debiased error of the decoded mean, '
       'Var/slope² at the worst shared input |x| <= 1/√d, for updates of ℓ2 '
       'norm <= 1 after a random rotation, c∞ = k/√d; wraps counted).', '',
-      'Accounting: ' + ('every mechanism by the lesser of the RDP and profile '
-                        'routes' if s.use_profile else
-                        'every mechanism by the RDP route alone '
-                        '(--nouse_profile: faster, conservative for them)')
-      + '; the Gaussian reference by its best sound method (the lesser of '
-      'WBK19 Thm 27 and its exact profile sampled and composed).', '',
+      accounting_line(s), '',
       f'| mechanism | level bits | wire bits needed (<= {b}) | × Gaussian '
       '[optimistic, proved] | k | calibrated parameters, or why not | '
       'seconds |',
