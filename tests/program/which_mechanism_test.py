@@ -3,6 +3,7 @@ with the public calibrations, refusals name the bits needed, and the
 recommendation ranks only where the intervals separate."""
 
 import math
+import re
 
 import pytest
 
@@ -141,6 +142,11 @@ def test_the_report_names_the_data_the_setting_and_every_mechanism(rows):
   assert rdp_line in text.splitlines()
   assert ('Accounting: every mechanism by the RDP route alone' in rdp_line and
           'the Gaussian reference by its best sound method' in rdp_line)
+  # On the RDP route the report says how much of each ratio the route is
+  # (the reference being at its best): at least 1.
+  route = re.search(r'RDP route alone \(WBK19 Thm 27\) it would have '
+                    r'([0-9.]+)× this error', text)
+  assert route and float(route.group(1)) >= 1
   profile_line = wm.accounting_line(wm.Setting(**SETTING, wire_bits=6))
   assert ('by the lesser of the RDP and profile routes' in profile_line and
           'the Gaussian reference by its best sound method' in profile_line)
