@@ -136,6 +136,45 @@ def test_sum_window_is_clamped_into_the_support():
   assert 0 <= lo <= hi <= 5
 
 
+
+def _every_lambdas_window(p, k_lo, times, tail):
+  """The window from the best of all 60 grid λ (each side): the reference
+  the golden-section search must meet where the edge is unimodal."""
+  i = np.arange(p.size, dtype=np.float64)
+  with np.errstate(divide='ignore'):
+    log_p = np.log(p)
+  lo_all, hi_all = times * k_lo, times * (k_lo + p.size - 1)
+  hi, lo = hi_all, lo_all
+  for lam in np.geomspace(1e-6, 50.0, 60):
+    for sign in (1.0, -1.0):
+      terms = log_p + sign * lam * i
+      m = float(np.max(terms))
+      k = m + math.log(float(np.sum(np.exp(terms - m))))
+      k += 1e-9 + 1e-12 * abs(k) + 4 * 2.0**-53 * lam * p.size + sign * lam * k_lo
+      edge = (times * k - math.log(tail)) / lam
+      if sign > 0:
+        hi = min(hi, int(math.ceil(edge)))
+      else:
+        lo = max(lo, int(math.floor(-edge)))
+  lo = min(max(lo, lo_all), hi_all)
+  return lo, min(max(hi, lo), hi_all)
+
+
+def test_sum_window_is_the_best_of_every_grid_lambda():
+  """The golden-section search over λ's grid finds the window all 60 grid
+  points give (the log-MGF's convexity makes each side's edge unimodal in
+  λ), on masses of every shape: sparse, heavy-tailed, one point."""
+  rng = np.random.default_rng(20)
+  for _ in range(150):
+    n = int(rng.integers(1, 300))
+    p = rng.random(n)**rng.uniform(0.5, 20)
+    p[rng.random(n) < 0.3] = 0.0
+    p[int(rng.integers(n))] += 1e-3
+    p /= p.sum() * rng.uniform(1, 3)
+    args = (p, int(rng.integers(-500, 500)), int(rng.integers(1, 2000)),
+            10.0**rng.uniform(-15, -2))
+    assert loss_pmf.sum_window(*args) == _every_lambdas_window(*args), args
+
 def test_infinite_mass_of_copies_is_rounded_up():
   for mass, times in ((1e-10, 1000), (0.3, 7), (0.0, 5), (1.0, 2)):
     exact = 1 - (1 - fractions.Fraction(mass))**times

@@ -65,9 +65,12 @@ def sum_window(p: np.ndarray, k_lo: int, times: int, tail: float
   λ > 0 on a grid, K the masses' log-MGF log Σ p_i e^(λ(k_lo + i)) raised by
   1e-9 + 1e-12|K| + 4uλ·len(p) for its rounding (the products λi, the
   pairwise sum, exp and log). Valid for any non-negative masses (Markov's
-  inequality for a measure). Clamped into the support [T·k_lo, T·k_hi] with
-  a <= b: where the whole finite mass^T is below `tail` the two cuts cross,
-  and the window holds one point.
+  inequality for a measure) and any λ > 0: each side's λ is the grid point
+  a golden-section search over the grid finds (the grid's best where the
+  edge is unimodal in λ, as the log-MGF's convexity makes it in practice;
+  a worse λ only widens the window). Clamped into the support [T·k_lo,
+  T·k_hi] with a <= b: where the whole finite mass^T is below `tail` the
+  two cuts cross, and the window holds one point.
 
   Args:
     p: non-negative masses (float64), at least one positive.
@@ -82,22 +85,48 @@ def sum_window(p: np.ndarray, k_lo: int, times: int, tail: float
   with np.errstate(divide='ignore'):
     log_p = np.log(p)
   lo_all, hi_all = times * k_lo, times * (k_lo + p.size - 1)
-  best_hi, best_lo = hi_all, lo_all
   log_tau = math.log(tail)
-  for lam in np.geomspace(1e-6, 50.0, 60):
-    for sign in (1.0, -1.0):
-      terms = log_p + sign * lam * i
-      m = float(np.max(terms))
-      k = m + math.log(float(np.sum(np.exp(terms - m))))
-      k = k + 1e-9 + 1e-12 * abs(k) + 4 * _U * lam * p.size + sign * lam * k_lo
-      # T·K(±λ) ∓ λ·edge <= log τ  <=>  edge >= (T·K − log τ)/λ (upper side)
-      edge = (times * k - log_tau) / lam
-      if sign > 0:
-        best_hi = min(best_hi, int(math.ceil(edge)))
-      else:
-        best_lo = max(best_lo, int(math.floor(-edge)))
+  lams = np.geomspace(1e-6, 50.0, 60)
+
+  def edge(sign, j):
+    """(T·K(±λ_j) − log τ)/λ_j: the cut on that side is ±edge."""
+    lam = lams[j]
+    terms = log_p + sign * lam * i
+    m = float(np.max(terms))
+    k = m + math.log(float(np.sum(np.exp(terms - m))))
+    k = k + 1e-9 + 1e-12 * abs(k) + 4 * _U * lam * p.size + sign * lam * k_lo
+    return (times * k - log_tau) / lam
+
+  best_hi = min(hi_all, int(math.ceil(_grid_min(
+      lambda j: edge(1.0, j), lams.size))))
+  best_lo = max(lo_all, int(math.floor(-_grid_min(
+      lambda j: edge(-1.0, j), lams.size))))
   lo = min(max(best_lo, lo_all), hi_all)
   return lo, min(max(best_hi, lo), hi_all)
+
+
+def _grid_min(f, size: int) -> float:
+  """min f(j) over j in [0, size) for f unimodal on the grid, by golden-
+  section search on the index (about 1.44·log2(size) + 2 calls); for any
+  other f, f at some grid point (never below the true minimum)."""
+  seen = {}
+
+  def at(j):
+    if j not in seen:
+      seen[j] = f(j)
+    return seen[j]
+
+  a, b = 0, size - 1
+  while b - a > 2:
+    c = a + int(round((b - a) * 0.381966))
+    d = b - int(round((b - a) * 0.381966))
+    if c == d:
+      d = c + 1
+    if at(c) <= at(d):
+      b = d
+    else:
+      a = c
+  return min(at(j) for j in range(a, b + 1))
 
 
 def window_points(p: np.ndarray, k_lo: int, times: int, tail: float) -> int:

@@ -447,11 +447,13 @@ def composed_delta(masses: Mapping[int, float], infinity: float, rounds: int,
   top = float(np.max(np.abs(losses)))
 
   def delta_at(eps: float) -> float:
-    near = losses > eps - 4.03 * _U * (abs(eps) + top)
-    l = losses[near]
+    # The losses above the cut: a suffix (they are non-decreasing in s).
+    near = np.searchsorted(losses, eps - 4.03 * _U * (abs(eps) + top),
+                           side='right')
+    l = losses[near:]
     share = np.minimum(np.maximum(-np.expm1(eps - l), 0.0) * (1 + _LIB) +
                        2.01 * _U * (abs(eps) + np.abs(l)), 1.0)
-    total = float(np.sum(share * values[near]))
+    total = float(np.sum(share * values[near:]))
     spread = float(np.linalg.norm(share)) * (1 + share.size * _U) * error2
     return (at_infinity + tail + (max(total, 0.0) + spread) * (1 + 64 * _U)
             + _TINY)
