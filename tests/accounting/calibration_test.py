@@ -53,12 +53,15 @@ def test_rqm_searches_delta_and_q_jointly_and_reaches_what_q_alone_cannot():
                                        orders=report.orders).epsilon
   assert eps == pytest.approx(report.epsilon, rel=1e-12)
   assert report.mse == pytest.approx(mech.worst_case_variance() / 40)
+  # The reference is the Gaussian at its best route (here its profile
+  # route), which meets the target there and beats the RDP route's.
   gauss = report.gaussian
+  assert report.gaussian_route == 'profile'
   assert composition.training_guarantee(
-      gauss, use_pld=False, **schedule,
-      orders=calibration.FAST_ORDERS).epsilon <= 10.0
+      gauss, use_pld=False, **schedule, use_profile=True).epsilon <= 10.0
   assert report.ratio_to_gaussian == pytest.approx(
       report.mse / (gauss.sigma**2 / 40))
+  assert report.ratio_to_gaussian_same_route < report.ratio_to_gaussian
 
 
 # Skellam at 6 bits is refused here (its modulus cannot hold n = 10 clients'
@@ -72,8 +75,9 @@ def test_calibration_takes_levels_from_bits_and_compares_with_the_gaussian(
   if levels:
     assert report.mechanism.num_levels == levels
   assert report.gaussian_mse > 0 and report.ratio_to_gaussian > 0
-  if name == 'gaussian':
-    assert report.ratio_to_gaussian == pytest.approx(1.0, rel=1e-9)
+  if name == 'gaussian':   # on the RDP route, against itself at its best
+    assert report.ratio_to_gaussian_same_route == pytest.approx(1.0, rel=1e-9)
+    assert report.ratio_to_gaussian >= report.ratio_to_gaussian_same_route
   # ε ∈ [attained, proved]: the Gaussian's closed form is exact (the two ends
   # meet); Skellam on the coordinate route attains its proved value with the
   # target at (+c, -c) (to the lower rounding of the power sums).
@@ -773,7 +777,12 @@ def test_a_profile_route_calibration_is_what_the_run_recomputes():
                                          dim, **kw)
   assert not plain.setting.use_profile
   assert plain.debiased_error > 1.5 * rep.debiased_error
-  assert rep.gaussian.sigma < plain.gaussian.sigma
+  # One reference, the Gaussian at its best, whatever route PBM took; the
+  # RDP route's own Gaussian needs more noise.
+  assert plain.gaussian.sigma == rep.gaussian.sigma
+  assert plain.gaussian_route == 'profile'
+  assert plain.ratio_to_gaussian > plain.ratio_to_gaussian_same_route
+  assert rep.ratio_to_gaussian == rep.ratio_to_gaussian_same_route
 
 
 # --- Searches the profile route's Gaussian domination opens

@@ -408,8 +408,12 @@ def _calibrate(config: config_lib.TrainingConfig, dim: int, clip: float, log,
   log(f'Calibrated {config.mechanism} to whole-model ε <= {config.target_epsilon:g} '
       f'(δ={config.target_delta:.3g}, {config.rounds} rounds): {report.mechanism}; '
       f'{interval}; debiased error {report.debiased_error:.3g} per coordinate = '
-      f'{report.ratio_to_gaussian:.3g}× the Gaussian\'s at the same ε (plain '
-      f'MSE {report.mse:.3g}) ({time.time() - t0:.0f} s)')
+      f'{report.ratio_to_gaussian:.3g}× the Gaussian\'s at the same ε, the '
+      f'Gaussian by its best route ({report.gaussian_route}'
+      + ('' if report.ratio_to_gaussian_same_route == report.ratio_to_gaussian
+         else f'; {report.ratio_to_gaussian_same_route:.3g}× the Gaussian '
+              'held to this route') +
+      f') (plain MSE {report.mse:.3g}) ({time.time() - t0:.0f} s)')
   return report
 
 
