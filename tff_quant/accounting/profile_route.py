@@ -434,13 +434,15 @@ def composed_delta(masses: Mapping[int, float], infinity: float, rounds: int,
   validation.check_number('infinity', infinity, 0, 1)
   validation.check_positive('interval', interval)
   validation.check_probability('tail', tail)
-  ks = np.array(sorted(k for k, v in masses.items() if v > 0), np.int64)
+  ks = np.fromiter(masses.keys(), np.int64, len(masses))
+  vs = np.fromiter(masses.values(), np.float64, len(masses))
+  ks, vs = ks[vs > 0], vs[vs > 0]
   at_infinity = loss_pmf.raised_power_of_one_minus(infinity, rounds)
   if not ks.size or infinity == 1:
     return (lambda eps: min(at_infinity, 1.0)), 0.0
-  k_lo = int(ks[0])
-  p = np.zeros(int(ks[-1]) - k_lo + 1)
-  p[ks - k_lo] = [masses[int(k)] for k in ks]
+  k_lo = int(ks.min())
+  p = np.zeros(int(ks.max()) - k_lo + 1)
+  p[ks - k_lo] = vs
   lo_s, values, error2 = loss_pmf.circular_power(p, k_lo, rounds, tail)
   s = np.arange(lo_s, lo_s + values.size, dtype=np.int64)
   losses = s.astype(np.float64) * interval
