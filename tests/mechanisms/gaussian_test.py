@@ -73,3 +73,12 @@ def test_sampled_rdp_equals_dp_accountings_to_the_last_bit(num_clients,
     got = mechanisms.gaussian.sampled_without_replacement_rdp(
         num_clients / total_clients, z, orders)
     np.testing.assert_array_equal(got, accountant._rdp)  # pylint: disable=protected-access
+
+
+def test_the_gaussian_matched_to_a_gaussian_is_itself():
+  """`gaussian_matched` (where calibration on the profile route starts: the
+  RDP route's σ) gives the noise multiplier whose mechanism has that σ."""
+  cls = mechanisms.get('gaussian')
+  m = cls.gaussian_matched(0.3, 0.1, {})
+  assert cls.for_coordinate_bound(0.1, noise_multiplier=m).sigma == (
+      pytest.approx(0.3, rel=1e-15))

@@ -144,8 +144,8 @@ def test_the_report_names_the_data_the_setting_and_every_mechanism(rows):
           'the Gaussian reference by its best sound method' in rdp_line)
   # On the RDP route the report says how much of each ratio the route is
   # (the reference being at its best): at least 1.
-  route = re.search(r'RDP route alone \(WBK19 Thm 27\) it would have '
-                    r'([0-9.]+)× this error', text)
+  route = re.search(r'RDP route alone \(Thm 27\) it would have '
+                    r'([0-9.]+)× its reference\'s error', text)
   assert route and float(route.group(1)) >= 1
   profile_line = wm.accounting_line(wm.Setting(**SETTING, wire_bits=6))
   assert ('by the lesser of the RDP and profile routes' in profile_line and

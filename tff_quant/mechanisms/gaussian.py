@@ -45,6 +45,13 @@ class Gaussian(base.Mechanism):
   def params(self):
     return dict(clip=self.clip, sigma=self.sigma)
 
+  @classmethod
+  def gaussian_matched(cls, sigma, c_inf, params):
+    """σ/c∞: the Gaussian at another route's calibration (the profile
+    route's search starts from the RDP route's σ, which it meets)."""
+    del params
+    return sigma / c_inf
+
   @property
   def num_levels(self):
     return 2**32   # a float32 per coordinate

@@ -493,10 +493,9 @@ def answer(epsilon: float, delta: float, dim: int, clients_per_round: int,
                             max_seconds_per_mechanism)
   validation.check_number('rtol', rtol, 0, 0.5, low_open=True)
   workers = validation.check_integer('workers', workers, 1)
-  gaussian = frontier.gaussian_reference(
+  gaussian = frontier.best_reference(   # whatever route the others take
       setting.epsilon, setting.delta, setting.rounds,
-      setting.clients_per_round, setting.total_clients, setting.dim, rtol,
-      use_profile=True)   # its best route, whatever route the others take
+      setting.clients_per_round, setting.total_clients, setting.dim, rtol)
   max_bytes = frontier.worker_memory_bytes(workers)
   rows = {}
   with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -669,18 +668,7 @@ def report(rows: Sequence[Row], setting: Setting) -> str:
       'bound on their × Gaussian (rounding and modular clipping add to it). '
       'Seconds: wall time of the proved + optimistic ends\' processes (CPU: '
       'their calibrations\' CPU time).']
-  if not s.use_profile and rows:
-    # The reference is at its best route; the mechanisms took the RDP route.
-    route = frontier.gaussian_reference(
-        s.epsilon, s.delta, s.rounds, s.clients_per_round, s.total_clients,
-        s.dim, DEFAULT_RTOL, use_profile=False).debiased_error / gauss
-    lines += ['', 'RDP route (--nouse_profile): the reference is the '
-              'Gaussian at its best route; accounted on the RDP route alone '
-              f'(WBK19 Thm 27) it would have {route:.3g}× this error, and '
-              'under the generic bound the quantized mechanisms get (Thm 9) '
-              f'{route * penalty:.3g}×: that much of every ratio here is the '
-              'accounting, not the mechanism.']
-  elif penalty > 1.01:
+  if (not s.use_profile and rows) or penalty > 1.01:
     lines += ['', frontier.penalty_text(
         (s.epsilon, s.delta, s.dim, s.clients_per_round, s.total_clients,
          s.rounds), s.use_profile)]

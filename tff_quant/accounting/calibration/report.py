@@ -445,14 +445,18 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   if use_profile:   # absent otherwise: the accountant's default
     schedule['use_profile'] = True
   gauss = None
-  if compare_gaussian or _guided(mechanism):
+  # The Gaussian on this route (the guide; the Gaussian's own guide, on the
+  # profile route, is its RDP route's: it meets the target there too).
+  if (compare_gaussian or _guided(mechanism)) and not (
+      mechanism == 'gaussian' and not use_profile):
     gauss = calibration_report('gaussian', epsilon, delta, rounds,
                                clients_per_round, total_clients, dim,
                                coordinate_clip=clip,
                                use_pld=use_pld, rtol=rtol, l2_clip=l2_clip,
                                compare_gaussian=False, limits=limits,
                                min_clients_per_round=fewest,
-                               use_profile=use_profile)
+                               use_profile=(use_profile and
+                                            mechanism != 'gaussian'))
   epsilon_of = oracle.Epsilon(schedule, epsilon, bound, limits=limits.accountant)
   # The profile route's further searches first (one bisection each): the
   # default scan then prunes every grid point that cannot beat them.
@@ -483,6 +487,8 @@ def _calibration_report(mechanism, epsilon, delta, rounds, clients_per_round,
   report = _report(scan, schedule, mechanism, epsilon, bound)
   _attach_attained(report, scan, schedule, bound, limits.accountant)
   if compare_gaussian:
+    if mechanism == 'gaussian':   # the guide is on another route
+      gauss = report
     best, route = gauss, 'profile' if use_profile else 'rdp'
     if not use_profile:
       other = _gaussian_at_best(epsilon, delta, rounds, clients_per_round,
