@@ -93,10 +93,12 @@ def test_rows_are_rebased_on_the_gaussian_at_its_best_not_its_rdp_row():
                mse_ratio_to_gaussian='3.0', ratio_to_gaussian='3.0'),
           dict(base, mechanism='pbm', mse_per_coordinate='0.0065',
                debiased_error_per_coordinate='0.0065', gaussian_mse='0.006',
-               mse_ratio_to_gaussian='1.08', ratio_to_gaussian='1.08')]
+               mse_ratio_to_gaussian='1.08', ratio_to_gaussian='1.08',
+               ratio_to_gaussian_wire='1.2')]
   out = frontier.on_one_reference(rows)
   assert float(out[0]['ratio_to_gaussian']) == pytest.approx(3.0)
   assert float(out[1]['ratio_to_gaussian']) == pytest.approx(3.25)
+  assert float(out[1]['ratio_to_gaussian_wire']) == pytest.approx(3.6)
   assert float(out[1]['gaussian_mse']) == pytest.approx(0.002)
 
 

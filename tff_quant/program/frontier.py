@@ -828,7 +828,8 @@ def on_one_reference(rows):
   """Rows whose Gaussian reference (gaussian_mse and the ratios and
   noise-to-signal from it) is their setting's current Gaussian row's
   reference (its `gaussian_mse`: the Gaussian at its best route,
-  `best_reference`): cells computed in earlier runs keep their own
+  `best_reference`), the ratio with the wraps counted too: cells computed
+  in earlier runs keep their own
   calibration, but one setting has one reference (a fix to the Gaussian's
   calibration otherwise left old rows against an older one). The
   Gaussian's ends are one value: both ratios are taken against it."""
@@ -838,6 +839,10 @@ def on_one_reference(rows):
   for r in rows:
     g = ref.get(setting_of(r))
     if g is not None and math.isfinite(g) and g > 0 and r['gaussian_mse'] != '':
+      wire = as_float(r.get('ratio_to_gaussian_wire') or 'nan')
+      if math.isfinite(wire):   # the same error over the new reference
+        r = dict(r, ratio_to_gaussian_wire=str(
+            wire * as_float(r['gaussian_mse']) / g))
       r = dict(r, gaussian_mse=str(g),
                gaussian_noise_to_signal=str(as_float(r['dim']) * g),
                ratio_to_gaussian=str(
@@ -1076,13 +1081,15 @@ def write_report(rows, output_dir, use_profile=False):
     nsr = max(nsr) if nsr else math.nan
     note = (f' [the Gaussian\'s noise energy is {nsr:.3g}× the update\'s]'
             if nsr > 1 else '')
-    penalty = generic_subsampling_penalty(
-        float(eps), float(setting[1]), int(rounds), int(n), int(setting[4]),
-        int(dim), use_profile)
+    args = (float(eps), float(setting[1]), int(rounds), int(n),
+            int(setting[4]), int(dim))
+    penalty = generic_subsampling_penalty(*args, use_profile)
+    if not use_profile:   # and the RDP route's Gaussian over its best
+      penalty *= rdp_route_factor(*args)
     if penalty > 1.01:
       note += (f' [the Gaussian by the quantized mechanisms\' '
                + ('accounting from its RDP curve' if use_profile else
-                  'subsampling bound') + f': {penalty:.3g}×]')
+                  'RDP route and subsampling bound') + f': {penalty:.3g}×]')
     verdicts.append(f'ε={eps}, d={dim}, n={n}, {rounds} rounds: fewest bits within '
                     f'1.1× of the Gaussian\'s debiased error (proved): '
                     + ', '.join(parts) + note)
