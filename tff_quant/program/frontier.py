@@ -404,7 +404,7 @@ def best_reference(eps, delta, rounds, n, total, dim, rtol):
 def rdp_route_factor(eps, delta, rounds, n, total, dim, rtol=1e-2) -> float:
   """The Gaussian's debiased error on the RDP route alone (WBK19 Thm 27)
   over its error at its best route (`best_reference`): >= 1, the part of an
-  RDP-route ratio that is the route (1.49 at ε = 10, 2.29 at ε = 3, 3.38 at
+  RDP-route ratio that is the route (1.48 at ε = 10, 2.30 at ε = 3, 3.38 at
   ε = 1 in the committed setting)."""
   args = (eps, delta, rounds, n, total, dim, rtol)
   return (gaussian_reference(*args, use_profile=False).debiased_error /

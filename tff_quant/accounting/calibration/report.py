@@ -570,7 +570,14 @@ def _attach_attained(report, scan, schedule, bound,
     end = scan.epsilon_of.attained_ends[repr(report.mechanism)]
     report.epsilon_attained = report.epsilon
     report.attained_inputs = _attained_inputs(end.accountant, end.order)
-  elif not schedule['use_pld']:
+  elif schedule['use_pld']:
+    pass   # no attained end on the PLD route
+  elif isinstance(report.mechanism, mechanisms.Gaussian):
+    # Closed form on every route: the attained curve is the proved one, so
+    # the same ε (computing it again cost a profile-route evaluation).
+    report.epsilon_attained = report.epsilon
+    report.attained_inputs = 'exact (closed form)'
+  else:
     s = schedule
     low = composition.RoundAccountant(
         report.mechanism, s['clients_per_round'], s['total_clients'],
