@@ -340,3 +340,26 @@ def test_a_law_below_the_tail_share_takes_a_small_window_at_once():
   bound, _ = P.composed_delta({18: 3.8863997202133414e-08}, 0.0, 10,
                               4.0867e-08, tail=0.0076)
   assert 0.0076 <= bound(0.0) <= 0.0077
+
+
+def test_rdp_profile_is_the_least_term_over_every_order():
+  """Each order's term is exponentiated only where it can lower the bound:
+  the result is the elementwise least of every order's rounded-up term
+  (computed here for all of them), to the bit, from ε = −5 to 1e5."""
+  lib = P._LIB
+  rdp = {1.5: 0.02, 2: 0.05, 3.25: 0.11, 8: 0.6, 32: 3.0, 256: 40.0,
+         1000: 1e3, math.inf: 7.0, 5: math.inf}
+  eps = np.concatenate([np.linspace(-5, 70, 30001), [0.0, 1e-300, 700, 1e5]])
+  want = np.ones_like(eps)
+  for a, rho in rdp.items():
+    if not math.isfinite(rho):
+      continue
+    if math.isinf(a):
+      want = np.where(eps >= rho * (1 + 2 * P._U), 0.0, want)
+      continue
+    log_c = (a - 1) * math.log1p(-1 / a) - math.log(a)
+    with np.errstate(over='ignore'):
+      log_d = (a - 1) * (rho - eps) + log_c
+      log_d += 4 * lib * ((a - 1) * (rho + np.abs(eps) + 1) + math.log(a) + 1)
+      want = np.minimum(want, np.exp(log_d) * (1 + lib) + P._TINY)
+  np.testing.assert_array_equal(P.rdp_profile(rdp, eps), np.minimum(want, 1.0))

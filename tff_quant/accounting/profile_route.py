@@ -105,7 +105,12 @@ def rdp_profile(rdp: Mapping[float, float], eps) -> np.ndarray:
       # The product, the subtraction, log1p, log and the sum: at most 4·lib of
       # each term's size, then exp's own lib (relative).
       log_d += 4 * _LIB * ((a - 1) * (rho + np.abs(eps) + 1) + math.log(a) + 1)
-      out = np.minimum(out, np.exp(log_d) * (1 + _LIB) + _TINY)
+      # exp only where this order can lower the bound: elsewhere its term is
+      # at least e^(log_d)·(1 + lib) > e^(log(out) + 1e-6) > out (the log's
+      # and exp's errors are far below 1e-6), so the minimum is out's.
+      with np.errstate(divide='ignore'):
+        can = log_d < np.log(out) + 1e-6
+      out[can] = np.minimum(out[can], np.exp(log_d[can]) * (1 + _LIB) + _TINY)
   return np.minimum(out, 1.0)
 
 
