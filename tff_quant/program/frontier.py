@@ -411,6 +411,19 @@ def rdp_route_factor(eps, delta, rounds, n, total, dim, rtol=1e-2) -> float:
           best_reference(*args).debiased_error)
 
 
+def accounting_factor(eps, delta, rounds, n, total, dim, use_profile=False):
+  """The Gaussian accounted as the quantized mechanisms are on the cells'
+  route, over the reference (the Gaussian at its best): the share of every
+  ratio that is the accounting. Profile route: `generic_subsampling_penalty`;
+  RDP route: that penalty times `rdp_route_factor` (6.92 at ε = 1 in the
+  committed setting)."""
+  penalty = generic_subsampling_penalty(eps, delta, rounds, n, total, dim,
+                                        use_profile)
+  if use_profile:
+    return penalty
+  return penalty * rdp_route_factor(eps, delta, rounds, n, total, dim)
+
+
 @functools.lru_cache(maxsize=None)
 def generic_subsampling_penalty(eps, delta, rounds, n, total, dim,
                                 use_profile=False):
@@ -829,10 +842,10 @@ def on_one_reference(rows):
   noise-to-signal from it) is their setting's current Gaussian row's
   reference (its `gaussian_mse`: the Gaussian at its best route,
   `best_reference`), the ratio with the wraps counted too: cells computed
-  in earlier runs keep their own
-  calibration, but one setting has one reference (a fix to the Gaussian's
-  calibration otherwise left old rows against an older one). The
-  Gaussian's ends are one value: both ratios are taken against it."""
+  in earlier runs keep their own calibration, but one setting has one
+  reference (a fix to the Gaussian's calibration otherwise left old rows
+  against an older one). The Gaussian's ends are one value: both ratios
+  are taken against it."""
   ref = {setting_of(r): as_float(r['gaussian_mse']) for r in rows
          if r['mechanism'] == GAUSSIAN}
   out = []
@@ -891,20 +904,18 @@ def least_by_bits(rows):
 
 def penalty_text(setting, use_profile=False) -> str:
   """What of a setting's ratios the accounting, not the mechanism, accounts
-  for (`generic_subsampling_penalty` on the routes the cells used)."""
+  for (`accounting_factor` on the routes the cells used)."""
   eps, delta, dim, n, total, rounds = setting
-  penalty = generic_subsampling_penalty(float(eps), float(delta),
-                                        int(rounds), int(n), int(total),
-                                        int(dim), use_profile)
+  args = (float(eps), float(delta), int(rounds), int(n), int(total), int(dim))
+  penalty = accounting_factor(*args, use_profile)
   if not use_profile:
-    route = rdp_route_factor(float(eps), float(delta), int(rounds), int(n),
-                             int(total), int(dim))
     return ('RDP route: the reference is the Gaussian at its best route (the '
             'lesser of WBK19 Thm 27 and its exact profile); accounted on the '
-            f'RDP route alone (Thm 27) it would have {route:.3g}× its '
-            'reference\'s error, and under the generic bound the quantized '
-            f'mechanisms get (WBK19 Thm 9) {route * penalty:.3g}×: that much '
-            'of every ratio here is the accounting, not the mechanism.')
+            f'RDP route alone (Thm 27) it would have '
+            f'{rdp_route_factor(*args):.3g}× its reference\'s error, and '
+            'under the generic bound the quantized mechanisms get (WBK19 Thm '
+            f'9) {penalty:.3g}×: that much of every ratio here is the '
+            'accounting, not the mechanism.')
   if int(n) <= gaussian_domination.MAX_CLIENTS:
     pbm = ('PBM\'s rounds, RQM\'s and QMGeo\'s with [−c, c] in their '
            'central bin, and the quantized Gaussian\'s and randomized '
@@ -1081,11 +1092,8 @@ def write_report(rows, output_dir, use_profile=False):
     nsr = max(nsr) if nsr else math.nan
     note = (f' [the Gaussian\'s noise energy is {nsr:.3g}× the update\'s]'
             if nsr > 1 else '')
-    args = (float(eps), float(setting[1]), int(rounds), int(n),
-            int(setting[4]), int(dim))
-    penalty = generic_subsampling_penalty(*args, use_profile)
-    if not use_profile:   # and the RDP route's Gaussian over its best
-      penalty *= rdp_route_factor(*args)
+    penalty = accounting_factor(float(eps), float(setting[1]), int(rounds),
+                                int(n), int(setting[4]), int(dim), use_profile)
     if penalty > 1.01:
       note += (f' [the Gaussian by the quantized mechanisms\' '
                + ('accounting from its RDP curve' if use_profile else
