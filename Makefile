@@ -45,10 +45,13 @@ demo: setup
 	  --target_epsilon=10 --rotate --coordinate_clip_multiple=3 --clients_per_slot=15 \
 	  --root_output_dir=runs/demo --experiment_name=demo_rqm --fresh
 
-# The suite runs on every core (pytest-xdist; TEST_WORKERS=0 runs it in one
-# process). Tests that run a binary check only their own session's processes
+# The suite runs in pytest-xdist workers, 3 per 2 cores (TEST_WORKERS=0 runs
+# it in one process): a worker waits on the processes it starts (binaries,
+# TFF's workers) part of its time, and with one per core ~14% of the CPU
+# stayed idle (benchmarks/test_workers, docs/performance.md). Tests that run
+# a binary check only their own session's processes
 # (tests/experiments/binaries.py), so parallel workers do not see each other's.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n + n / 2 )))
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=25
 

@@ -104,28 +104,29 @@ def test_default_flags_and_a_wire_budget_calibrate_to_the_default_target(
   No --target_epsilon and no privacy parameter: a DP run's defaults are
   private (ε = 10 for the whole run), and the run says so.
 
-  --wire_bits=8: the calibration chooses the level count under 8 wire
-  bits, the run's secure sum carries 8 bits per coordinate (summary and every
-  round's metrics), and its ε is the calibrated one (post-processing)."""
+  --wire_bits=5: the calibration chooses the level count under 5 wire
+  bits (fewer level counts to calibrate than under 8), the run's secure sum
+  carries 5 bits per coordinate (summary and every round's metrics), and
+  its ε is the calibrated one (post-processing)."""
   res = run_binary(['--dataset=mnist', '--mechanism=pbm', '--model=logreg',
                     '--rounds=2', '--clients_per_round=10',
                     '--total_clients=40', '--eval_every=2', '--rotate',
-                    '--coordinate_clip_multiple=3', '--wire_bits=8',
+                    '--coordinate_clip_multiple=3', '--wire_bits=5',
                     f'--root_output_dir={tmp_path}', '--experiment_name=w'])
   assert res.returncode == 0, res.stderr[-2000:]
   assert 'calibrating pbm to the default whole-model ε = 10' in res.stdout
-  assert 'Wire budget 8 bits:' in res.stdout
+  assert 'Wire budget 5 bits:' in res.stdout
   with open(tmp_path / 'w' / 'summary.json') as f:
     summary = json.load(f)
   assert summary['config']['target_epsilon'] == 10.0
-  assert summary['secure_sum_bits'] == 8
-  assert summary['config']['wire_bits'] == 8
-  assert summary['upload_bits_per_client_per_round'] == 8 * 8192
-  assert summary['bits_per_coordinate'] <= 8 and summary['epsilon'] <= 10.0
+  assert summary['secure_sum_bits'] == 5
+  assert summary['config']['wire_bits'] == 5
+  assert summary['upload_bits_per_client_per_round'] == 5 * 8192
+  assert summary['bits_per_coordinate'] <= 5 and summary['epsilon'] <= 10.0
   with open(tmp_path / 'w' / 'metrics.csv') as f:
     header, *rows = [line.strip().split(',') for line in f]
   column = header.index('secure_sum_bits')
-  assert [int(r[column]) for r in rows] == [8, 8]
+  assert [int(r[column]) for r in rows] == [5, 5]
   assert not res.leftover_workers, f'worker_binary left behind: {res.leftover_workers}'
 
 

@@ -364,7 +364,10 @@ class Scan:
     """The winner's last parameter searched again to `rtol`, from its answer
     at the scan's width (`scan_rtol`) and its grid point's evaluations: one
     or two exact evaluations more for the winner against two or three fewer
-    at every grid point searched. Updates `best`.
+    at every grid point searched. Updates `best`. A winner at the least
+    private end of its axis is left as it is: no value beats it, and the
+    search would only repeat its bracket (RQM at Δ = 64c, 3 bits, n = 10:
+    nine exact evaluations, 2.4 s).
 
     Args:
       again: also where the scan's width is `rtol` (`settle`).
@@ -375,6 +378,8 @@ class Scan:
         best.epsilon >= self.epsilon * (1 - self.rtol)):
       return
     name = self.last.name
+    if best.params[name] == interface.Axis.of(self.last).unsafe:
+      return
     base = {k: v for k, v in best.params.items() if k != name}
     build = self._build(base)
     value, value_eps = self._narrow(build, base, best.params[name],
