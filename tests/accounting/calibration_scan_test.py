@@ -4,6 +4,7 @@ import pytest
 
 from tff_quant import mechanisms
 from tff_quant.accounting import calibration
+from tff_quant.accounting.calibration import interface
 from tff_quant.accounting.calibration import scan as scan_lib
 from tff_quant.accounting.calibration import search
 
@@ -174,3 +175,35 @@ def test_an_error_to_beat_from_another_search_prunes_like_an_incumbent():
   assert loose.best.params['theta'] == pytest.approx(
       plain.best.params['theta'], rel=1e-2)
   assert 2.0 * (1 - 1e-2) <= loose.best.epsilon <= 2.0
+
+
+class _CountingOracle(_ConstantOracle):
+  """`_ConstantOracle` that records each candidate it is asked about."""
+
+  def __init__(self, eps):
+    super().__init__(eps)
+    self.asked = []
+
+  def epsilon(self, mech, screen=True):
+    self.asked.append(mech)
+    return super().epsilon(mech, screen)
+
+
+@pytest.mark.parametrize('q, searched', [(0.9999, False), (0.5, True)])
+def test_refine_leaves_a_winner_at_the_least_private_end_as_it_is(q,
+                                                                  searched):
+  """Every q meets the target (ε = 0.3 against 10): a winner at q's least
+  private end (0.9999) cannot be beaten and is not searched again (the
+  search would repeat its whole bracket); one inside the axis is."""
+  oracle = _CountingOracle(0.3)
+  scan = scan_lib.Scan('rqm', 10.0, 0.1, None, 4, 2e-3, {}, oracle, 0.1, 100)
+  assert interface.Axis.of(scan.last).unsafe == 0.9999
+  mech = mechanisms.RQM.for_coordinate_bound(0.1, num_levels=16,
+                                             delta_ratio=64.0, q=q)
+  util = mech.signal_utility(100, 0.1)
+  params = {'delta_ratio': 64.0, 'num_levels': 16, 'q': q}
+  scan.best = scan_lib.Incumbent(util.error, mech, params, 0.3, util)
+  scan.refine()
+  assert bool(oracle.asked) is searched
+  if not searched:
+    assert scan.best.params == params and scan.best.epsilon == 0.3
