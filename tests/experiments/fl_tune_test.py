@@ -29,16 +29,18 @@ FLAGS = ['--epsilons=10', '--client_lrs=0.1', '--server_momenta=0,0.9',
          '--model=logreg']
 
 
-@pytest.fixture(scope='module')
-def tuned(tmp_path_factory):
-  out = str(tmp_path_factory.mktemp('tune'))
+def test_a_tiny_tuning_chooses_by_the_rule_resumes_and_refuses_other_settings(
+    tmp_path):
+  """One tuning serves three checks (one test, not three sharing a module
+  fixture: pytest-xdist's worksteal may run them on different workers, each
+  tuning again): its results and choice by the rule; a second start skips
+  every finished run and writes the same report, and other settings are
+  refused; the binary reads its flags and refuses the folder's other
+  settings."""
+  out = str(tmp_path / 'tune')
   lines = []
-  text = tuning.Tuning(tuning_settings.Settings(out, **TINY), log=lines.append).run_all()
-  return out, text, lines
-
-
-def test_a_tiny_tuning_writes_its_results_and_chooses_by_the_rule(tuned):
-  out, text, lines = tuned
+  text = tuning.Tuning(tuning_settings.Settings(out, **TINY),
+                       log=lines.append).run_all()
   with open(os.path.join(out, 'norms.json')) as f:
     norms = json.load(f)['noise_free_lr0.1']
   assert norms['round 1']['n'] == 4 and norms['pooled']['q50'] > 0
@@ -65,29 +67,23 @@ def test_a_tiny_tuning_writes_its_results_and_chooses_by_the_rule(tuned):
       summary = json.load(f)
     assert 'test_accuracy' not in summary and 'VALIDATION' in summary['data']
   assert sum('[fl_tune] run ' in l for l in lines) == 2
-
-
-def test_a_second_start_skips_every_finished_run(tuned):
-  out = tuned[0]
-  lines = []
-  text = tuning.Tuning(tuning_settings.Settings(out, **TINY),
-                       log=lines.append).run_all()
+  # A second start.
+  again = []
+  text_again = tuning.Tuning(tuning_settings.Settings(out, **TINY),
+                             log=again.append).run_all()
   assert not any('[fl_tune] run ' in l or 'update norms (pooled)' in l
-                 for l in lines)
-  assert text == tuned[1]
+                 for l in again)
+  assert text_again == text
   other = tuning.Tuning(tuning_settings.Settings(out, **dict(TINY, rounds=3)))
   with pytest.raises(ValueError, match='other settings'):
     other.run_all()
-
-
-def test_the_binary_reads_its_flags_and_refuses_other_settings(tuned):
-  out = tuned[0]
-  other = subprocess.run(
+  # The binary, on the same folder.
+  binary = subprocess.run(
       [sys.executable, '-m', 'experiments.fl_tune', f'--output_dir={out}',
        *FLAGS, '--rounds=3', '--report_only'],
       cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert other.returncode == 2 and 'other settings' in other.stderr
-  assert "'rounds': 2" in other.stderr   # the folder's, from the same flags
+  assert binary.returncode == 2 and 'other settings' in binary.stderr
+  assert "'rounds': 2" in binary.stderr   # the folder's, from the same flags
 
 
 def test_the_binary_loads_without_tensorflow_and_refuses_bad_flags_by_name(

@@ -28,13 +28,6 @@ SCHEDULE = dict(SETTING, l2_clip=1.0, rtol=wm.DEFAULT_RTOL,
                 coordinate_clip=K / math.sqrt(SETTING['dim']))
 
 
-@pytest.fixture(scope='module')
-def rows():
-  return {r.mechanism: r for r in wm.answer(
-      **SETTING, **RDP, wire_bits=6, mechanism_names=['pbm', 'ddgauss'],
-      coordinate_clip_multiples=[K])}
-
-
 def gaussian_error():
   return frontier.gaussian_reference(
       SETTING['epsilon'], SETTING['delta'], SETTING['rounds'],
@@ -42,7 +35,15 @@ def gaussian_error():
       wm.DEFAULT_RTOL, use_profile=True).debiased_error
 
 
-def test_a_bounded_row_is_the_wire_budget_calibration(rows):
+def test_the_rows_are_their_calibrations_and_the_report_names_them():
+  """One answer serves three checks (one test, not three sharing a module
+  fixture: pytest-xdist's worksteal may run them on different workers, each
+  computing the answer again): a bounded row is the wire-budget
+  calibration, a modular row its calibration with modulus 2^b, and the
+  report names the data, the setting and every mechanism."""
+  rows = {r.mechanism: r for r in wm.answer(
+      **SETTING, **RDP, wire_bits=6, mechanism_names=['pbm', 'ddgauss'],
+      coordinate_clip_multiples=[K])}
   row = rows['pbm']
   found = calibration.calibrate_for_wire_bits('pbm', 6, **SCHEDULE)
   n = SETTING['clients_per_round']
@@ -58,9 +59,7 @@ def test_a_bounded_row_is_the_wire_budget_calibration(rows):
   # The optimistic end (the attained ε) is at most the proved one.
   lo, hi, known = row.interval()
   assert known and lo <= hi == row.ratio
-
-
-def test_a_modular_row_is_its_calibration_with_modulus_2_to_the_b(rows):
+  # The modular row.
   row = rows['ddgauss']
   rep = accounting.calibration_report('ddgauss', bits=6,
                                       compare_gaussian=False, **SCHEDULE)
@@ -68,6 +67,25 @@ def test_a_modular_row_is_its_calibration_with_modulus_2_to_the_b(rows):
   assert row.proved.error == rep.debiased_error
   assert row.proved.wire_bits == row.proved.level_bits == 6
   assert row.optimistic.error <= row.proved.error
+  # The report.
+  text = wm.report(list(rows.values()),
+                   wm.Setting(**SETTING, **RDP, wire_bits=6))
+  assert 'Data: none (exact accounting' in text
+  rdp_line = wm.accounting_line(wm.Setting(**SETTING, **RDP, wire_bits=6))
+  assert rdp_line in text.splitlines()
+  assert ('Accounting: every mechanism by the RDP route alone' in rdp_line and
+          'the Gaussian reference by its best sound method' in rdp_line)
+  # On the RDP route the report says how much of each ratio the route is
+  # (the reference being at its best): at least 1.
+  route = re.search(r'RDP route alone \(Thm 27\) it would have '
+                    r'([0-9.]+)× its reference\'s error', text)
+  assert route and float(route.group(1)) >= 1
+  profile_line = wm.accounting_line(wm.Setting(**SETTING, wire_bits=6))
+  assert ('by the lesser of the RDP and profile routes' in profile_line and
+          'the Gaussian reference by its best sound method' in profile_line)
+  assert 'ε = 10, δ = 0.005, d = 64, n = 10 of N = 10' in text
+  assert '| pbm | ' in text and '| ddgauss | 6 | 6 | ' in text
+  assert '**Recommendation**: Least proved × Gaussian: ' in text
 
 
 def test_a_budget_too_small_gives_the_reason_with_the_bits_needed():
@@ -132,27 +150,6 @@ def test_peers_are_reported_as_noise_only_and_not_ranked():
   assert 'noise part alone' in line and 'tff_dgauss 0.5×' in line
   assert '>= 0.5 (noise only)' in wm.report(
       rows_, wm.Setting(**SETTING, **RDP, wire_bits=6))
-
-
-def test_the_report_names_the_data_the_setting_and_every_mechanism(rows):
-  text = wm.report(list(rows.values()),
-                   wm.Setting(**SETTING, **RDP, wire_bits=6))
-  assert 'Data: none (exact accounting' in text
-  rdp_line = wm.accounting_line(wm.Setting(**SETTING, **RDP, wire_bits=6))
-  assert rdp_line in text.splitlines()
-  assert ('Accounting: every mechanism by the RDP route alone' in rdp_line and
-          'the Gaussian reference by its best sound method' in rdp_line)
-  # On the RDP route the report says how much of each ratio the route is
-  # (the reference being at its best): at least 1.
-  route = re.search(r'RDP route alone \(Thm 27\) it would have '
-                    r'([0-9.]+)× its reference\'s error', text)
-  assert route and float(route.group(1)) >= 1
-  profile_line = wm.accounting_line(wm.Setting(**SETTING, wire_bits=6))
-  assert ('by the lesser of the RDP and profile routes' in profile_line and
-          'the Gaussian reference by its best sound method' in profile_line)
-  assert 'ε = 10, δ = 0.005, d = 64, n = 10 of N = 10' in text
-  assert '| pbm | ' in text and '| ddgauss | 6 | 6 | ' in text
-  assert '**Recommendation**: Least proved × Gaussian: ' in text
 
 
 def test_kinds():
