@@ -47,7 +47,7 @@ demo: setup
 
 # The suite runs in pytest-xdist workers, 3 per 2 cores (TEST_WORKERS=0 runs
 # it in one process): a worker waits on the processes it starts (binaries,
-# TFF's workers) part of its time, and with one per core ~14% of the CPU
+# TFF's workers) part of its time, and with one per core ~13% of the CPU
 # stayed idle (benchmarks/test_workers, docs/performance.md). Tests that run
 # a binary check only their own session's processes
 # (tests/experiments/binaries.py), so parallel workers do not see each other's.
